@@ -1,0 +1,125 @@
+"""Things that happen at step boundaries: console progress, the JSONL metrics file, W&B.
+
+Callbacks run on rank 0 only (the trainer decides) and never touch the model, so adding one can't
+change a run's numbers. The Ray layer adds its own reporter the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class Callback(Protocol):
+    def on_start(self, info: dict[str, Any]) -> None: ...
+    def on_log(self, step: int, metrics: dict[str, float]) -> None: ...
+    def on_checkpoint(self, step: int, path: Path, permanent: bool) -> None: ...
+    def on_end(self, summary: dict[str, Any]) -> None: ...
+
+
+class BaseCallback:
+    """No-op defaults so a callback only implements what it needs."""
+
+    def on_start(self, info: dict[str, Any]) -> None:
+        pass
+
+    def on_log(self, step: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def on_checkpoint(self, step: int, path: Path, permanent: bool) -> None:
+        pass
+
+    def on_end(self, summary: dict[str, Any]) -> None:
+        pass
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+class ConsoleProgress(BaseCallback):
+    """One line per log interval: step/total, losses, LR, throughput, MFU and an ETA."""
+
+    def __init__(self, name: str = "", stream=None):
+        self.name = name
+        self.stream = stream or sys.stdout
+        self.start_time = time.time()
+        self.start_step = 0
+        self.total = 0
+
+    def on_start(self, info: dict[str, Any]) -> None:
+        self.start_time = time.time()
+        self.start_step = info["start_step"]
+        self.total = info["total_steps"]
+        resumed = f", resumed at step {self.start_step}" if self.start_step else ""
+        self._print(
+            f"training {info['name']}: {info['num_params']:,} non-embedding params, "
+            f"{self.total} steps of {info['global_batch_tokens']:,} tokens{resumed}"
+        )
+
+    def on_log(self, step: int, metrics: dict[str, float]) -> None:
+        done = step - self.start_step
+        elapsed = time.time() - self.start_time
+        eta = elapsed / max(done, 1) * (self.total - step)
+        parts = [f"step {step:>6}/{self.total}"]
+        if "train/loss" in metrics:
+            parts.append(f"loss {metrics['train/loss']:.4f}")
+        if "eval/loss" in metrics:
+            parts.append(f"eval {metrics['eval/loss']:.4f}")
+        if "train/grad_norm" in metrics:
+            parts.append(f"gnorm {metrics['train/grad_norm']:.3f}")
+        if "lr" in metrics:
+            parts.append(f"lr {metrics['lr']:.2e}")
+        if "throughput/tokens_per_s" in metrics:
+            parts.append(f"{metrics['throughput/tokens_per_s']:,.0f} tok/s")
+        if "throughput/mfu" in metrics:
+            parts.append(f"mfu {100 * metrics['throughput/mfu']:.1f}%")
+        parts.append(f"eta {format_duration(eta)}")
+        self._print(" | ".join(parts))
+
+    def on_end(self, summary: dict[str, Any]) -> None:
+        self._print(
+            f"done {summary['name']}: {summary['steps']} steps in "
+            f"{format_duration(summary['elapsed_s'])}, final train loss "
+            f"{summary.get('train/loss', float('nan')):.4f}, eval loss "
+            f"{summary.get('eval/loss', float('nan')):.4f}"
+        )
+
+    def _print(self, line: str) -> None:
+        prefix = f"[{self.name}] " if self.name else ""
+        print(prefix + line, file=self.stream, flush=True)
+
+
+class JsonlMetrics(BaseCallback):
+    """Appends every logged metrics dict to ``<run_dir>/metrics.jsonl`` (the record analysis reads).
+
+    On resume, lines from steps after the resumed checkpoint are dropped first, so a replayed
+    stretch of training is not recorded twice.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.path = Path(run_dir) / "metrics.jsonl"
+
+    def on_start(self, info: dict[str, Any]) -> None:
+        if not self.path.exists():
+            return
+        keep = []
+        for line in self.path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash mid-write
+            if record.get("step", 0) <= info["start_step"]:
+                keep.append(line)
+        self.path.write_text("".join(k + "\n" for k in keep))
+
+    def on_log(self, step: int, metrics: dict[str, float]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps({"step": step, "time": time.time(), **metrics}) + "\n")

@@ -1,0 +1,174 @@
+"""A decoder-only transformer in the Llama / OLMo-2 family, readable in one sitting.
+
+Pre-norm blocks (RMSNorm -> grouped-query attention with RoPE and optional per-head QK-norm ->
+residual; RMSNorm -> SwiGLU MLP -> residual), a final RMSNorm and an untied (or tied) LM head.
+Attention is ``F.scaled_dot_product_attention`` (flash / memory-efficient kernels on GPU).
+Module names (``blocks.<i>.attn.wq`` ...) are what ``trainer_core.parallel`` shards.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainer_core.config import ModelConfig
+
+
+def count_params(cfg: ModelConfig) -> dict[str, int]:
+    """Exact parameter counts from the dims (checked against ``model.parameters()`` in tests).
+
+    ``non_embedding`` follows OLMo-core's ladder convention: every parameter except the input
+    embedding, so the LM head counts (with tied embeddings the shared matrix is excluded).
+    """
+    d, hd = cfg.d_model, cfg.head_dim
+    attn = d * cfg.n_heads * hd + 2 * d * cfg.n_kv_heads * hd + cfg.n_heads * hd * d
+    qk_norm = 2 * hd if cfg.qk_norm else 0
+    mlp = 3 * d * cfg.mlp_hidden
+    block = attn + qk_norm + mlp + 2 * d
+    blocks = cfg.n_layers * block
+    embedding = cfg.vocab_size * d
+    head = 0 if cfg.tie_embeddings else cfg.vocab_size * d
+    non_embedding = blocks + d + head
+    return {
+        "blocks": blocks,
+        "embedding": embedding,
+        "head": head,
+        "non_embedding": non_embedding,
+        "total": non_embedding + embedding,
+    }
+
+
+def num_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
+    """Training FLOPs per token: ``6 N + 12 L H Q T`` (PaLM, Chowdhery et al. 2022, appendix B).
+
+    6N counts the forward (2N) and backward (4N) matmuls over the non-embedding parameters N;
+    ``12 L H Q T`` adds the attention score and value matmuls (L layers, H heads of dim Q,
+    sequence length T), not halved for the causal mask, matching the usual MFU convention.
+    """
+    n = count_params(cfg)["non_embedding"]
+    return 6 * n + 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * seq_len
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in float32: bf16 squares lose too much precision.
+        out = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        return out.type_as(x) * self.weight
+
+
+def rope_tables(head_dim: int, seq_len: int, theta: float, device=None) -> torch.Tensor:
+    """Complex rotations ``[seq_len, head_dim / 2]`` for rotary position embeddings."""
+    freqs = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim)
+    angles = torch.outer(torch.arange(seq_len, device=device).float(), freqs)
+    return torch.polar(torch.ones_like(angles), angles)
+
+
+def apply_rope(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x [B, T, H, D]`` pairwise by ``rotations [T, D/2]``."""
+    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    rotated = pairs * rotations[None, : x.shape[1], None, :]
+    return torch.view_as_real(rotated).flatten(-2).type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.wq = nn.Linear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=False)
+        self.wk = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.wv = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
+
+    def forward(self, x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        # -1 instead of the head count: under tensor parallelism each rank holds a slice of heads.
+        q = self.wq(x).view(b, t, -1, self.head_dim)
+        k = self.wk(x).view(b, t, -1, self.head_dim)
+        v = self.wv(x).view(b, t, -1, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, rotations), apply_rope(k, rotations)
+        q, k, v = (z.transpose(1, 2) for z in (q, k, v))
+        out = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads
+        )
+        return self.wo(out.transpose(1, 2).reshape(b, t, -1))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.w_gate = nn.Linear(cfg.d_model, cfg.mlp_hidden, bias=False)
+        self.w_up = nn.Linear(cfg.d_model, cfg.mlp_hidden, bias=False)
+        self.w_down = nn.Linear(cfg.mlp_hidden, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mlp = SwiGLU(cfg)
+
+    def forward(self, x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), rotations)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig, max_seq_len: int = 4096):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        # A ModuleDict keyed by layer index keeps names stable under activation checkpointing.
+        self.blocks = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layers)})
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.head.weight = self.embed.weight
+        self.register_buffer(
+            "rotations", rope_tables(cfg.head_dim, max_seq_len, cfg.rope_theta), persistent=False
+        )
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """Truncated normal(0, init_std) everywhere, residual outputs scaled by 1/sqrt(2 L).
+
+        GPT-2 / OLMo style: the two projections writing into the residual stream per block
+        (``attn.wo``, ``mlp.w_down``) get std / sqrt(2 n_layers) so the residual variance
+        stays O(1) with depth; norms start at 1.
+        """
+        std = self.cfg.init_std
+        out_std = std / math.sqrt(2 * self.cfg.n_layers)
+        for name, p in self.named_parameters():
+            if p.dim() == 1:
+                nn.init.ones_(p)
+            else:
+                s = out_std if name.endswith(("attn.wo.weight", "mlp.w_down.weight")) else std
+                nn.init.trunc_normal_(p, mean=0.0, std=s, a=-3 * s, b=3 * s)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits ``[B, T, vocab]`` for input ids ``[B, T]``."""
+        x = self.embed(tokens)
+        rotations = self.rotations
+        for block in self.blocks.values():
+            x = block(x, rotations)
+        return self.head(self.norm(x))
+
+    def num_flops_per_token(self, seq_len: int) -> int:
+        return num_flops_per_token(self.cfg, seq_len)

@@ -1,0 +1,113 @@
+"""Assemble a run from its config: device, mesh, model, optimizer, data, callbacks -> Trainer.
+
+Shared by ``python -m trainer_core.train`` (single process / torchrun) and the Ray Train worker,
+which passes its own batch source (Ray Data) and reporter callback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+
+from trainer_core.callbacks import Callback, ConsoleProgress, JsonlMetrics
+from trainer_core.config import TrainConfig
+from trainer_core.configio import ConfigError, to_yaml
+from trainer_core.data import open_token_data
+from trainer_core.distributed import init_distributed, resolve_device
+from trainer_core.flops import peak_flops
+from trainer_core.model import Transformer, count_params, num_flops_per_token
+from trainer_core.optim import build_optimizer
+from trainer_core.parallel import build_mesh, dp_mesh, dp_rank_and_size, parallelize_model
+from trainer_core.schedule import build_scheduler
+from trainer_core.tracking import tracking_callbacks
+from trainer_core.train_module import TrainModule
+from trainer_core.trainer import RunInfo, Trainer
+
+BatchSource = Callable[[int], Iterator[torch.Tensor]]
+
+
+def run_info(cfg: TrainConfig, tags: dict | None = None) -> RunInfo:
+    return RunInfo(
+        name=cfg.tracking.name or Path(cfg.trainer.run_dir).name,
+        size=cfg.model.size,
+        num_params=count_params(cfg.model)["non_embedding"],
+        flops_per_token=num_flops_per_token(cfg.model, cfg.data.seq_len),
+        lr=cfg.optim.lr,
+        global_batch_tokens=cfg.trainer.global_batch_size,
+        seq_len=cfg.data.seq_len,
+        total_steps=cfg.total_steps,
+        tags=tags or {},
+    )
+
+
+def build_trainer(
+    cfg: TrainConfig,
+    *,
+    train_batches: BatchSource | None = None,
+    extra_callbacks: list[Callback] | None = None,
+    tags: dict | None = None,
+) -> Trainer:
+    device = resolve_device(cfg.trainer.device)
+    dist_info = init_distributed(device.type)
+    device = dist_info.device
+    mesh = build_mesh(cfg.parallel, dist_info.world_size, device.type)
+    dp_rank, dp_size = dp_rank_and_size(mesh)
+    seq_len = cfg.data.seq_len
+    batch_seqs = cfg.trainer.global_batch_size // seq_len
+    if batch_seqs % dp_size:
+        raise ConfigError(
+            f"trainer.global_batch_size: {cfg.trainer.global_batch_size} tokens = {batch_seqs} "
+            f"sequences can't be split evenly over {dp_size} data-parallel ranks"
+        )
+
+    # Same seed on every rank: identical initial weights before sharding.
+    torch.manual_seed(cfg.trainer.seed)
+    model = Transformer(cfg.model, max_seq_len=seq_len)
+    model = parallelize_model(model, mesh, cfg.parallel, device)
+    optimizer = build_optimizer(model, cfg.optim, device)
+    scheduler = build_scheduler(optimizer, cfg.schedule, cfg.total_steps)
+    module = TrainModule(
+        model,
+        optimizer,
+        scheduler,
+        cfg.train_module,
+        seq_len=seq_len,
+        device=device,
+        dp_group=dp_mesh(mesh).get_group() if mesh is not None else None,
+        dp_size=dp_size,
+    )
+
+    data = open_token_data(cfg.data, cfg.model.vocab_size)
+    if train_batches is None:
+
+        def train_batches(start_step: int) -> Iterator[torch.Tensor]:
+            return data.train_batches(
+                seq_len, batch_seqs, cfg.trainer.seed, start_step, dp_rank, dp_size
+            )
+
+    eval_batches = data.eval_batches(seq_len, batch_seqs, cfg.trainer.eval_batches, dp_rank, dp_size)
+
+    info = run_info(cfg, tags)
+    callbacks: list[Callback] = []
+    if dist_info.rank == 0:
+        run_dir = Path(cfg.trainer.run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(to_yaml(cfg))
+        if cfg.trainer.progress:
+            callbacks.append(ConsoleProgress(info.name))
+        callbacks.append(JsonlMetrics(run_dir))
+        callbacks.extend(tracking_callbacks(cfg, info))
+    callbacks.extend(extra_callbacks or [])
+    return Trainer(
+        cfg,
+        module,
+        train_batches=train_batches,
+        eval_batches=eval_batches,
+        info=info,
+        rank=dist_info.rank,
+        world_size=dist_info.world_size,
+        peak_flops=peak_flops(device, cfg.trainer.peak_flops_per_device),
+        callbacks=callbacks,
+    )

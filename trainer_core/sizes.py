@@ -1,0 +1,43 @@
+"""The model size table: named sizes -> transformer dimensions.
+
+Names are the approximate parameter count of the transformer blocks alone (embeddings and
+LM head depend on the vocabulary). The exact non-embedding count ``N`` used by ladder formulas is
+computed from these dims and the vocabulary by :func:`trainer_core.model.count_params`.
+CPU sizes (1M-50M) run in tests and the demo; the rest follow Llama/OLMo-2 shapes up to 7B.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SizeSpec:
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    mlp_hidden: int
+
+
+MODEL_SIZES: dict[str, SizeSpec] = {
+    "1M": SizeSpec(128, 4, 4, 4, 384),
+    "3M": SizeSpec(192, 6, 6, 6, 512),
+    "5M": SizeSpec(256, 6, 4, 4, 704),
+    "10M": SizeSpec(320, 8, 5, 5, 896),
+    "20M": SizeSpec(384, 12, 6, 6, 1024),
+    "50M": SizeSpec(512, 16, 8, 8, 1408),
+    "100M": SizeSpec(640, 20, 10, 10, 1792),
+    "200M": SizeSpec(1024, 16, 16, 16, 2816),
+    "400M": SizeSpec(1024, 32, 16, 16, 2816),
+    "700M": SizeSpec(1536, 24, 16, 16, 4096),
+    "1B": SizeSpec(2048, 16, 16, 16, 8192),
+    "3B": SizeSpec(3072, 28, 24, 8, 8192),
+    "7B": SizeSpec(4096, 32, 32, 8, 14336),
+}
+
+
+def size_spec(name: str) -> SizeSpec:
+    if name not in MODEL_SIZES:
+        raise KeyError(name)
+    return MODEL_SIZES[name]

@@ -1,0 +1,35 @@
+"""``python -m trainer_core.train [--config FILE] [--section.field=value ...]``
+
+One training run with plain PyTorch: a single process, or one process per device under
+``torchrun``. With no ``--config`` it trains the built-in tiny demo (1M params on the Python
+standard library, byte-level tokens, CPU-friendly).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from trainer_core.cli import exit_on_error, load_from_args, print_help, split_args
+from trainer_core.config import TrainConfig
+from trainer_core.distributed import teardown
+from trainer_core.run import build_trainer
+
+USAGE = __doc__.strip().splitlines()[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--help" in argv or "-h" in argv:
+        print_help(USAGE, TrainConfig)
+        return 0
+    own, overrides = split_args(argv, {"--config": True})
+    cfg = load_from_args(TrainConfig, own, overrides)
+    try:
+        build_trainer(cfg).fit()
+    finally:
+        teardown()
+    return 0
+
+
+if __name__ == "__main__":
+    exit_on_error(main)

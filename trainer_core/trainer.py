@@ -1,0 +1,240 @@
+"""The training loop: steps, logging, evaluation and checkpoints at step boundaries.
+
+The loop is the same in a single process, under ``torchrun`` and inside a Ray Train worker; what
+differs is injected: where batches come from (``train_batches(start_step)``) and extra callbacks.
+A step is one optimizer update; ``step`` counts updates done, so a checkpoint at step N resumes
+with update N + 1 and the batch for step N (0-based index of the next batch).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainer_core.callbacks import Callback
+from trainer_core.checkpoint import Checkpointer, CheckpointPolicy, rng_state, restore_rng
+from trainer_core.config import TrainConfig
+from trainer_core.train_module import BatchStats, TrainModule
+
+
+class NonFiniteLossError(RuntimeError):
+    """Raised (on every rank) when the loss or gradient norm is NaN/inf; names the step."""
+
+    def __init__(self, step: int, loss: float, grad_norm: float):
+        self.step = step
+        super().__init__(
+            f"non-finite loss at step {step} (loss={loss}, grad_norm={grad_norm}); the run "
+            "stopped before this update and no checkpoint was written after it. Lower optim.lr, "
+            "raise schedule.warmup or set train_module.max_grad_norm."
+        )
+
+
+@dataclass
+class RunInfo:
+    """What run.json records about a run (see the on-disk layout in the README)."""
+
+    name: str
+    num_params: int
+    flops_per_token: int
+    lr: float
+    global_batch_tokens: int
+    seq_len: int
+    total_steps: int
+    size: str = ""
+    tags: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Window:
+    """Sums since the last log line."""
+
+    ce: float = 0.0
+    tokens: float = 0.0
+    grad_norms: list[float] = field(default_factory=list)
+    start_time: float = field(default_factory=time.perf_counter)
+    steps: int = 0
+
+
+class Trainer:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        module: TrainModule,
+        *,
+        train_batches: Callable[[int], Iterator[torch.Tensor]],
+        eval_batches: list[torch.Tensor],
+        info: RunInfo,
+        rank: int = 0,
+        world_size: int = 1,
+        peak_flops: float = 1.0,
+        callbacks: list[Callback] | None = None,
+    ):
+        self.cfg, self.module, self.info = cfg, module, info
+        self.train_batches, self.eval_batches_data = train_batches, eval_batches
+        self.rank, self.world_size, self.peak_flops = rank, world_size, peak_flops
+        self.callbacks = callbacks or []
+        self.run_dir = Path(cfg.trainer.run_dir)
+        self.step = 0
+        self.tokens = 0
+        self.last_metrics: dict[str, float] = {}
+        ckpt = cfg.checkpoint
+        self.checkpointer = (
+            Checkpointer(self.run_dir, ckpt, rank=rank, world_size=world_size) if ckpt.enabled else None
+        )
+        self.policy = CheckpointPolicy(ckpt) if ckpt.enabled else None
+
+    # -- state --------------------------------------------------------------------------------
+
+    def app_state(self) -> dict[str, Any]:
+        return {
+            "train_module": self.module,
+            "trainer": {"step": self.step, "tokens": self.tokens},
+            "rng": rng_state(self.rank),
+        }
+
+    def restore(self) -> int:
+        """Load the checkpoint named by ``checkpoint.resume_from`` or the latest complete one."""
+        if self.checkpointer is None:
+            return 0
+        path = self.cfg.checkpoint.resume_from
+        if not path:
+            latest = self.checkpointer.latest()
+            if latest is None:
+                return 0
+            path = latest.path
+        state = self.app_state()
+        self.checkpointer.load(path, state)
+        self.step = int(state["trainer"]["step"])
+        self.tokens = int(state["trainer"]["tokens"])
+        restore_rng(state["rng"], self.rank)
+        return self.step
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def fit(self) -> dict[str, Any]:
+        start_step = self.restore()
+        total = self.info.total_steps
+        self._write_run_json("running")
+        self._emit("on_start", {**self.info.__dict__, "start_step": start_step, "total_steps": total})
+        started = time.time()
+        batches = self.train_batches(start_step)
+        window = _Window()
+        while self.step < total:
+            stats = self.module.train_batch(next(batches))
+            norm = self.module.optim_step()
+            self.module.zero_grads()
+            loss_local = stats.ce_sum.item()
+            if not (math.isfinite(norm.item()) and math.isfinite(loss_local)):
+                self._write_run_json("diverged", diverged_step=self.step + 1)
+                raise NonFiniteLossError(self.step + 1, loss_local, norm.item())
+            self.step += 1
+            self.tokens += self.info.global_batch_tokens
+            self._accumulate(window, stats, norm)
+            metrics: dict[str, float] = {}
+            if self.step % self.cfg.trainer.log_interval == 0 or self.step == total:
+                metrics.update(self._log_metrics(window, stats, norm))
+                window = _Window()
+            if self.step % self.cfg.trainer.eval_interval == 0 or self.step == total:
+                metrics["eval/loss"] = self.evaluate()
+            self._maybe_checkpoint(metrics)
+            if metrics:
+                metrics["tokens"] = self.tokens
+                self.last_metrics.update(metrics)
+                self._emit("on_log", self.step, metrics)
+        if self.checkpointer is not None:
+            self.checkpointer.close()
+        summary = {
+            "name": self.info.name,
+            "steps": self.step,
+            "tokens": self.tokens,
+            "elapsed_s": time.time() - started,
+            **self.last_metrics,
+        }
+        self._write_run_json("finished")
+        self._emit("on_end", summary)
+        return summary
+
+    def evaluate(self) -> float:
+        ce = torch.zeros((), device=self.module.device)
+        n = torch.zeros((), device=self.module.device)
+        for batch in self.eval_batches_data:
+            s, c = self.module.eval_batch(batch)
+            ce += s
+            n += c
+        pair = torch.stack([ce, n.float()])
+        if self.world_size > 1:
+            dist.all_reduce(pair, group=self.module.dp_group)
+        return (pair[0] / pair[1].clamp(min=1)).item()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _accumulate(self, window: _Window, stats: BatchStats, norm: torch.Tensor) -> None:
+        window.ce += stats.ce_sum.item()
+        window.tokens += stats.num_tokens.item()
+        window.grad_norms.append(norm.item())
+        window.steps += 1
+
+    def _log_metrics(self, window: _Window, last: BatchStats, norm: torch.Tensor) -> dict[str, float]:
+        sums = torch.tensor(
+            [window.ce, window.tokens, last.ce_sum.item(), last.num_tokens.item()],
+            dtype=torch.float64,
+        )
+        if self.world_size > 1 and self.module.dp_size > 1:
+            dist.all_reduce(sums, group=self.module.dp_group)
+        elapsed = max(time.perf_counter() - window.start_time, 1e-9)
+        tokens_per_s = window.steps * self.info.global_batch_tokens / elapsed
+        flops_per_s = tokens_per_s * self.info.flops_per_token
+        return {
+            "train/loss": (sums[0] / sums[1]).item(),
+            "train/loss_last": (sums[2] / sums[3]).item(),
+            "train/grad_norm": sum(window.grad_norms) / len(window.grad_norms),
+            "train/grad_norm_last": norm.item(),
+            "lr": self.module.lr,
+            "throughput/tokens_per_s": tokens_per_s,
+            "throughput/tokens_per_s_per_device": tokens_per_s / self.world_size,
+            "throughput/mfu": flops_per_s / (self.peak_flops * self.world_size),
+        }
+
+    def _maybe_checkpoint(self, metrics: dict[str, float]) -> None:
+        if self.checkpointer is None:
+            return
+        final = self.step == self.info.total_steps and self.cfg.checkpoint.save_final
+        kind = "permanent" if final else self.policy.decide_all_ranks(self.step, time.time())
+        if kind == "none":
+            return
+        permanent = kind == "permanent"
+        if permanent and "eval/loss" not in metrics:
+            metrics["eval/loss"] = self.evaluate()
+        saved = {"step": self.step, "tokens": self.tokens, **self.last_metrics, **metrics}
+        path = self.checkpointer.save(
+            self.step, self.app_state(), tokens=self.tokens, permanent=permanent, metrics=saved
+        )
+        self._emit("on_checkpoint", self.step, path, permanent)
+
+    def _emit(self, hook: str, *args: Any) -> None:
+        if self.rank != 0:
+            return
+        for cb in self.callbacks:
+            getattr(cb, hook)(*args)
+
+    def _write_run_json(self, status: str, diverged_step: int | None = None) -> None:
+        if self.rank != 0:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        record = {
+            **self.info.__dict__,
+            "status": status,
+            "diverged_step": diverged_step,
+            "last_step": self.step,
+        }
+        tmp = self.run_dir / "run.json.tmp"
+        tmp.write_text(json.dumps(record, indent=2))
+        tmp.replace(self.run_dir / "run.json")
