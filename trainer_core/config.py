@@ -183,7 +183,10 @@ class DataConfig:
     """A YAML file of {shard dir: weight}; overrides ``shards``."""
     seq_len: int = 128
     tokenizer: str = "byte"
-    """Tokenizer for the demo corpus: 'byte', or a local tokenizer.json path."""
+    """Tokenizer for the demo corpus: 'byte', a local tokenizer.json or a dir holding one. With
+    shards/mix, a non-default value must be the tokenizer the shards were made with."""
+    verify_checksums: bool = False
+    """Check every shard's sha256 when opening (reads all data once); sizes are always checked."""
 
     def __post_init__(self) -> None:
         require(self.seq_len >= 2, "seq_len", self.seq_len, "must be >= 2")
@@ -272,8 +275,9 @@ class TrainerConfig:
         for name in ("max_steps", "max_tokens"):
             value = getattr(self, name)
             require(value is None or value >= 1, name, value, "must be >= 1")
-        for name in ("log_interval", "eval_interval", "eval_batches"):
+        for name in ("log_interval", "eval_interval"):
             require(getattr(self, name) >= 1, name, getattr(self, name), "must be >= 1")
+        require(self.eval_batches >= 0, "eval_batches", self.eval_batches, "must be >= 0 (0 = no evals)")
 
 
 @dataclass

@@ -58,7 +58,7 @@ class TrainModule:
         """Forward + backward over this rank's part of a global batch ``[B_rank, seq_len + 1]``."""
         self.model.train()
         batch = batch.to(self.device, non_blocking=True)
-        inputs, labels = batch[:, :-1], batch[:, 1:]
+        inputs, labels = self._split(batch)
         global_tokens = self._global_count(labels)
         micro = self.micro_batches(inputs.shape[0])
         ce_total = torch.zeros((), device=self.device)
@@ -78,8 +78,7 @@ class TrainModule:
     def eval_batch(self, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed token CE and token count for ``[B, seq_len + 1]`` (reduce across ranks to average)."""
         self.model.eval()
-        batch = batch.to(self.device)
-        inputs, labels = batch[:, :-1], batch[:, 1:]
+        inputs, labels = self._split(batch.to(self.device))
         ce_sum, _ = self._loss_sums(inputs, labels, with_z=False)
         return ce_sum, (labels != self.cfg.label_ignore_index).sum()
 
@@ -142,6 +141,11 @@ class TrainModule:
                 f"({per_micro} sequences) must divide the per-rank batch of {rank_batch} sequences"
             )
         return [(s, s + per_micro) for s in range(0, rank_batch, per_micro)]
+
+    def _split(self, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and next-token labels; ignored label positions are fed to the model as id 0."""
+        inputs, labels = batch[:, :-1], batch[:, 1:]
+        return inputs.clamp(min=0), labels
 
     def _global_count(self, labels: torch.Tensor) -> torch.Tensor:
         count = (labels != self.cfg.label_ignore_index).sum().to(torch.float32)

@@ -142,10 +142,12 @@ class Trainer:
             if self.step % self.cfg.trainer.log_interval == 0 or self.step == total:
                 metrics.update(self._log_metrics(window, stats, norm))
                 window = _Window()
-            if self.step % self.cfg.trainer.eval_interval == 0 or self.step == total:
+            if self.eval_batches_data and (
+                self.step % self.cfg.trainer.eval_interval == 0 or self.step == total
+            ):
                 metrics["eval/loss"] = self.evaluate()
-            self._maybe_checkpoint(metrics)
-            if metrics:
+            saved = self._maybe_checkpoint(metrics)
+            if metrics or saved:
                 metrics["tokens"] = self.tokens
                 self.last_metrics.update(metrics)
                 self._emit("on_log", self.step, metrics)
@@ -203,25 +205,26 @@ class Trainer:
             "throughput/mfu": flops_per_s / (self.peak_flops * self.world_size),
         }
 
-    def _maybe_checkpoint(self, metrics: dict[str, float]) -> None:
+    def _maybe_checkpoint(self, metrics: dict[str, float]) -> bool:
+        """Save if the policy says so (permanent saves come with an eval); True if saved."""
         if self.checkpointer is None:
-            return
+            return False
         final = self.step == self.info.total_steps and self.cfg.checkpoint.save_final
         kind = "permanent" if final else self.policy.decide_all_ranks(self.step, time.time())
         if kind == "none":
-            return
+            return False
         permanent = kind == "permanent"
-        if permanent and "eval/loss" not in metrics:
+        if permanent and self.eval_batches_data and "eval/loss" not in metrics:
             metrics["eval/loss"] = self.evaluate()
         saved = {"step": self.step, "tokens": self.tokens, **self.last_metrics, **metrics}
         path = self.checkpointer.save(
             self.step, self.app_state(), tokens=self.tokens, permanent=permanent, metrics=saved
         )
         self._emit("on_checkpoint", self.step, path, permanent)
+        return True
 
     def _emit(self, hook: str, *args: Any) -> None:
-        if self.rank != 0:
-            return
+        """Call a hook on every callback of this rank (rank-0-only callbacks exist only there)."""
         for cb in self.callbacks:
             getattr(cb, hook)(*args)
 

@@ -1,0 +1,165 @@
+"""Tokenize raw text into rayladder token shards with Ray Data.
+
+    python datasets/tokenize.py --input 'corpus/*.jsonl' --out shards/
+    python datasets/tokenize.py --input docs/ --input extra.parquet --train-bpe 8192 --out shards/
+
+Inputs: text files (one document each), JSONL (``--text-field``), parquet (``--parquet-column``),
+optionally .gz/.zst compressed; files, directories (recursive), quoted globs or s3://, gs:// URLs.
+Starts a local Ray, or joins the cluster named by RAY_ADDRESS (as under ``ray job submit``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# This file's name shadows the standard library's ``tokenize`` (which inspect, linecache and Ray
+# import): take this folder off the import path first, and put the project root there instead.
+sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+import argparse  # noqa: E402
+import logging  # noqa: E402
+import time  # noqa: E402
+
+from trainer_core.shards import DEFAULT_SHARD_TOKENS, DEFAULT_VAL_FRACTION, DataError, verify_shards  # noqa: E402
+from trainer_core.text_sources import (  # noqa: E402
+    DECODE_POLICIES,
+    ReadOptions,
+    ReadStats,
+    discover_inputs,
+    sample_texts,
+)
+from trainer_core.tokenizer import load_tokenizer, train_bpe  # noqa: E402
+
+BPE_SAMPLE_BYTES = 64 << 20
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--input", action="append", required=True, help="file, dir, quoted glob or URL (repeatable)"
+    )
+    p.add_argument("--out", required=True, help="output shard dir (its old shards are replaced)")
+    p.add_argument(
+        "--tokenizer", default="byte", help="'byte', a tokenizer.json, or a dir holding one"
+    )
+    p.add_argument(
+        "--train-bpe",
+        type=int,
+        metavar="VOCAB",
+        help="train a byte-level BPE of this vocab size here",
+    )
+    p.add_argument(
+        "--bpe-sample-mb",
+        type=int,
+        default=BPE_SAMPLE_BYTES >> 20,
+        help="text sampled for --train-bpe",
+    )
+    p.add_argument("--text-field", default="text", help="JSONL field holding the text")
+    p.add_argument("--parquet-column", default="text", help="parquet column holding the text")
+    p.add_argument(
+        "--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens per output file"
+    )
+    p.add_argument(
+        "--val-fraction",
+        type=float,
+        default=DEFAULT_VAL_FRACTION,
+        help="share of documents for validation",
+    )
+    p.add_argument(
+        "--on-decode-error",
+        choices=DECODE_POLICIES,
+        default="strict",
+        help="non-UTF-8 / unreadable input",
+    )
+    p.add_argument("--num-cpus", type=int, help="CPUs of the local Ray (default: all)")
+    return p.parse_args(argv)
+
+
+def start_ray(num_cpus: int | None) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    log = ray.LoggingConfig(log_level="ERROR")
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address="auto", logging_config=log)
+    else:
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, logging_config=log)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    opts = ReadOptions(args.text_field, args.parquet_column, args.on_decode_error)
+    files = discover_inputs(args.input)
+    if args.train_bpe:
+        tokenizer = train_bpe(sample_texts(files, opts, args.bpe_sample_mb << 20), args.train_bpe)
+    else:
+        tokenizer = load_tokenizer(args.tokenizer)
+    start_ray(args.num_cpus)
+    import ray.data
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from trainer_core.ray.data import tokenize_to_shards
+
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    columns = (
+        TextColumn("tokenizing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("files {task.fields[mb]:.1f} MB"),
+        TimeElapsedColumn(),
+    )
+    start = time.perf_counter()
+    with Progress(*columns, transient=True) as progress:
+        task = progress.add_task("files", total=len(files), mb=0.0)
+
+        def on_file(stats: ReadStats) -> None:
+            progress.update(
+                task, advance=1, mb=progress.tasks[task].fields["mb"] + stats.text_bytes / 1e6
+            )
+
+        manifest, totals = tokenize_to_shards(
+            files,
+            tokenizer,
+            args.out,
+            opts,
+            val_fraction=args.val_fraction,
+            shard_tokens=args.shard_tokens,
+            on_file=on_file,
+            info={"inputs": args.input},
+        )
+    seconds = time.perf_counter() - start
+    tokenizer.save(args.out)
+    verify_shards(args.out)
+    print_summary(manifest, totals, seconds)
+    return 0
+
+
+def print_summary(manifest, totals: ReadStats, seconds: float) -> None:
+    mb = totals.text_bytes / 1e6
+    t = manifest.tokenizer
+    print(
+        f"shards:     {manifest.dir} ({len(manifest.train)} train + {len(manifest.validation)} val files, {manifest.dtype})"
+    )
+    print(f"tokenizer:  {t.kind}, vocab {t.vocab_size}, eos {t.eos_id}, hash {t.content_hash[:12]}")
+    print(f"input:      {totals.files} files, {totals.documents} documents, {mb:.2f} MB of text")
+    print(
+        f"tokens:     {manifest.num_train_tokens:,} train, {manifest.num_val_tokens:,} validation"
+    )
+    print(
+        f"not used:   {totals.skipped_files} unreadable files, {totals.skipped_documents} undecodable documents, "
+        f"{totals.empty_documents} empty documents; {totals.replaced_documents} documents had bad bytes replaced"
+    )
+    print(f"speed:      {seconds:.1f} s, {mb / max(seconds, 1e-9):.2f} MB/s")
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from trainer_core.configio import ConfigError, from_dict
+from trainer_core.ladder import (
+    BatchFormula,
+    LadderConfig,
+    LRFormula,
+    OptimFormula,
+    batch_and_devices,
+    beta2_for_batch,
+    estimate_memory_bytes,
+    peak_lr,
+    plan_size,
+    run_config,
+    target_batch_tokens,
+)
+from trainer_core.config import ModelConfig
+
+
+def test_olmo_default_formulas_at_reference_size():
+    n = 108_000_000
+    assert target_batch_tokens(n, BatchFormula()) == 2048 * 160
+    assert peak_lr(n, LRFormula()) == pytest.approx(0.0047 / 2)
+    # 8x the params -> 4x the batch (exponent 2/3), half the LR (exponent -1/3)
+    assert target_batch_tokens(8 * n, BatchFormula()) == pytest.approx(4 * 2048 * 160, rel=1e-6)
+    assert peak_lr(8 * n, LRFormula()) == pytest.approx(0.0047 / 4)
+    assert beta2_for_batch(524_288, OptimFormula()) == 0.95
+    assert beta2_for_batch(524_287, OptimFormula()) == 0.99
+
+
+def test_batch_rounding_and_device_expansion():
+    # micro-batch 8k tokens, 1 device minimum, 8 allowed: 100k target -> 12 micro-batches
+    # -> 8 devices x 2 accumulation steps = 16 micro-batches (131072 tokens).
+    batch, devices, dp = batch_and_devices(100_000, 8192, 1, 8)
+    assert (batch, devices, dp) == (131072, 8, 8)
+    # Fewer micro-batches than devices: only as many devices as there is work for.
+    batch, devices, dp = batch_and_devices(20_000, 8192, 1, 8)
+    assert (batch, devices) == (16384, 2)
+
+
+def test_memory_estimate_grows_with_micro_batch_and_shrinks_with_sharding():
+    m = ModelConfig(size="1B", vocab_size=50304)
+    one = estimate_memory_bytes(m, 4096, 1, 1, checkpointing=False)
+    assert estimate_memory_bytes(m, 4096, 2, 1, checkpointing=False) > one
+    assert estimate_memory_bytes(m, 4096, 1, 8, checkpointing=False) < one
+    assert estimate_memory_bytes(m, 4096, 1, 1, checkpointing=True) < one
+
+
+def gpu_ladder(**kw) -> LadderConfig:
+    base = {
+        "sizes": ["200M", "1B", "7B"],
+        "max_devices": 64,
+        "device_type": "H100",
+        "seq_len": 4096,
+        "vocab_size": 100352,
+    }
+    base.update(kw)
+    return from_dict(LadderConfig, base)
+
+
+def test_gpu_plan_is_consistent():
+    ladder = gpu_ladder()
+    for size in ladder.sizes:
+        p = plan_size(size, ladder)
+        assert p.batch_tokens == p.micro_batch_seqs * ladder.seq_len * p.dp_size * p.grad_accum
+        assert p.devices <= 64 and p.batch_tokens % ladder.seq_len == 0
+        assert abs(p.batch_tokens - p.target_batch_tokens) / p.target_batch_tokens < 0.5
+        assert p.steps * p.batch_tokens >= 20 * 4 * p.num_params
+        assert p.checkpoint_steps[-1] == p.steps
+    big = plan_size("7B", ladder)
+    assert big.devices > 1  # a 7B model does not fit one 80 GB device with AdamW state
+
+
+def test_wsds_checkpoints_bracket_each_decay():
+    ladder = gpu_ladder(sizes=["200M"])
+    p = plan_size("200M", ladder)
+    # four decays -> a checkpoint where each decay starts and where it ends
+    assert len(p.checkpoint_steps) == 8
+    ends = p.checkpoint_steps[1::2]
+    assert ends[-1] == p.steps
+    assert ends[0] == pytest.approx(p.steps / 8, abs=1)
+
+
+def test_cosine_override_has_single_decay():
+    ladder = gpu_ladder(sizes=["200M"], duration={"schedule": "cosine"})
+    p = plan_size("200M", ladder)
+    assert p.schedule.kind == "cosine" and p.checkpoint_steps == [p.steps]
+
+
+def test_too_few_devices_is_an_error():
+    ladder = gpu_ladder(sizes=["7B"], max_devices=1)
+    with pytest.raises(ConfigError, match="'7B' needs at least .* devices .* max_devices is 1"):
+        plan_size("7B", ladder)
+
+
+def test_batch_drift_warns():
+    ladder = from_dict(LadderConfig, {"sizes": ["1M"], "seq_len": 128, "max_micro_batch_seqs": 64,
+                                      "batch": {"coef": 1000.0}})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan_size("1M", ladder)
+    assert any("differs from the target" in str(w.message) for w in caught)
+
+
+def test_bad_size_name():
+    with pytest.raises(ConfigError, match="sizes: '30M' is not in the size table"):
+        from_dict(LadderConfig, {"sizes": ["1M", "30M"]})
+
+
+def test_run_config_fills_the_planned_fields(tmp_path):
+    ladder = from_dict(LadderConfig, {"dir": str(tmp_path), "name": "t"})
+    p = plan_size("3M", ladder)
+    cfg = run_config(p, ladder, "3M")
+    assert cfg.model.size == "3M" and cfg.optim.lr == pytest.approx(p.lr)
+    assert cfg.trainer.global_batch_size == p.batch_tokens and cfg.total_steps == p.steps
+    assert cfg.checkpoint.keep_steps == p.checkpoint_steps
+    assert cfg.trainer.run_dir == str(tmp_path / "runs" / "3M")
+    assert cfg.tracking.group == "t"

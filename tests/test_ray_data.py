@@ -1,0 +1,125 @@
+"""Ray Data: the per-rank reader equals the local one; the tokenize pipeline and script."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainer_core.config import DataConfig
+from trainer_core.data import open_token_data
+from trainer_core.ray.data import batches_from_shard, ray_train_dataset, tokenize_to_shards
+from trainer_core.shards import DataError, verify_shards
+from trainer_core.text_sources import ReadOptions, discover_inputs, write_shards
+from trainer_core.tokenizer import ByteTokenizer
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.ray
+
+
+def test_ray_reader_rows_equal_local_batches_per_rank(ray_session, make_shards, random_texts):
+    data = open_token_data(DataConfig(shards=str(make_shards(random_texts(60)))), 320)
+    seq, batch, start, steps = 16, 6, 57, 5
+    for rank in range(2):
+        ds = ray_train_dataset(data.spec, seq, batch, 11, start, steps, rank, 2)
+        rows = ds.take_all()
+        assert [(r["step"], r["slot"]) for r in rows] == [
+            (s, i) for s in range(start, start + steps) for i in range(3)
+        ]
+        got = list(batches_from_shard(ds, 3, expected_start_step=start))
+        local = list(itertools.islice(data.train_batches(seq, batch, 11, start, rank, 2), steps))
+        assert len(got) == steps
+        assert all(
+            g.dtype == torch.int64 and torch.equal(g, x) for g, x in zip(got, local, strict=True)
+        )
+    with pytest.raises(
+        DataError, match=f"dataset starts at step {start} but training resumes at step 3"
+    ):
+        next(
+            batches_from_shard(
+                ray_train_dataset(data.spec, seq, batch, 11, start, 1, 0, 2),
+                3,
+                expected_start_step=3,
+            )
+        )
+
+
+def test_ray_pipeline_writes_the_same_shards_as_in_process(ray_session, tmp_path, random_texts):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i, text in enumerate(random_texts(12)):
+        (corpus / f"{i:02d}.jsonl").write_text(
+            json.dumps({"text": text}) + "\n" + json.dumps({"text": text[::-1]}) + "\n"
+        )
+    files = discover_inputs([str(corpus)])
+    kw = dict(val_fraction=0.2, shard_tokens=1000)
+    seen = []
+    ray_manifest, stats = tokenize_to_shards(
+        files, ByteTokenizer(), tmp_path / "ray", ReadOptions(), on_file=seen.append, **kw
+    )
+    local_manifest, _ = write_shards(
+        files, ByteTokenizer(), tmp_path / "local", ReadOptions(), **kw
+    )
+    assert [f.sha256 for f in ray_manifest.train + ray_manifest.validation] == [
+        f.sha256 for f in local_manifest.train + local_manifest.validation
+    ]
+    assert (stats.files, stats.documents, len(seen)) == (12, 24, 12)
+    (corpus / "05.jsonl").write_text('{"body": "x"}\n')
+    with pytest.raises(DataError, match=r"05\.jsonl line 1: no field 'text'"):
+        tokenize_to_shards(files, ByteTokenizer(), tmp_path / "bad", ReadOptions(), **kw)
+
+
+def _run_script(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return subprocess.run(
+        [sys.executable, str(ROOT / "datasets" / "tokenize.py"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+def test_tokenize_script_writes_a_valid_manifest(tmp_path, random_texts):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i, text in enumerate(random_texts(6)):
+        (corpus / f"{i}.txt").write_text(text)
+    (corpus / "more.jsonl").write_text(json.dumps({"text": "a json document"}) + "\n")
+    out = tmp_path / "shards"
+    result = _run_script(
+        "--input",
+        str(corpus / "*.txt"),
+        "--input",
+        str(corpus / "*.jsonl"),
+        "--out",
+        str(out),
+        "--num-cpus",
+        "1",
+    )
+    assert result.returncode == 0, result.stderr
+    manifest = verify_shards(out)
+    assert sum(f.documents for f in manifest.train + manifest.validation) == 7
+    assert manifest.tokenizer.kind == "byte" and (out / "byte_tokenizer.json").is_file()
+    assert "7 files, 7 documents" in result.stdout and "MB/s" in result.stdout
+    assert (
+        open_token_data(DataConfig(shards=str(out), seq_len=8), 320).num_train_tokens
+        == manifest.num_train_tokens
+    )
+
+
+def test_tokenize_script_reports_bad_input_in_one_line(tmp_path):
+    result = _run_script(
+        "--input", str(tmp_path / "none" / "*.jsonl"), "--out", str(tmp_path / "o")
+    )
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip().startswith("error: no input matched")
+        and "Traceback" not in result.stderr
+    )

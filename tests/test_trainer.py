@@ -1,0 +1,114 @@
+"""The library's training loop end to end on the demo corpus (no Ray)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from trainer_core.configio import load_config
+from trainer_core.config import TrainConfig
+from trainer_core.run import build_trainer
+from trainer_core.trainer import NonFiniteLossError
+
+
+def tiny(tmp_path, *overrides: str) -> TrainConfig:
+    return load_config(
+        TrainConfig,
+        None,
+        [
+            f"--trainer.run_dir={tmp_path / 'run'}",
+            "--model.n_layers=2",
+            "--data.seq_len=64",
+            "--trainer.global_batch_size=512",
+            "--trainer.max_steps=20",
+            "--trainer.log_interval=5",
+            "--trainer.eval_interval=10",
+            "--trainer.eval_batches=2",
+            "--trainer.progress=false",
+            "--checkpoint.save_interval_minutes=null",
+            *overrides,
+        ],
+    )
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_metrics_file_run_json_and_config_dump(tmp_path):
+    cfg = tiny(tmp_path)
+    summary = build_trainer(cfg).fit()
+    run = tmp_path / "run"
+    lines = read_jsonl(run / "metrics.jsonl")
+    assert [r["step"] for r in lines] == [5, 10, 15, 20]
+    assert {"train/loss", "train/loss_last", "train/grad_norm", "lr", "throughput/mfu"} <= lines[0].keys()
+    assert "eval/loss" in lines[1] and "eval/loss" not in lines[0]
+    assert lines[-1]["tokens"] == 20 * 512
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "finished" and info["last_step"] == 20 and info["total_steps"] == 20
+    assert load_config(TrainConfig, run / "config.yaml") == cfg
+    assert summary["steps"] == 20 and math.isfinite(summary["eval/loss"])
+    # a permanent checkpoint at the final step, with its metrics file beside it
+    assert (run / "checkpoints" / "step-00000020").is_dir()
+    saved = json.loads((run / "metrics_step20.json").read_text())
+    assert saved["eval/loss"] == pytest.approx(summary["eval/loss"])
+
+
+def test_resume_continues_bit_for_bit(tmp_path):
+    straight = tiny(tmp_path / "a", "--checkpoint.enabled=false")
+    build_trainer(straight).fit()
+    full = [r["train/loss_last"] for r in read_jsonl(tmp_path / "a" / "run" / "metrics.jsonl")]
+
+    first = tiny(tmp_path / "b", "--trainer.max_steps=20", "--checkpoint.save_interval_steps=10")
+    trainer = build_trainer(first)
+    batches = trainer.train_batches
+
+    def stop_after_ten(start):
+        it = batches(start)
+        for _ in range(10):
+            yield next(it)
+        raise KeyboardInterrupt  # the "crash"
+
+    trainer.train_batches = stop_after_ten
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()
+    resumed = build_trainer(first)
+    resumed.fit()
+    lines = read_jsonl(tmp_path / "b" / "run" / "metrics.jsonl")
+    assert [r["step"] for r in lines] == [5, 10, 15, 20]
+    assert [r["train/loss_last"] for r in lines] == full
+
+
+def test_non_finite_loss_names_the_step_and_keeps_checkpoints(tmp_path):
+    cfg = tiny(
+        tmp_path,
+        "--optim.lr=1e4",
+        "--schedule.kind=constant",
+        "--schedule.warmup=0",
+        "--train_module.max_grad_norm=null",
+        "--trainer.max_steps=200",
+        "--checkpoint.save_interval_steps=1",
+    )
+    with pytest.raises(NonFiniteLossError, match=r"non-finite loss at step \d+") as err:
+        build_trainer(cfg).fit()
+    run = tmp_path / "run"
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "diverged" and info["diverged_step"] == err.value.step
+    saved = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert saved and saved[-1] == f"step-{err.value.step - 1:08d}"
+
+
+def test_cli_help_and_bad_override(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "trainer_core.train", "--help"], capture_output=True, text=True
+    )
+    assert out.returncode == 0 and "--optim.lr=number" in out.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "trainer_core.train", "--optim.lr=-1"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == "error: optim.lr: -1.0 is not allowed; must be > 0"

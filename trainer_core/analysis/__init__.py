@@ -1,0 +1,70 @@
+"""Experiment analysis: load run dirs into DataFrames, fit scaling laws and LR optima, plot.
+
+``load(<exp dir>)`` needs only the files the trainer writes (RUN_LAYOUT.md); Ray is imported only
+by ``ExperimentResults.result_grid()``.
+"""
+
+from __future__ import annotations
+
+from trainer_core.analysis.fits import (
+    ChinchillaFit,
+    PowerLawFit,
+    fit_chinchilla,
+    fit_loss_vs_compute,
+)
+from trainer_core.analysis.load import AnalysisError, ExperimentResults, load
+from trainer_core.analysis.lr import (
+    LADDER_LR_EXPONENT,
+    LRPowerLawFit,
+    OptimalLR,
+    fit_lr_power_law,
+    fit_sweep_lr,
+    lr_sweep_table,
+    optimal_lr,
+    optimal_lrs,
+)
+from trainer_core.analysis.plots import (
+    plot_loss_curves,
+    plot_loss_vs_compute,
+    plot_lr_sweep,
+    plot_lr_vs_size,
+)
+from trainer_core.analysis.predict import (
+    ExtrapolationCheck,
+    LossPrediction,
+    chinchilla_from_points,
+    compute_law_from_points,
+    extrapolation_check,
+    predict_loss,
+)
+from trainer_core.analysis.report import Report, report_experiment
+
+__all__ = [
+    "LADDER_LR_EXPONENT",
+    "AnalysisError",
+    "ChinchillaFit",
+    "ExperimentResults",
+    "ExtrapolationCheck",
+    "LRPowerLawFit",
+    "LossPrediction",
+    "OptimalLR",
+    "PowerLawFit",
+    "Report",
+    "chinchilla_from_points",
+    "compute_law_from_points",
+    "extrapolation_check",
+    "fit_chinchilla",
+    "fit_loss_vs_compute",
+    "fit_lr_power_law",
+    "fit_sweep_lr",
+    "load",
+    "lr_sweep_table",
+    "optimal_lr",
+    "optimal_lrs",
+    "plot_loss_curves",
+    "plot_loss_vs_compute",
+    "plot_lr_sweep",
+    "plot_lr_vs_size",
+    "predict_loss",
+    "report_experiment",
+]

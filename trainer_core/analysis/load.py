@@ -1,0 +1,328 @@
+"""Reading an experiment dir (see RUN_LAYOUT.md) into tidy pandas DataFrames, no W&B or Ray needed.
+
+Everything analysis fits or plots comes from the files the trainer writes: ``run.json`` for what a
+run is, ``metrics.jsonl`` for its curves, ``metrics_step{N}.json`` for the evals at permanent
+checkpoints (the points scaling laws are fitted to).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+RUN_FIELDS = (
+    "name",
+    "size",
+    "num_params",
+    "lr",
+    "global_batch_tokens",
+    "seq_len",
+    "total_steps",
+    "status",
+    "diverged_step",
+    "last_step",
+    "flops_per_token",
+)
+METRIC_COLUMNS = ["size", "name", "N", "lr", "step", "tokens", "flops", "train_loss", "eval_loss"]
+POINT_COLUMNS = [*METRIC_COLUMNS, "lr_at_step", "annealed"]
+CHECKPOINT_COLUMNS = ["name", "size", "step", "tokens", "path", "complete", "metrics_path"]
+ANNEALED_LR_FRACTION = 0.5
+"""A checkpoint eval counts as annealed (a finished-schedule point) when the LR logged with it is
+at most this fraction of the peak: under WSD-S the ladder also saves just *before* each decay, at
+peak LR, and those points sit well above the scaling curve."""
+
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+_POINT_FILE = re.compile(r"^metrics_step(\d+)\.json$")
+_MARKER = re.compile(r"^\.done-rank(\d+)-of-(\d+)$")
+
+
+class AnalysisError(ValueError):
+    """An experiment dir or its files can't be analysed; the message names the path and the fix."""
+
+
+@dataclass
+class CheckpointInfo:
+    """One ``checkpoints/step-{N}`` dir; ``complete`` follows the marker rule of RUN_LAYOUT.md.
+
+    Same fields as ``trainer_core.checkpoint.CheckpointInfo`` (see :func:`_list_checkpoints`).
+    """
+
+    step: int
+    tokens: int | None
+    path: Path
+    complete: bool
+    metrics_path: Path | None
+
+
+@dataclass
+class ExperimentResults:
+    """An experiment (or a single run) as DataFrames; see :func:`load`."""
+
+    path: Path
+    runs: pd.DataFrame
+    metrics: pd.DataFrame
+    points: pd.DataFrame
+    checkpoints: pd.DataFrame
+
+    @property
+    def is_lr_sweep(self) -> bool:
+        """True when some size was trained at several peak LRs (an LR sweep, not a ladder)."""
+        if self.runs.empty:
+            return False
+        return bool((self.runs.groupby("size")["lr"].nunique() > 1).any())
+
+    def final(self) -> pd.DataFrame:
+        """One row per run: its last logged step and its final / best eval and train loss."""
+        rows = []
+        for run in self.runs.itertuples(index=False):
+            m = self.metrics[self.metrics["name"] == run.name].sort_values("step")
+            p = self.points[self.points["name"] == run.name].sort_values("step")
+            evals = pd.concat([m[["step", "eval_loss"]], p[["step", "eval_loss"]]]).dropna()
+            evals = evals.sort_values("step", kind="stable")
+            train = m["train_loss"].dropna()
+            step = int(max(m["step"].max() if len(m) else 0, run.last_step or 0))
+            rows.append(
+                {
+                    "size": run.size,
+                    "name": run.name,
+                    "N": run.num_params,
+                    "lr": run.lr,
+                    "status": run.status,
+                    "step": step,
+                    "tokens": step * run.global_batch_tokens,
+                    "flops": float(step) * run.global_batch_tokens * run.flops_per_token,
+                    "final_eval_loss": evals["eval_loss"].iloc[-1] if len(evals) else math.nan,
+                    "best_eval_loss": evals["eval_loss"].min() if len(evals) else math.nan,
+                    "final_train_loss": train.iloc[-1] if len(train) else math.nan,
+                }
+            )
+        return pd.DataFrame(rows)
+
+    def fit_points(self, annealed_only: bool = True) -> pd.DataFrame:
+        """(N, tokens, flops, eval_loss) points for scaling fits, diverged runs left out.
+
+        The permanent-checkpoint evals when there are any (only annealed ones by default), else
+        each run's final eval from ``metrics.jsonl``.
+        """
+        ok = set(self.runs.loc[self.runs["status"] != "diverged", "name"])
+        pts = self.points[self.points["name"].isin(ok)]
+        if annealed_only:
+            pts = pts[pts["annealed"]]
+        if pts.empty:
+            final = self.final().rename(columns={"final_eval_loss": "eval_loss"})
+            pts = final[final["name"].isin(ok)]
+        cols = ["size", "name", "N", "lr", "step", "tokens", "flops", "eval_loss"]
+        pts = pts[cols].dropna(subset=["eval_loss"])
+        return pts[pts["eval_loss"].map(math.isfinite)].reset_index(drop=True)
+
+    def result_grid(self):
+        """The Ray Tune ResultGrid from ``<exp_dir>/tune`` (optional: needs Ray installed).
+
+        Read-only: built from Tune's saved experiment state, so no trainable or Ray cluster is
+        needed; best result = lowest ``eval/loss``.
+        """
+        tune_dir = self.path / "tune"
+        if not tune_dir.is_dir():
+            raise AnalysisError(
+                f"{tune_dir}: no Tune experiment here (only Tune-run experiments have one)"
+            )
+        try:
+            from ray import tune
+        except ImportError:
+            raise AnalysisError("result_grid() needs Ray: pip install 'ray[tune]'") from None
+        analysis = tune.ExperimentAnalysis(
+            str(tune_dir), default_metric="eval/loss", default_mode="min"
+        )
+        return tune.ResultGrid(analysis)
+
+
+def load(exp_dir: str | Path) -> ExperimentResults:
+    """Load ``<exp_dir>/runs/*`` (or ``exp_dir`` itself when it is one run dir)."""
+    root = Path(exp_dir)
+    run_dirs = find_run_dirs(root)
+    runs, metrics, points, checkpoints = [], [], [], []
+    for run_dir in run_dirs:
+        run = read_run_json(run_dir)
+        runs.append(run)
+        metrics.extend(read_metrics(run_dir, run))
+        points.extend(read_points(run_dir, run))
+        for c in _list_checkpoints(run_dir):
+            tokens = c.step * int(run["global_batch_tokens"])
+            checkpoints.append(
+                {"name": run["name"], "size": run["size"], **c.__dict__, "tokens": tokens}
+            )
+    runs_df = pd.DataFrame(runs)
+    runs_df = runs_df.sort_values(["num_params", "lr", "name"], kind="stable").reset_index(
+        drop=True
+    )
+    return ExperimentResults(
+        path=root,
+        runs=runs_df,
+        metrics=_frame(metrics, METRIC_COLUMNS, ["N", "lr", "name", "step"]),
+        points=_frame(points, POINT_COLUMNS, ["N", "lr", "name", "step"]),
+        checkpoints=_frame(checkpoints, CHECKPOINT_COLUMNS, ["name", "step"]),
+    )
+
+
+def find_run_dirs(root: Path) -> list[Path]:
+    if not root.is_dir():
+        raise AnalysisError(f"{root}: no such directory; pass an experiment dir or a run dir")
+    if (root / "run.json").is_file():
+        return [root]
+    runs = root / "runs"
+    dirs = sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []
+    if not dirs:
+        raise AnalysisError(
+            f"{root}: no run dirs (expected {root / 'runs'}/<run>/run.json, or run.json in the dir "
+            "itself); has the experiment started?"
+        )
+    return dirs
+
+
+def read_run_json(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "run.json"
+    if not path.is_file():
+        raise AnalysisError(
+            f"{run_dir}: run dir without run.json (a run that never started?); remove the dir or "
+            "rerun the experiment with --resume"
+        )
+    record = _read_json(path)
+    missing = [
+        k for k in ("num_params", "lr", "global_batch_tokens", "flops_per_token") if k not in record
+    ]
+    if missing:
+        raise AnalysisError(f"{path}: missing {', '.join(missing)}; not a rayladder run.json")
+    run = {k: record.get(k) for k in RUN_FIELDS}
+    run["name"] = run["name"] or run_dir.name
+    run["size"] = run["size"] or run["name"]
+    run["last_step"] = int(run["last_step"] or 0)
+    run["status"] = run["status"] or "unknown"
+    for key, value in (record.get("tags") or {}).items():
+        run[f"tag_{key}"] = value
+    run["dir"] = str(run_dir)
+    return run
+
+
+def read_metrics(run_dir: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per logged step: train and eval lines of the same step are merged."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    text = path.read_text()
+    lines = text.splitlines()
+    by_step: dict[int, dict[str, Any]] = {}
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            if i == len(lines) and not text.endswith("\n"):
+                warnings.warn(f"{path}:{i}: ignoring a line cut mid-write", stacklevel=2)
+                continue
+            raise AnalysisError(
+                f"{path}:{i}: not valid JSON ({e.msg}); fix or delete that line"
+            ) from None
+        if not isinstance(record, dict) or "step" not in record:
+            raise AnalysisError(f"{path}:{i}: expected a JSON object with a 'step' key")
+        row = by_step.setdefault(int(record["step"]), {})
+        row.update({k: v for k, v in record.items() if v is not None})
+    return [_metric_row(run, step, rec) for step, rec in sorted(by_step.items())]
+
+
+def read_points(run_dir: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for path in sorted(run_dir.glob("metrics_step*.json")):
+        match = _POINT_FILE.match(path.name)
+        if not match:
+            continue
+        record = _read_json(path)
+        step = int(record.get("step", match.group(1)))
+        row = _metric_row(run, step, record)
+        lr = record.get("lr")
+        row["lr_at_step"] = math.nan if lr is None else float(lr)
+        row["annealed"] = lr is None or float(lr) <= ANNEALED_LR_FRACTION * float(run["lr"])
+        rows.append(row)
+    return rows
+
+
+def _list_checkpoints(run_dir: Path) -> list[CheckpointInfo]:
+    """Every ``checkpoints/step-*`` dir of a run, complete or not, by step (tokens left to load).
+
+    A stand-in with the signature of ``trainer_core.checkpoint.list_checkpoints``, which did
+    not exist yet when this was written; switch to it once it does.
+    """
+    found = []
+    ckpt_root = run_dir / "checkpoints"
+    for path in sorted(ckpt_root.iterdir()) if ckpt_root.is_dir() else []:
+        match = _STEP_DIR.match(path.name)
+        if not (match and path.is_dir()):
+            continue
+        step = int(match.group(1))
+        metrics_path = run_dir / f"metrics_step{step}.json"
+        found.append(
+            CheckpointInfo(
+                step=step,
+                tokens=None,
+                path=path,
+                complete=_is_complete(path),
+                metrics_path=metrics_path if metrics_path.is_file() else None,
+            )
+        )
+    return sorted(found, key=lambda c: c.step)
+
+
+def _is_complete(path: Path) -> bool:
+    """``.metadata`` plus a ``.done-rank{r}-of-{W}`` marker for every rank r < W."""
+    if not (path / ".metadata").is_file():
+        return False
+    markers = [m for m in (_MARKER.match(p.name) for p in path.iterdir()) if m]
+    worlds = {int(m.group(2)) for m in markers}
+    if len(worlds) != 1:
+        return False
+    (world,) = worlds
+    return {int(m.group(1)) for m in markers} == set(range(world))
+
+
+def _metric_row(run: dict[str, Any], step: int, record: dict[str, Any]) -> dict[str, Any]:
+    tokens = record.get("tokens")
+    tokens = int(tokens) if tokens is not None else step * int(run["global_batch_tokens"])
+    return {
+        "size": run["size"],
+        "name": run["name"],
+        "N": run["num_params"],
+        "lr": run["lr"],
+        "step": step,
+        "tokens": tokens,
+        "flops": float(tokens) * float(run["flops_per_token"]),
+        "train_loss": _float(record.get("train/loss")),
+        "eval_loss": _float(record.get("eval/loss")),
+    }
+
+
+def _float(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise AnalysisError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+    except OSError as e:
+        raise AnalysisError(f"{path}: can't read ({e.strerror})") from None
+    if not isinstance(record, dict):
+        raise AnalysisError(f"{path}: expected a JSON object")
+    return record
+
+
+def _frame(rows: list[dict[str, Any]], columns: list[str], order: list[str]) -> pd.DataFrame:
+    df = pd.DataFrame(rows, columns=columns)
+    return df.sort_values(order, kind="stable").reset_index(drop=True) if len(df) else df

@@ -1,0 +1,218 @@
+"""LR-sweep analysis: the optimal peak LR per size and its power law LR*(N) = a * N^b.
+
+Shared by ``workflows/analyze.py`` and the ladder's ``lr.from_sweep`` feedback, so the LR a ladder
+trains with is exactly the one the sweep report prints.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from trainer_core.analysis.load import AnalysisError, ExperimentResults, load
+
+LADDER_LR_EXPONENT = -1 / 3
+"""The ladder's default LR exponent (trainer_core.ladder.LRFormula.exponent, OLMo-core's rule)."""
+QUADRATIC_HALF_WINDOW = 2
+"""Grid points on each side of the grid minimum used by the quadratic fit."""
+
+
+def lr_sweep_table(results: ExperimentResults) -> pd.DataFrame:
+    """One row per trial: size, N, lr, final/best eval loss, steps run, early stop, divergence."""
+    final = results.final().set_index("name")
+    rows = []
+    for run in results.runs.itertuples(index=False):
+        f = final.loc[run.name]
+        rows.append(
+            {
+                "size": run.size,
+                "N": run.num_params,
+                "lr": run.lr,
+                "name": run.name,
+                "final_eval_loss": f["final_eval_loss"],
+                "best_eval_loss": f["best_eval_loss"],
+                "steps_run": int(f["step"]),
+                "total_steps": run.total_steps,
+                "stopped_early": run.status == "stopped",
+                "diverged": run.status == "diverged",
+                "diverged_step": run.diverged_step if run.status == "diverged" else None,
+                "status": run.status,
+            }
+        )
+    table = pd.DataFrame(rows)
+    table["diverged_step"] = table["diverged_step"].astype("Int64")
+    return table.sort_values(["N", "lr"], kind="stable").reset_index(drop=True)
+
+
+@dataclass
+class OptimalLR:
+    """The best peak LR of one size; [lr_low, lr_high] is a +-1 sigma range (log-symmetric)."""
+
+    lr: float
+    loss: float
+    method: Literal["quadratic", "grid"]
+    lr_low: float
+    lr_high: float
+    at_edge: bool
+    """The grid minimum is the smallest or largest LR tried: the optimum may lie outside."""
+    n_trials: int
+
+    def __str__(self) -> str:
+        edge = "  (at the edge of the grid: widen it)" if self.at_edge else ""
+        return (
+            f"lr* = {self.lr:.3e} [{self.lr_low:.3e}, {self.lr_high:.3e}], loss {self.loss:.4f} "
+            f"({self.method}, {self.n_trials} trials){edge}"
+        )
+
+
+def optimal_lr(table: pd.DataFrame, loss: str = "final_eval_loss") -> OptimalLR:
+    """Fit loss vs log(lr) with a quadratic around the grid minimum (diverged trials excluded).
+
+    The quadratic is used only if it is convex with its vertex inside the fitted LRs; its
+    uncertainty comes from the fit's parameter covariance (delta method) when there are spare
+    points, else from the grid spacing. Otherwise: the grid minimum, +- half a grid step.
+    """
+    if table["size"].nunique() > 1:
+        raise AnalysisError(
+            f"optimal_lr: pass one size's rows, got sizes {sorted(table['size'].unique())}"
+        )
+    ok = table[~table["diverged"].astype(bool) & np.isfinite(table[loss].astype(float))]
+    ok = ok.groupby("lr", as_index=False)[loss].min().sort_values("lr")
+    if ok.empty:
+        raise AnalysisError(f"optimal_lr: no non-diverged trial with a finite {loss}")
+    lrs = ok["lr"].to_numpy(float)
+    x = np.log(lrs)
+    y = ok[loss].to_numpy(float)
+    i = int(np.argmin(y))
+    at_edge = len(x) > 1 and i in (0, len(x) - 1)
+    lo, hi = max(0, i - QUADRATIC_HALF_WINDOW), min(len(x), i + QUADRATIC_HALF_WINDOW + 1)
+    quad = _quadratic_vertex(x[lo:hi], y[lo:hi])
+    if quad is not None:
+        xv, yv, sigma = quad
+        return OptimalLR(
+            math.exp(xv),
+            yv,
+            "quadratic",
+            math.exp(xv - sigma),
+            math.exp(xv + sigma),
+            at_edge,
+            len(x),
+        )
+    left = x[i] - x[i - 1] if i > 0 else None
+    right = x[i + 1] - x[i] if i + 1 < len(x) else None
+    half_down = 0.5 * (left if left is not None else right or 0.0)
+    half_up = 0.5 * (right if right is not None else left or 0.0)
+    return OptimalLR(
+        float(lrs[i]),
+        float(y[i]),
+        "grid",
+        lrs[i] * math.exp(-half_down),
+        lrs[i] * math.exp(half_up),
+        at_edge,
+        len(x),
+    )
+
+
+def _quadratic_vertex(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float] | None:
+    """(vertex x, value, sigma of x) of a least-squares quadratic, or None if unusable."""
+    if len(x) < 3:
+        return None
+    X = np.stack([x**2, x, np.ones_like(x)], axis=1)
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    c2, c1, c0 = coef
+    if c2 <= 0:
+        return None
+    xv = -c1 / (2 * c2)
+    if not x.min() <= xv <= x.max():
+        return None
+    dof = len(x) - 3
+    if dof > 0:
+        resid = y - X @ coef
+        cov = (resid @ resid / dof) * np.linalg.inv(X.T @ X)
+        grad = np.array([c1 / (2 * c2**2), -1 / (2 * c2), 0.0])
+        sigma = float(np.sqrt(max(grad @ cov @ grad, 0.0)))
+    else:
+        sigma = 0.5 * float(np.min(np.diff(x)))
+    return float(xv), float(c0 - c1**2 / (4 * c2)), sigma
+
+
+def optimal_lrs(table: pd.DataFrame, loss: str = "final_eval_loss") -> dict[str, OptimalLR]:
+    """optimal_lr of every size with a usable trial, smallest size first.
+
+    A size whose trials all diverged (or have no eval yet) is left out, so one bad size doesn't
+    block the LR fit of the others; callers see it missing from the result.
+    """
+    order = table.groupby("size")["N"].first().sort_values().index
+    optima = {}
+    for size in order:
+        rows = table[table["size"] == size]
+        if (~rows["diverged"].astype(bool) & np.isfinite(rows[loss].astype(float))).any():
+            optima[size] = optimal_lr(rows, loss)
+    return optima
+
+
+@dataclass
+class LRPowerLawFit:
+    """lr*(N) = a * N^b from a log-log least-squares fit, compared to the ladder's exponent."""
+
+    a: float
+    b: float
+    b_stderr: float
+    log_a_stderr: float
+    n_points: int
+    reference_exponent: float = LADDER_LR_EXPONENT
+
+    @property
+    def sigmas_from_reference(self) -> float:
+        """(b - reference) in standard errors of b (NaN with only two sizes)."""
+        return (self.b - self.reference_exponent) / self.b_stderr if self.b_stderr > 0 else math.nan
+
+    def predict(self, N: float | np.ndarray) -> float | np.ndarray:
+        out = self.a * np.asarray(N, dtype=float) ** self.b
+        return float(out) if out.ndim == 0 else out
+
+    def __str__(self) -> str:
+        line = f"lr*(N) = {self.a:.4g} * N^{self.b:.4f}"
+        if math.isfinite(self.b_stderr):
+            line += (
+                f"   (b = {self.b:.3f} ± {self.b_stderr:.3f}; ladder default {self.reference_exponent:.3f}: "
+                f"{self.sigmas_from_reference:+.1f} sigma)"
+            )
+        return line + f"   [{self.n_points} sizes]"
+
+
+def fit_lr_power_law(
+    N: np.ndarray | list[float], lr_opt: np.ndarray | list[float]
+) -> LRPowerLawFit:
+    """Least squares of log lr* on log N; std errors need >= 3 sizes."""
+    n, lr = np.asarray(N, dtype=float), np.asarray(lr_opt, dtype=float)
+    if n.size != lr.size or np.unique(n).size < 2:
+        raise AnalysisError(
+            f"fit_lr_power_law needs optimal LRs for >= 2 sizes, got {np.unique(n).size}"
+        )
+    if np.any(n <= 0) or np.any(lr <= 0):
+        raise AnalysisError("fit_lr_power_law: N and lr_opt must be positive")
+    x, y = np.log(n), np.log(lr)
+    X = np.stack([np.ones_like(x), x], axis=1)
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    dof = len(x) - 2
+    if dof > 0:
+        resid = y - X @ coef
+        cov = (resid @ resid / dof) * np.linalg.inv(X.T @ X)
+        log_a_se, b_se = float(np.sqrt(cov[0, 0])), float(np.sqrt(cov[1, 1]))
+    else:
+        log_a_se = b_se = math.nan
+    return LRPowerLawFit(math.exp(coef[0]), float(coef[1]), b_se, log_a_se, len(x))
+
+
+def fit_sweep_lr(sweep_dir: str | Path, loss: str = "final_eval_loss") -> LRPowerLawFit:
+    """Load an LR-sweep experiment dir and fit lr*(N) to its per-size optima."""
+    table = lr_sweep_table(load(sweep_dir))
+    optima = optimal_lrs(table, loss)
+    sizes_n = table.groupby("size")["N"].first()
+    return fit_lr_power_law([sizes_n[s] for s in optima], [o.lr for o in optima.values()])

@@ -1,0 +1,397 @@
+"""Ladder planning: from a list of sizes to one fully specified training run per size (no Ray).
+
+Default formulas follow OLMo-core's model ladder (``olmo_core.model_ladder``, 2025): N counts every
+parameter except the input embedding; target batch = 2048*160*(N/108e6)^(2/3) tokens; peak LR =
+0.0047*(N/108e6)^(-1/3)/2; warmup = N tokens; AdamW, weight decay 0.1, beta2 0.95 for batches of
+>= 524,288 tokens else 0.99; duration = 20*N*c tokens under WSD-S, whose decays (the last 10% of
+each period) end at 1/8, 1/4, 1/2 and 1 of the run (0.5x, 1x, 2x, 4x Chinchilla for c = 4), with
+permanent checkpoints + evals just before and after every decay, so one run gives points at
+several Chinchilla multiples. Every formula is a field a config can override.
+
+The batch/devices arithmetic mirrors OLMo-core's: pick a memory-aware micro-batch per device and
+the minimum device mesh, round the global batch to a multiple of micro-batch x data-parallel
+size, expand devices up to ``max_devices`` (never beyond what grad accumulation allows), and warn
+when the batch drifts > 10% from target.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+from pathlib import Path
+
+from trainer_core.config import (
+    DataConfig,
+    ModelConfig,
+    ScheduleConfig,
+    TrackingConfig,
+    TrainConfig,
+    require,
+)
+from trainer_core.configio import ConfigError, from_dict, replace, suggest, to_dict
+from trainer_core.model import count_params, num_flops_per_token
+from trainer_core.schedule import decay_windows, wsds_schedule
+from trainer_core.sizes import MODEL_SIZES
+
+# Usable accelerator memory (GiB) by substring of the device type; "cpu" is a working-set budget.
+DEVICE_MEMORY_GB = {"H200": 141, "H100": 80, "A100": 80, "L40S": 48, "A10G": 24, "L4": 24, "cpu": 16}
+# Dense bf16 peak FLOP/s for the device-hours estimate (CPU: a nominal 2-core figure).
+DEVICE_PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "cpu": 1e11}
+
+
+@dataclass
+class BatchFormula:
+    """Target global batch in tokens: ``coef * (N / ref_params) ** exponent``."""
+
+    coef: float = 2048 * 160
+    ref_params: float = 108e6
+    exponent: float = 2 / 3
+
+
+@dataclass
+class LRFormula:
+    """Peak LR ``coef * (N / ref_params) ** exponent``, or fitted by an LR sweep (``from_sweep``)."""
+
+    coef: float = 0.0047 / 2
+    ref_params: float = 108e6
+    exponent: float = -1 / 3
+    from_sweep: str = ""
+    """An LR-sweep experiment dir: use its fitted LR*(N) = a * N^b for every size."""
+
+
+@dataclass
+class DurationFormula:
+    """How long each size trains and how its LR schedule is shaped."""
+
+    tokens_per_param: float = 20.0
+    """Chinchilla-optimal tokens per parameter."""
+    chinchilla_multiple: float = 4.0
+    """c: each run trains 20*N*c tokens (a power of two, e.g. 4, 1, 0.25)."""
+    warmup_tokens_per_param: float = 1.0
+    schedule: str = "wsds"
+    """'wsds' (decays ending at each decay point) or 'cosine' (one decay to the end)."""
+    decay_points: list[float] = field(default_factory=lambda: [0.125, 0.25, 0.5, 1.0])
+    """Where WSD-S decays end, as fractions of the run."""
+    decay_fraction: float = 0.1
+    min_lr_ratio: float = 0.0
+
+    def __post_init__(self) -> None:
+        c = self.chinchilla_multiple
+        require(c > 0 and math.log2(c).is_integer(), "chinchilla_multiple", c, "must be a power of two")
+        require(self.schedule in ("wsds", "cosine"), "schedule", self.schedule, "use 'wsds' or 'cosine'")
+        pts = self.decay_points
+        require(
+            bool(pts) and pts == sorted(pts) and 0 < pts[0] and pts[-1] == 1.0,
+            "decay_points",
+            pts,
+            "must increase and end at 1.0",
+        )
+        require(0 < self.decay_fraction < 1, "decay_fraction", self.decay_fraction, "must be in (0, 1)")
+
+
+@dataclass
+class OptimFormula:
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2_large_batch: float = 0.95
+    beta2_small_batch: float = 0.99
+    large_batch_tokens: int = 524_288
+
+
+@dataclass
+class LadderConfig:
+    """A model ladder: named sizes, the formulas that size everything, and the run template."""
+
+    name: str = "demo"
+    dir: str = "runs/ladder-demo"
+    sizes: list[str] = field(default_factory=lambda: ["1M", "3M", "5M"])
+    max_devices: int = 1
+    device_type: str = "cpu"
+    device_memory_gb: float | None = None
+    memory_fraction: float = 0.8
+    max_micro_batch_seqs: int = 64
+    assumed_mfu: float = 0.4
+    """For the device-hours estimate (measure it with ``--benchmark SIZE``)."""
+    seq_len: int = 128
+    seed: int = 0
+    vocab_size: int = 320
+    batch: BatchFormula = field(default_factory=BatchFormula)
+    lr: LRFormula = field(default_factory=LRFormula)
+    duration: DurationFormula = field(default_factory=DurationFormula)
+    optim: OptimFormula = field(default_factory=OptimFormula)
+    data: DataConfig = field(default_factory=DataConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    run: TrainConfig = field(default_factory=TrainConfig)
+    """Template for every run (logging, eval, precision, parallelism, Ray resources...);
+    the planned fields (size, batch, LR, schedule, duration, checkpoints, devices) are filled in."""
+
+    def __post_init__(self) -> None:
+        require(bool(self.sizes), "sizes", self.sizes, "list at least one size")
+        for s in self.sizes:
+            if s not in MODEL_SIZES:
+                raise ConfigError(
+                    f"sizes: {s!r} is not in the size table{suggest(s, list(MODEL_SIZES))}; "
+                    f"known sizes: {', '.join(MODEL_SIZES)}"
+                )
+        require(self.max_devices >= 1, "max_devices", self.max_devices, "must be >= 1")
+        require(0 < self.memory_fraction <= 1, "memory_fraction", self.memory_fraction, "must be in (0, 1]")
+
+    @property
+    def memory_bytes(self) -> float:
+        gb = self.device_memory_gb or _lookup(DEVICE_MEMORY_GB, self.device_type, 80)
+        return gb * 2**30 * self.memory_fraction
+
+    @property
+    def uses_gpu(self) -> bool:
+        return self.device_type.lower() != "cpu"
+
+
+def _lookup(table: dict[str, float], device_type: str, default: float) -> float:
+    for key, value in table.items():
+        if key.lower() in device_type.lower():
+            return value
+    return default
+
+
+# -- the formulas (each a named function so a reader can find and test it) ------------------------
+
+
+def target_batch_tokens(n: int, f: BatchFormula) -> int:
+    return round(f.coef * (n / f.ref_params) ** f.exponent)
+
+
+def peak_lr(n: int, f: LRFormula) -> float:
+    return f.coef * (n / f.ref_params) ** f.exponent
+
+
+def train_tokens(n: int, f: DurationFormula) -> int:
+    return round(f.tokens_per_param * n * f.chinchilla_multiple)
+
+
+def beta2_for_batch(batch_tokens: int, f: OptimFormula) -> float:
+    return f.beta2_large_batch if batch_tokens >= f.large_batch_tokens else f.beta2_small_batch
+
+
+def estimate_memory_bytes(
+    model: ModelConfig, seq_len: int, micro_seqs: int, shard_degree: int, checkpointing: bool
+) -> float:
+    """Per-device bytes: sharded fp32 params + grads + AdamW moments, plus activations.
+
+    Activations per token per layer follow Korthikanti et al. 2022: 34*d bytes in 16-bit without
+    recomputation (their 5*h*T attention-score term vanishes with flash attention, which never
+    stores the scores), ~2*d with full activation checkpointing; plus fp32 logits.
+    """
+    counts = count_params(model)
+    states = 16 * counts["total"] / shard_degree
+    tokens = micro_seqs * seq_len
+    per_layer = (2 if checkpointing else 34) * model.d_model
+    activations = tokens * (model.n_layers * per_layer + 8 * model.vocab_size)
+    return states + activations
+
+
+@dataclass
+class SizePlan:
+    """Everything decided for one size; ``table_row`` is what ``--dry-run`` prints."""
+
+    size: str
+    model: ModelConfig
+    num_params: int
+    target_batch_tokens: int
+    batch_tokens: int
+    micro_batch_seqs: int
+    devices: int
+    dp_size: int
+    grad_accum: int
+    lr: float
+    lr_source: str
+    beta2: float
+    warmup_steps: int
+    tokens: int
+    steps: int
+    checkpoint_steps: list[int]
+    flops_per_token: int
+    schedule: ScheduleConfig
+    seq_len: int
+    batch_warning: str = ""
+
+    @property
+    def batch_seqs(self) -> int:
+        return self.batch_tokens // self.seq_len
+
+    @property
+    def total_flops(self) -> float:
+        return float(self.flops_per_token) * self.steps * self.batch_tokens
+
+    def device_hours(self, ladder: LadderConfig) -> float:
+        peak = _lookup(DEVICE_PEAK_FLOPS, ladder.device_type, 312e12)
+        return self.total_flops / (peak * ladder.assumed_mfu) / 3600
+
+    def table_row(self, ladder: LadderConfig) -> dict[str, object]:
+        m = self.model
+        return {
+            "size": self.size,
+            "N": self.num_params,
+            "layers/d/heads": f"{m.n_layers}/{m.d_model}/{m.n_heads}",
+            "target batch": self.target_batch_tokens,
+            "batch tokens": self.batch_tokens,
+            "batch seqs": self.batch_seqs,
+            "micro seqs": self.micro_batch_seqs,
+            "devices": self.devices,
+            "dp": self.dp_size,
+            "accum": self.grad_accum,
+            "peak lr": self.lr,
+            "warmup": self.warmup_steps,
+            "tokens": self.tokens,
+            "steps": self.steps,
+            "ckpt steps": ",".join(map(str, self.checkpoint_steps)),
+            "FLOPs": self.total_flops,
+            "device-h": self.device_hours(ladder),
+        }
+
+
+def micro_batch_and_mesh(
+    model: ModelConfig, ladder: LadderConfig, checkpointing: bool
+) -> tuple[int, int]:
+    """(micro-batch sequences per device, minimum devices): the smallest mesh that holds the model
+    with one sequence, then the largest power-of-two micro-batch that fits on it."""
+    budget = ladder.memory_bytes
+    devices = 1
+    while estimate_memory_bytes(model, ladder.seq_len, 1, devices, checkpointing) > budget:
+        devices *= 2
+        if devices > 4096:
+            break
+    micro = 1
+    while (
+        micro * 2 <= ladder.max_micro_batch_seqs
+        and estimate_memory_bytes(model, ladder.seq_len, micro * 2, devices, checkpointing) <= budget
+    ):
+        micro *= 2
+    return micro, devices
+
+
+def batch_and_devices(
+    target_tokens: int, micro_tokens: int, min_devices: int, max_devices: int
+) -> tuple[int, int, int]:
+    """OLMo-core's rounding: (global batch tokens, devices, data-parallel size)."""
+    micro_tokens = min(micro_tokens, target_tokens)
+    factor = micro_tokens * min_devices
+    batch = max(1, round(target_tokens / factor)) * factor
+    expansion = max(1, min(max_devices // min_devices, batch // factor))
+    devices = min_devices * expansion
+    per_step = micro_tokens * devices
+    batch = max(1, round(batch / per_step)) * per_step
+    return batch, devices, devices
+
+
+def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
+    model = replace(ModelConfig(size=size), [f"vocab_size={ladder.vocab_size}"])
+    n = count_params(model)["non_embedding"]
+    seq = ladder.seq_len
+    checkpointing = ladder.run.parallel.activation_checkpointing != "none"
+    micro_seqs, min_devices = micro_batch_and_mesh(model, ladder, checkpointing)
+    if min_devices > ladder.max_devices:
+        raise ConfigError(
+            f"sizes: {size!r} needs at least {min_devices} devices of {ladder.device_type} "
+            f"(memory estimate), but max_devices is {ladder.max_devices}; raise max_devices, "
+            "turn on activation checkpointing, or drop this size"
+        )
+    target = target_batch_tokens(n, ladder.batch)
+    target_tokens = max(target, seq)
+    batch, devices, dp = batch_and_devices(
+        target_tokens, micro_seqs * seq, min_devices, ladder.max_devices
+    )
+    micro_seqs = min(micro_seqs, batch // seq // dp)
+    accum = batch // (micro_seqs * seq * dp)
+    drift = abs(batch - target) / target
+    warning = ""
+    if drift > 0.1:
+        warning = (
+            f"{size}: global batch {batch:,} tokens differs from the target {target:,} by "
+            f"{100 * drift:.0f}%"
+        )
+        if micro_seqs > 1:
+            warning += "; a smaller max_micro_batch_seqs would get closer"
+        warnings.warn(warning, stacklevel=2)
+    tokens_target = train_tokens(n, ladder.duration)
+    steps = max(1, math.ceil(tokens_target / batch))
+    warmup = max(1, round(ladder.duration.warmup_tokens_per_param * n / batch))
+    warmup = min(warmup, max(1, steps // 10))
+    schedule, ckpt_steps = _schedule_and_checkpoints(steps, warmup, ladder.duration)
+    lr, source = (lr_fn(n), f"sweep {ladder.lr.from_sweep}") if lr_fn else (peak_lr(n, ladder.lr), "formula")
+    return SizePlan(
+        size=size,
+        model=model,
+        num_params=n,
+        target_batch_tokens=target,
+        batch_tokens=batch,
+        micro_batch_seqs=micro_seqs,
+        devices=devices,
+        dp_size=dp,
+        grad_accum=accum,
+        lr=lr,
+        lr_source=source,
+        beta2=beta2_for_batch(batch, ladder.optim),
+        warmup_steps=warmup,
+        tokens=steps * batch,
+        steps=steps,
+        checkpoint_steps=ckpt_steps,
+        flops_per_token=num_flops_per_token(model, seq),
+        schedule=schedule,
+        seq_len=seq,
+        batch_warning=warning,
+    )
+
+
+def _schedule_and_checkpoints(
+    steps: int, warmup: int, f: DurationFormula
+) -> tuple[ScheduleConfig, list[int]]:
+    if f.schedule == "cosine":
+        cfg = ScheduleConfig(kind="cosine", warmup=warmup, min_lr_ratio=f.min_lr_ratio)
+        return cfg, [steps]
+    ends = sorted({max(1, round(p * steps)) for p in f.decay_points})
+    cfg = wsds_schedule(ends, decay_fraction=f.decay_fraction, warmup_steps=warmup, min_lr_ratio=f.min_lr_ratio)
+    points: set[int] = set()
+    for start, end in decay_windows(steps, cfg):
+        points.update({start, end})
+    return cfg, sorted(p for p in points if 0 < p <= steps)
+
+
+def plan_ladder(ladder: LadderConfig, sizes: list[str] | None = None, lr_fn=None) -> list[SizePlan]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        return [plan_size(s, ladder, lr_fn) for s in sizes or ladder.sizes]
+
+
+def run_config(
+    plan: SizePlan, ladder: LadderConfig, run_name: str, lr: float | None = None
+) -> TrainConfig:
+    """The TrainConfig of one run: the ladder's template with the planned fields filled in."""
+    data = to_dict(ladder.run)
+    data["model"] = to_dict(plan.model)
+    data["data"] = {**to_dict(ladder.data), "seq_len": ladder.seq_len}
+    data["optim"].update(
+        lr=lr if lr is not None else plan.lr,
+        beta1=ladder.optim.beta1,
+        beta2=plan.beta2,
+        weight_decay=ladder.optim.weight_decay,
+    )
+    data["schedule"] = to_dict(plan.schedule)
+    data["train_module"]["rank_microbatch_size"] = plan.micro_batch_seqs * ladder.seq_len
+    data["trainer"].update(
+        run_dir=str(Path(ladder.dir) / "runs" / run_name),
+        seed=ladder.seed,
+        global_batch_size=plan.batch_tokens,
+        max_steps=plan.steps,
+        max_tokens=None,
+        device="cuda" if ladder.uses_gpu else "cpu",
+    )
+    data["checkpoint"]["keep_steps"] = plan.checkpoint_steps
+    data["tracking"] = {
+        **to_dict(ladder.tracking),
+        "project": ladder.tracking.project or ladder.name,
+        "group": ladder.name,
+        "name": f"{ladder.name}-{run_name}",
+    }
+    return from_dict(TrainConfig, data)

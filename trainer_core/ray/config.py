@@ -1,0 +1,35 @@
+"""Config for runs that go through Ray: the library's TrainConfig plus a ``ray`` section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trainer_core.config import TrainConfig, require
+
+
+@dataclass
+class RayConfig:
+    """Where and how wide a run goes on Ray."""
+
+    address: str = ""
+    """Ray cluster address; empty = the cluster this job was submitted to, else a local Ray."""
+    num_workers: int = 1
+    use_gpu: bool = False
+    cpus_per_worker: float = 1.0
+    """On a small CPU machine leave room for Ray Data's read tasks (e.g. 0.5 with 2 workers)."""
+    gpus_per_worker: float = 1.0
+    max_failures: int = 3
+    """Worker-group restarts (from the latest checkpoint) before the run fails."""
+    report_on_log: bool = False
+    """Also report every log interval to Ray (a cross-worker barrier; eval and checkpoint steps always report)."""
+
+    def __post_init__(self) -> None:
+        require(self.num_workers >= 1, "num_workers", self.num_workers, "must be >= 1")
+        require(self.cpus_per_worker > 0, "cpus_per_worker", self.cpus_per_worker, "must be > 0")
+        require(self.gpus_per_worker > 0, "gpus_per_worker", self.gpus_per_worker, "must be > 0")
+        require(self.max_failures >= -1, "max_failures", self.max_failures, "must be >= -1 (-1 = forever)")
+
+
+@dataclass
+class RayTrainConfig(TrainConfig):
+    ray: RayConfig = field(default_factory=RayConfig)

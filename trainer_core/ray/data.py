@@ -1,0 +1,280 @@
+"""Ray Data: the parallel tokenization pipeline and the per-rank training reader.
+
+Training reader: a rank's dataset is built from the addressable order in
+:mod:`trainer_core.data`, not by skipping rows: row ``i`` of rank ``r``'s dataset for steps
+``[start_step, start_step + num_steps)`` is slot ``step * B + r * B/dp + i % (B/dp)`` with
+``step = start_step + i // (B/dp)``, read straight from parquet in a ``map_batches`` task. So the
+rows equal the local reader's batches, and a restarted worker group gets a dataset that starts
+exactly at its checkpoint's step. Ray Data reorders blocks unless told not to: consume with
+``preserve_order=True`` (in Ray Train: ``ray.train.DataConfig(datasets_to_split=[],
+execution_options=ray.data.ExecutionOptions(preserve_order=True))``); every row carries its step
+and slot, and :func:`batches_from_shard` refuses rows out of order instead of training on them.
+
+Tokenization: one ``map_batches`` call per input file (read, decode, tokenize, hash for the
+split) in parallel; the driver takes the documents in input order and writes the shards, so the
+output is identical however many workers ran.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from trainer_core.shards import DataError, Manifest, token_dtype
+from trainer_core.text_sources import (
+    InputFile,
+    ReadOptions,
+    ReadStats,
+    finish_shards,
+    new_writer,
+    tokenize_file,
+)
+
+# torch (via trainer_core.data) is imported only where training reads need it: a tokenization
+# worker process then starts ~2 s faster.
+if TYPE_CHECKING:
+    import torch
+
+    from trainer_core.data import TokenData, TokenDataSpec
+
+BLOCK_TOKENS = 1 << 20
+"""Tokens per block of a training dataset (rounded to whole steps): big enough to amortize a task."""
+GROUP_BYTES = 64 << 20
+"""Input bytes per tokenization task at most (more tasks than TASKS_PER_CPU x CPUs only then)."""
+TASKS_PER_CPU = 4
+GROUP_FILE_OVERHEAD = 4096
+"""Each file counts as this many extra bytes when grouping (opening a file has a cost too)."""
+ORDER_HINT = (
+    "consume it in order: ray.train.DataConfig(datasets_to_split=[], "
+    "execution_options=ray.data.ExecutionOptions(preserve_order=True))"
+)
+
+_opened: OrderedDict[TokenDataSpec, TokenData] = OrderedDict()
+
+
+def _token_data(spec: TokenDataSpec) -> TokenData:
+    """One TokenData per spec per worker process, so its row-group cache outlives a task."""
+    from trainer_core.data import TokenData
+
+    data = _opened.get(spec)
+    if data is None:
+        data = _opened[spec] = TokenData.open(spec)
+        if len(_opened) > 2:
+            _opened.popitem(last=False)
+    _opened.move_to_end(spec)
+    return data
+
+
+def _read_windows(
+    batch: dict[str, np.ndarray],
+    spec: TokenDataSpec,
+    seq_len: int,
+    global_batch_seqs: int,
+    seed: int,
+    start_step: int,
+    dp_rank: int,
+    dp_size: int,
+) -> dict[str, np.ndarray]:
+    from trainer_core.data import rank_batch_size
+
+    data = _token_data(spec)
+    per_rank = rank_batch_size(global_batch_seqs, dp_rank, dp_size)
+    steps, slot_in_step = np.divmod(batch["id"].astype(np.int64), per_rank)
+    steps += start_step
+    slots = steps * global_batch_seqs + dp_rank * per_rank + slot_in_step
+    tokens = data.read_slots(slots, seq_len, seed).astype(token_dtype(data.vocab_size))
+    return {"step": steps, "slot": slot_in_step, "tokens": tokens}
+
+
+def ray_train_dataset(
+    token_data_spec: TokenDataSpec,
+    seq_len: int,
+    global_batch_seqs: int,
+    seed: int,
+    start_step: int,
+    num_steps: int,
+    dp_rank: int,
+    dp_size: int,
+):
+    """Rank ``dp_rank``'s windows for steps ``[start_step, start_step + num_steps)``, in order.
+
+    Rows: ``step`` (int64), ``slot`` (position in the rank's batch) and ``tokens`` (seq_len+1 ids,
+    the shards' dtype). Iterated with ``preserve_order`` they equal
+    ``TokenData.train_batches(seq_len, global_batch_seqs, seed, start_step, dp_rank, dp_size)``.
+    """
+    import ray.data
+
+    from trainer_core.data import rank_batch_size
+
+    per_rank = rank_batch_size(global_batch_seqs, dp_rank, dp_size)
+    if start_step < 0 or num_steps < 0:
+        raise DataError(f"start_step={start_step} and num_steps={num_steps} must be >= 0")
+    rows = num_steps * per_rank
+    steps_per_block = max(1, BLOCK_TOKENS // (per_rank * (seq_len + 1)))
+    blocks = max(1, math.ceil(num_steps / steps_per_block))
+    ds = ray.data.range(rows, override_num_blocks=blocks).map_batches(
+        _read_windows,
+        batch_size=None,
+        batch_format="numpy",
+        fn_kwargs=dict(
+            spec=token_data_spec,
+            seq_len=seq_len,
+            global_batch_seqs=global_batch_seqs,
+            seed=seed,
+            start_step=start_step,
+            dp_rank=dp_rank,
+            dp_size=dp_size,
+        ),
+    )
+    ds.context.execution_options.preserve_order = True
+    return ds
+
+
+def batches_from_shard(
+    data_iterator, rows_per_batch: int, expected_start_step: int | None = None
+) -> Iterator[torch.Tensor]:
+    """int64 batches [rows_per_batch, seq_len+1] from a :func:`ray_train_dataset` shard.
+
+    ``data_iterator`` is what ``ray.train.get_dataset_shard`` returns (or a Dataset). Each batch
+    must be one whole step, in order, starting at ``expected_start_step`` when given; anything
+    else is a DataError rather than silently different training data.
+    """
+    import torch
+
+    expected = expected_start_step
+    batches = data_iterator.iter_batches(
+        batch_size=rows_per_batch, batch_format="numpy", prefetch_batches=2
+    )
+    for n, batch in enumerate(batches):
+        steps, slots = batch["step"], batch["slot"]
+        if n == 0 and expected is None:
+            expected = int(steps[0])
+        elif n == 0 and (steps == steps[0]).all() and steps[0] != expected:
+            raise DataError(
+                f"the Ray dataset starts at step {int(steps[0])} but training resumes at step {expected}; "
+                f"build it with ray_train_dataset(start_step={expected})"
+            )
+        if (
+            len(steps) != rows_per_batch
+            or (steps != expected).any()
+            or (slots != np.arange(rows_per_batch)).any()
+        ):
+            raise DataError(
+                f"Ray Data delivered rows of steps {sorted(set(steps.tolist()))} (slots {slots[:4].tolist()}...) "
+                f"where step {expected} (slots 0..{rows_per_batch - 1}) was expected; {ORDER_HINT}"
+            )
+        yield torch.from_numpy(batch["tokens"].astype(np.int64))
+        expected += 1
+
+
+def _doc_table(tokens: list[np.ndarray], keys: list[float], dtype: np.dtype) -> pa.Table:
+    lengths = np.array([t.size for t in tokens], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    values = np.concatenate(tokens).astype(dtype) if tokens else np.empty(0, dtype)
+    column = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values))
+    return pa.table(
+        {"tokens": column, "key": pa.array(keys, pa.float64()), "stats": pa.array([""] * len(keys))}
+    )
+
+
+def _stats_table(stats: dict, dtype: np.dtype) -> pa.Table:
+    empty = pa.LargeListArray.from_arrays(
+        pa.array([0, 0], pa.int64()), pa.array([], pa.from_numpy_dtype(dtype))
+    )
+    return pa.table(
+        {"tokens": empty, "key": pa.array([0.0]), "stats": pa.array([json.dumps(stats)])}
+    )
+
+
+def file_groups(files: list[InputFile], num_groups: int) -> list[tuple[int, int]]:
+    """Split ``files`` into at most ``num_groups`` runs ``[first, last)`` of about equal bytes.
+
+    One task per group: a task per small file would cost more in scheduling than in work.
+    """
+    weights = np.array([f.size + GROUP_FILE_OVERHEAD for f in files], dtype=np.int64)
+    before = np.cumsum(weights) - weights
+    group = before * num_groups // int(weights.sum())
+    cuts = [0, *(np.flatnonzero(np.diff(group)) + 1).tolist(), len(files)]
+    return list(itertools.pairwise(cuts))
+
+
+def _tokenize_files(
+    batch: dict[str, np.ndarray], files: list[InputFile], tokenizer, opts: ReadOptions
+):
+    """Ray task body: every document of each file in the group, then one stats row per file.
+
+    A DataError travels as a row too, so the driver raises the first one in input order with
+    its own message (not a remote traceback), whichever task hit it first.
+    """
+    dtype = token_dtype(tokenizer.vocab_size)
+    for index in range(int(batch["first"][0]), int(batch["last"][0])):
+        stats = ReadStats()
+        try:
+            for docs in tokenize_file(files[int(index)], tokenizer, opts, stats):
+                yield _doc_table(docs.tokens, docs.keys, dtype)
+        except DataError as e:
+            yield _stats_table({"error": str(e)}, dtype)
+            return
+        yield _stats_table(stats.to_dict(), dtype)
+
+
+def tokenize_to_shards(
+    files: list[InputFile],
+    tokenizer,
+    out_dir: str | Path,
+    opts: ReadOptions,
+    *,
+    val_fraction: float,
+    shard_tokens: int,
+    on_file: Callable[[ReadStats], None] | None = None,
+    info: dict | None = None,
+) -> tuple[Manifest, ReadStats]:
+    """Tokenize ``files`` with Ray Data into ``out_dir``: the same bytes as ``text_sources.write_shards``.
+
+    ``on_file`` is called with each file's counts as it completes (in input order), for progress.
+    A DataError about any file (bad JSON, undecodable text, ...) is raised here, on the driver.
+    """
+    import ray.data
+
+    totals = ReadStats()
+    writer = new_writer(out_dir, tokenizer, val_fraction, shard_tokens)
+    cpus = max(int(ray.cluster_resources().get("CPU", 1)), 1)
+    total = sum(f.size for f in files)
+    groups = file_groups(
+        files, min(len(files), max(TASKS_PER_CPU * cpus, -(-total // GROUP_BYTES)))
+    )
+    items = [{"first": a, "last": b} for a, b in groups]
+    ds = ray.data.from_items(items, override_num_blocks=len(items))
+    ds = ds.map_batches(
+        _tokenize_files,
+        batch_size=1,
+        batch_format="numpy",
+        fn_kwargs=dict(files=files, tokenizer=tokenizer, opts=opts),
+    )
+    ds.context.execution_options.preserve_order = True
+    file_index = 0
+    for table in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+        column = table.column("tokens").combine_chunks()
+        values, offsets = column.values.to_numpy(), column.offsets.to_numpy()
+        rows = zip(table.column("key").to_pylist(), table.column("stats").to_pylist(), strict=True)
+        for i, (key, stats) in enumerate(rows):
+            if not stats:
+                writer.add(values[offsets[i] : offsets[i + 1]], key, files[file_index].path)
+                continue
+            counts = json.loads(stats)
+            if "error" in counts:
+                raise DataError(counts["error"])
+            done = ReadStats(**counts)
+            totals.add(done)
+            file_index += 1
+            if on_file:
+                on_file(done)
+    return finish_shards(writer, totals, len(files), info), totals

@@ -1,0 +1,33 @@
+"""Connecting to Ray quietly: the submitted-to cluster, an explicit address, or a local Ray."""
+
+from __future__ import annotations
+
+import os
+
+# Reports are barriers that wait for a controller poll; a short poll keeps them ~0.1 s instead of ~2 s.
+RAY_ENV = {
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2",
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+    "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
+    "RAY_AIR_NEW_OUTPUT": "0",
+}
+
+
+def init_ray(address: str = "") -> None:
+    """Start or join Ray once per process, with Ray's own logging turned down to errors.
+
+    Under ``ray job submit`` RAY_ADDRESS points at the cluster and ``ray.init`` joins it; with
+    nothing running, a local Ray starts on this machine (the embedded default).
+    """
+    import ray
+
+    for key, value in RAY_ENV.items():
+        os.environ.setdefault(key, value)
+    if ray.is_initialized():
+        return
+    ray.init(
+        address=address or None,
+        logging_config=ray.LoggingConfig(log_level="ERROR"),
+        runtime_env={"env_vars": {k: os.environ[k] for k in RAY_ENV}},
+    )

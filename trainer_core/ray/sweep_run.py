@@ -1,0 +1,108 @@
+"""Learning-rate sweeps: size x peak-LR trials on the ladder's trial machinery, with early stopping.
+
+Each size's LRs are log-spaced multiples of the ladder formula's LR (or log-uniform random draws);
+runs are short by default (a fraction of the ladder's duration, the schedule compressed with it).
+ASHA (or median stopping) on eval loss at the eval steps frees the resources of clearly worse LRs.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from trainer_core.config import require
+from trainer_core.ladder import SizePlan, plan_ladder
+from trainer_core.ray.ladder_run import LadderJobConfig, preflight, ray_run_config, write_experiment_record
+from trainer_core.ray.tune_run import TrialSpec, TuneSettings, fmt_lr, run_trials
+
+
+@dataclass
+class SweepConfig:
+    search: Literal["grid", "random"] = "grid"
+    factors: list[float] = field(default_factory=lambda: [2.0**k for k in range(-3, 4)])
+    """Grid: multiples of the ladder's formula LR."""
+    num_samples: int = 8
+    """Random: LRs per size, log-uniform in [min(factors), max(factors)] x formula LR."""
+    duration_multiple: float = 0.25
+    """Chinchilla multiple c of each sweep run (the ladder's own value when full_length)."""
+    full_length: bool = False
+    early_stopping: Literal["asha", "median", "none"] = "asha"
+    grace_fraction: float = 0.25
+    """ASHA's first rung, as a fraction of the run's steps."""
+    reduction_factor: int = 2
+
+    def __post_init__(self) -> None:
+        require(bool(self.factors) and min(self.factors) > 0, "factors", self.factors, "must be positive")
+        require(self.num_samples >= 1, "num_samples", self.num_samples, "must be >= 1")
+        require(0 < self.grace_fraction <= 1, "grace_fraction", self.grace_fraction, "must be in (0, 1]")
+        require(self.reduction_factor >= 2, "reduction_factor", self.reduction_factor, "must be >= 2")
+
+
+@dataclass
+class SweepJobConfig(LadderJobConfig):
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+
+
+def sweep_lrs(plan: SizePlan, sweep: SweepConfig, seed: int) -> list[float]:
+    if sweep.search == "grid":
+        return [plan.lr * f for f in sorted(sweep.factors)]
+    rng = random.Random(f"{seed}-{plan.size}")
+    lo, hi = math.log(min(sweep.factors)), math.log(max(sweep.factors))
+    return sorted(plan.lr * math.exp(rng.uniform(lo, hi)) for _ in range(sweep.num_samples))
+
+
+def sweep_plans(job: SweepJobConfig, sizes: list[str] | None) -> list[SizePlan]:
+    if not job.sweep.full_length:
+        job = replace(job, duration=replace(job.duration, chinchilla_multiple=job.sweep.duration_multiple))
+    return plan_ladder(job, sizes)
+
+
+def sweep_trials(job: SweepJobConfig, plans: list[SizePlan]) -> list[TrialSpec]:
+    specs = []
+    for plan in plans:
+        for lr in sweep_lrs(plan, job.sweep, job.seed):
+            name = f"{plan.size}-lr{fmt_lr(lr)}"
+            specs.append(
+                TrialSpec(
+                    name=name,
+                    config=ray_run_config(plan, job, name, lr=lr),
+                    tags={"sweep": job.name, "size": plan.size, "lr_factor": lr / plan.lr},
+                )
+            )
+    return specs
+
+
+def early_stopper(job: SweepJobConfig, plans: list[SizePlan]):
+    from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule
+
+    max_steps = max(p.steps for p in plans)
+    grace = max(1, round(job.sweep.grace_fraction * min(p.steps for p in plans)))
+    if job.sweep.early_stopping == "asha":
+        return ASHAScheduler(
+            time_attr="step",
+            max_t=max_steps,
+            grace_period=grace,
+            reduction_factor=job.sweep.reduction_factor,
+        )
+    if job.sweep.early_stopping == "median":
+        return MedianStoppingRule(time_attr="step", grace_period=grace, min_samples_required=3)
+    return None
+
+
+def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool):
+    """Plan, check and run every size x LR trial; returns (specs, ResultGrid, concurrency)."""
+    from trainer_core.ray.runtime import init_ray
+
+    plans = sweep_plans(job, sizes)
+    preflight(job)
+    exp_dir = Path(job.dir).resolve()
+    write_experiment_record(job, plans, exp_dir)
+    init_ray(job.ray.address)
+    specs = sweep_trials(job, plans)
+    grid, concurrency = run_trials(
+        specs, exp_dir, TuneSettings(scheduler=early_stopper(job, plans)), resume
+    )
+    return specs, grid, concurrency

@@ -1,0 +1,128 @@
+"""Driver side of one Ray Train run: config -> TorchTrainer -> fit -> summary.
+
+The run dir is Ray's experiment dir (``storage_path`` = its parent, ``name`` = its name), so a
+restarted driver that builds the same TorchTrainer finds the run again and resumes it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+from trainer_core.checkpoint import list_checkpoints
+from trainer_core.configio import ConfigError, to_dict
+from trainer_core.data import open_token_data
+from trainer_core.ray.config import RayTrainConfig
+from trainer_core.ray.worker import dataset_name, train_worker
+
+
+def resume_step(run_dir: Path) -> int:
+    """The step the next worker group will start from: the latest complete checkpoint's."""
+    complete = [c for c in list_checkpoints(run_dir) if c.complete]
+    return complete[-1].step if complete else 0
+
+
+def _rank_dataset(cfg: RayTrainConfig, dp_rank: int, dp_size: int):
+    """Built by Ray on every worker-group (re)start, from the position the workers will resume at."""
+    from trainer_core.ray.data import ray_train_dataset
+
+    start = resume_step(Path(cfg.trainer.run_dir))
+    data = open_token_data(cfg.data, cfg.model.vocab_size)
+    return ray_train_dataset(
+        data.spec,
+        seq_len=cfg.data.seq_len,
+        global_batch_seqs=cfg.trainer.global_batch_size // cfg.data.seq_len,
+        seed=cfg.trainer.seed,
+        start_step=start,
+        num_steps=max(cfg.total_steps - start, 0),
+        dp_rank=dp_rank,
+        dp_size=dp_size,
+    )
+
+
+def build_torch_trainer(
+    cfg: RayTrainConfig, tags: dict[str, Any] | None = None, callbacks: list | None = None
+):
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    rc = cfg.ray
+    if rc.num_workers % cfg.parallel.tp:
+        raise ConfigError(
+            f"ray.num_workers: {rc.num_workers} is not a multiple of parallel.tp={cfg.parallel.tp}"
+        )
+    dp_size = rc.num_workers // cfg.parallel.tp
+    run_dir = Path(cfg.trainer.run_dir).resolve()
+    resources = {"CPU": rc.cpus_per_worker}
+    if rc.use_gpu:
+        resources["GPU"] = rc.gpus_per_worker
+    datasets = {
+        dataset_name(r): functools.partial(_rank_dataset, cfg, r, dp_size) for r in range(dp_size)
+    }
+    return TorchTrainer(
+        train_worker,
+        train_loop_config={"train": to_dict(cfg), "tags": tags or {}},
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=rc.num_workers, use_gpu=rc.use_gpu, resources_per_worker=resources
+        ),
+        run_config=ray.train.RunConfig(
+            name=run_dir.name,
+            storage_path=str(run_dir.parent),
+            failure_config=ray.train.FailureConfig(max_failures=rc.max_failures),
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=None),
+            callbacks=callbacks or [],
+        ),
+        datasets=datasets,
+        dataset_config=ray.train.DataConfig(datasets_to_split=[]),
+    )
+
+
+def run_summary(run_dir: Path) -> dict[str, Any]:
+    """run.json plus the last logged metrics: what a finished (or resumed-and-finished) run reports."""
+    summary = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
+    metrics_file = run_dir / "metrics.jsonl"
+    if metrics_file.exists():
+        for line in metrics_file.read_text().splitlines():
+            try:
+                summary.update(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return summary
+
+
+def run_training(
+    cfg: RayTrainConfig, tags: dict[str, Any] | None = None, callbacks: list | None = None
+) -> dict[str, Any]:
+    """Run (or resume) one training run on Ray Train and return its summary.
+
+    Idempotent: a run whose run.json says finished/diverged returns its summary at once, which
+    is what makes a restored Tune experiment safe to re-run trials.
+    """
+    import ray.train
+
+    run_dir = Path(cfg.trainer.run_dir).resolve()
+    done = run_summary(run_dir)
+    if done.get("status") in FINAL_STATUSES:
+        return done
+    try:
+        build_torch_trainer(cfg, tags, callbacks).fit()
+    except ray.train.TrainingFailedError as e:
+        raise RunFailedError(run_dir, e) from None
+    return run_summary(run_dir)
+
+
+FINAL_STATUSES = ("finished", "diverged")
+
+
+class RunFailedError(RuntimeError):
+    """A Ray Train run gave up after ``ray.max_failures`` restarts; its checkpoints are kept."""
+
+    def __init__(self, run_dir: Path, cause: Exception):
+        first = str(cause).strip().splitlines()
+        reason = next((line for line in reversed(first) if line.strip()), type(cause).__name__)
+        super().__init__(
+            f"run {run_dir.name} failed: {reason}\n  checkpoints and metrics so far are kept in "
+            f"{run_dir}; fix the cause and re-run the same command to resume"
+        )

@@ -1,0 +1,143 @@
+"""Ray Tune over training runs: one trial per run (ladder sizes, or size x LR for sweeps).
+
+Ray 2.60 (Train V2) pattern: each Tune trial is a small *driver* function that builds a
+TorchTrainer and fits it; a ``TuneReportCallback`` forwards rank 0's reports to Tune. Run names
+come from the plan, not from Tune, so a restored experiment (``--resume``) finds each run dir
+again: finished runs return at once, unfinished ones resume from their latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainer_core.configio import from_dict, to_dict
+from trainer_core.ray.config import RayTrainConfig
+
+DRIVER_CPUS = 0.05
+
+
+@dataclass
+class TrialSpec:
+    """One planned run: its name, full config and the tags analysis groups by."""
+
+    name: str
+    config: RayTrainConfig
+    tags: dict[str, Any] = field(default_factory=dict)
+
+    def as_param(self) -> dict[str, Any]:
+        return {"name": self.name, "train": to_dict(self.config), "tags": self.tags}
+
+
+def trial_driver(config: dict[str, Any]) -> None:
+    """The Tune trainable: run (or resume) one Ray Train run and report its final summary."""
+    from ray import tune
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from trainer_core.ray.train_run import run_training
+
+    spec = config["trial"]
+    cfg = from_dict(RayTrainConfig, spec["train"])
+    summary = run_training(cfg, spec["tags"], callbacks=[TuneReportCallback()])
+    final = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    final["diverged"] = int(summary.get("status") == "diverged")
+    final["finished"] = 1
+    tune.report(final)
+
+
+@dataclass
+class TuneSettings:
+    metric: str = "eval/loss"
+    mode: str = "min"
+    scheduler: Any = None
+    max_concurrent: int = 0
+    """0: as many trials at once as the cluster's CPUs/GPUs hold worker groups."""
+
+
+def max_concurrent_trials(specs: list[TrialSpec]) -> int:
+    """How many of the widest trial's worker groups fit in the cluster right now."""
+    import ray
+
+    res = ray.cluster_resources()
+    widest = max(specs, key=lambda s: s.config.ray.num_workers)
+    rc = widest.config.ray
+    fits = []
+    if rc.use_gpu:
+        fits.append(res.get("GPU", 0) // (rc.num_workers * rc.gpus_per_worker))
+    # Leave a little CPU for Ray Data's read tasks and the trial drivers.
+    usable_cpus = max(res.get("CPU", 1) - 0.25, rc.cpus_per_worker * rc.num_workers)
+    fits.append(usable_cpus // (rc.num_workers * rc.cpus_per_worker))
+    return max(1, int(min(fits)))
+
+
+def run_trials(
+    specs: list[TrialSpec], exp_dir: Path, settings: TuneSettings, resume: bool
+):
+    """Run every spec as a Tune trial (or restore the experiment); returns (ResultGrid, concurrency)."""
+    from ray import tune
+
+    exp_dir = exp_dir.resolve()
+    trainable = tune.with_resources(trial_driver, {"CPU": DRIVER_CPUS})
+    tune_dir = exp_dir / "tune"
+    concurrency = settings.max_concurrent or max_concurrent_trials(specs)
+    if resume and tune.Tuner.can_restore(str(tune_dir)):
+        tuner = tune.Tuner.restore(
+            str(tune_dir), trainable=trainable, resume_unfinished=True, resume_errored=True
+        )
+    else:
+        tuner = tune.Tuner(
+            trainable,
+            param_space={"trial": tune.grid_search([s.as_param() for s in specs])},
+            tune_config=tune.TuneConfig(
+                metric=settings.metric,
+                mode=settings.mode,
+                scheduler=settings.scheduler,
+                max_concurrent_trials=concurrency,
+                trial_name_creator=_trial_name,
+                trial_dirname_creator=_trial_name,
+            ),
+            run_config=tune.RunConfig(
+                name="tune",
+                storage_path=str(exp_dir),
+                verbose=0,
+                failure_config=tune.FailureConfig(max_failures=0),
+            ),
+        )
+    grid = tuner.fit()
+    mark_stopped_runs(specs)
+    return grid, concurrency
+
+
+def _trial_name(trial) -> str:
+    return trial.config["trial"]["name"]
+
+
+def mark_stopped_runs(specs: list[TrialSpec]) -> None:
+    """Runs that Tune's scheduler stopped early still say "running": record them as stopped."""
+    for spec in specs:
+        path = Path(spec.config.trainer.run_dir) / "run.json"
+        if not path.exists():
+            continue
+        record = json.loads(path.read_text())
+        if record.get("status") == "running" and record.get("last_step", 0) < record["total_steps"]:
+            record["status"] = "stopped"
+            path.write_text(json.dumps(record, indent=2))
+
+
+def fmt_lr(lr: float) -> str:
+    exponent = math.floor(math.log10(lr))
+    return f"{lr / 10**exponent:.3f}e{exponent}"
+
+
+
+def concurrency_report(grid, wall_s: float, concurrency: int) -> str:
+    """Wall time against the ideal: the sum of trial times spread over ``concurrency`` slots."""
+    times = [r.metrics.get("time_total_s", 0.0) for r in grid if r.metrics]
+    ideal = sum(times) / concurrency
+    return (
+        f"{len(times)} trials, {concurrency} at a time: sum of trial times {sum(times):.0f} s, "
+        f"ideal wall {ideal:.0f} s, actual wall {wall_s:.0f} s ({wall_s / max(ideal, 1e-9):.2f}x ideal)"
+    )

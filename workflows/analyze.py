@@ -1,0 +1,47 @@
+"""``python workflows/analyze.py <exp_dir> [--out DIR] [--target-params 1e9] [--target-flops 1e21]``
+
+Analyses a ladder or LR-sweep experiment dir (or one run dir): per-size losses, the Chinchilla
+and loss-vs-compute fits with bootstrap uncertainty, an extrapolation check on the largest size,
+predicted losses at the targets, the optimal LR per size and LR*(N) for sweeps, and PNG plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from trainer_core.analysis import AnalysisError, report_experiment  # noqa: E402
+
+
+def main() -> int:
+    doc = __doc__.strip().splitlines()
+    parser = argparse.ArgumentParser(description="\n".join(doc[2:]), usage=doc[0].strip("`"))
+    parser.add_argument(
+        "exp_dir", type=Path, help="experiment dir (with runs/) or a single run dir"
+    )
+    parser.add_argument("--out", type=Path, help="where the PNGs go (default <exp_dir>/analysis)")
+    parser.add_argument(
+        "--target-params", type=float, help="predict the loss of a model this size (N)"
+    )
+    parser.add_argument(
+        "--target-flops", type=float, help="predict the loss at this compute budget"
+    )
+    parser.add_argument(
+        "--bootstrap", type=int, default=200, help="bootstrap resamples for the CIs"
+    )
+    args = parser.parse_args()
+    try:
+        report_experiment(
+            args.exp_dir, args.out, args.target_params, args.target_flops, args.bootstrap
+        )
+    except AnalysisError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""``python workflows/ladder.py [--config FILE] [--dry-run] [--resume] [--sizes 1M,3M] [--benchmark SIZE] [overrides]``
+
+Runs a model ladder on Ray Tune, one trial per size, then fits scaling laws to the results.
+No ``--config``: the embedded CPU demo (three small models on the Python standard library).
+Submit to a cluster with ``ray job submit --working-dir . -- python workflows/ladder.py ...``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from trainer_core.cli import exit_on_error, load_from_args, print_help, split_args  # noqa: E402
+from trainer_core.ray.ladder_run import LadderJobConfig  # noqa: E402
+
+FLAGS = {"--config": True, "--dry-run": False, "--resume": False, "--sizes": True, "--benchmark": True}
+
+
+def print_plan(job: LadderJobConfig, plans) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"ladder {job.name}: {job.max_devices} x {job.device_type}, seq {job.seq_len}")
+    rows = [p.table_row(job) for p in plans]
+    for key in rows[0]:
+        table.add_column(key, justify="left" if key in ("size", "ckpt steps") else "right")
+    for row in rows:
+        table.add_row(*(_fmt(v) for v in row.values()))
+    Console(width=200).print(table)
+    for p in plans:
+        if p.batch_warning:
+            print(f"warning: {p.batch_warning}")
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    if "--help" in argv or "-h" in argv:
+        print_help(__doc__.strip().splitlines()[0], LadderJobConfig)
+        return 0
+    own, overrides = split_args(argv, FLAGS)
+    job = load_from_args(LadderJobConfig, own, overrides)
+    sizes = own["--sizes"].split(",") if "--sizes" in own else None
+
+    from trainer_core.ladder import plan_ladder
+    from trainer_core.lr_feedback import lr_function
+    from trainer_core.schedule import plot_schedule
+
+    lr_fn = lr_function(job.lr)
+    plans = plan_ladder(job, sizes, lr_fn)
+    exp_dir = Path(job.dir)
+    if "--benchmark" in own:
+        from trainer_core.ray.ladder_run import benchmark_size
+
+        result = benchmark_size(job, own["--benchmark"])
+        print(
+            f"benchmark {result['size']}: {result['tokens_per_s_per_device']:,.0f} tokens/s per device, "
+            f"MFU {100 * result['mfu']:.1f}% on {result['devices']} device(s)"
+        )
+        return 0
+    print_plan(job, plans)
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    largest = plans[-1]
+    png = plot_schedule(largest.schedule, largest.steps, largest.lr, exp_dir / "lr_schedule.png",
+                        title=f"{job.name} {largest.size}: LR schedule")
+    print(f"LR schedule plot: {png}")
+    if "--dry-run" in own:
+        return 0
+
+    from trainer_core.analysis import report_experiment
+    from trainer_core.ray.ladder_run import run_ladder
+
+    run_ladder(job, sizes, resume="--resume" in own, lr_fn=lr_fn)
+    report_experiment(exp_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    exit_on_error(main)

@@ -1,0 +1,40 @@
+"""``python workflows/train.py [--config FILE] [--section.field=value ...]``
+
+One training run on Ray Train: on the cluster this job was submitted to (``ray job submit``), on
+``--ray.address``, or on a local Ray started on the fly. No ``--config``: the tiny demo run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from trainer_core.cli import exit_on_error, load_from_args, print_help, split_args  # noqa: E402
+from trainer_core.ray.config import RayTrainConfig  # noqa: E402
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    if "--help" in argv or "-h" in argv:
+        print_help(__doc__.strip().splitlines()[0], RayTrainConfig)
+        return 0
+    own, overrides = split_args(argv, {"--config": True})
+    cfg = load_from_args(RayTrainConfig, own, overrides)
+
+    from trainer_core.ray.runtime import init_ray
+    from trainer_core.ray.train_run import run_training
+
+    init_ray(cfg.ray.address)
+    summary = run_training(cfg)
+    print(
+        f"run {summary.get('name')} {summary.get('status')}: step {summary.get('last_step')}, "
+        f"train loss {summary.get('train/loss', float('nan')):.4f}, "
+        f"eval loss {summary.get('eval/loss', float('nan')):.4f} -> {Path(cfg.trainer.run_dir).resolve()}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    exit_on_error(main)
