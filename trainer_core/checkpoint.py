@@ -1,21 +1,35 @@
 """Sharded checkpoints: atomic commit, Levanter-style keep policy, safe loading, listing.
 
-Layout: ``<run_dir>/checkpoints/step-XXXXXXXX/`` written with ``torch.distributed.checkpoint``
-(every rank writes its own shards). Every rank writes into ``step-N.tmp`` and drops a marker
-``.done-rank{r}-of-{W}`` when its part is on disk; after a barrier rank 0 renames the dir. A
-checkpoint is complete iff it has DCP's ``.metadata`` and all W markers, so a crash at any moment
-leaves either the previous checkpoints or a complete new one, never a half-written "latest".
+Layout: ``<run_dir>/checkpoints/step-XXXXXXXX/``, written with ``torch.distributed.checkpoint``
+(every rank writes its own shards). All ranks write into ``step-N.tmp-<token>`` (rank 0 picks the
+token and broadcasts it), each drops a marker ``.done-rank{r}-of-{W}`` once its part is on disk,
+and after a barrier rank 0 renames the dir. A checkpoint is complete iff it has DCP's
+``.metadata`` and all W markers, so a crash at any moment leaves the previous checkpoints plus at
+most a half-written dir that :func:`latest_checkpoint` skips, never a half-written "latest".
+
+The app state is a dict of Stateful objects and plain dicts. DCP keeps a single copy of a key
+that several ranks save (it assumes replicated values), so everything except ``"rng"`` must be
+identical on all ranks; per-rank values live under ``"rng": {"rank<r>": ...}``.
+
+Loading never unpickles arbitrary objects: DCP 2.13 reads ``.metadata`` with plain
+``pickle.load`` and non-tensor items with ``torch.load(weights_only=False)``; both are replaced
+here by an allow-listed unpickler and ``weights_only=True``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import logging
+import pickle
 import random
 import re
 import shutil
 import time
+import uuid
 import warnings
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -26,17 +40,22 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint._nested_dict import flatten_state_dict
 from torch.distributed.checkpoint._traverse import set_element
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.stateful import Stateful
 
 from trainer_core.config import CheckpointConfig
 
-STEP_DIR = re.compile(r"^step-(\d{8})$")
+log = logging.getLogger(__name__)
+
 Decision = Literal["none", "temporary", "permanent"]
+_STEP_DIR = re.compile(r"^step-(\d{8})$")
+_SCRATCH_DIR = re.compile(r"^step-(\d{8})\.(tmp|old)-\w+$")
+_MAX_LISTED = 20
 
 
 class CheckpointError(ValueError):
-    """A checkpoint is missing, incomplete, corrupt, or does not fit the current model."""
+    """A checkpoint is missing, incomplete, corrupt, unsafe, or does not fit the current state."""
 
 
 @dataclass(frozen=True)
@@ -53,71 +72,122 @@ def step_dir(run_dir: str | Path, step: int) -> Path:
     return Path(run_dir) / "checkpoints" / f"step-{step:08d}"
 
 
-def missing_parts(path: Path) -> list[str]:
-    """What keeps ``path`` from being a complete checkpoint (empty list: complete)."""
-    if not path.is_dir():
-        return ["the directory"]
-    missing = [] if (path / ".metadata").exists() else [".metadata"]
-    markers = list(path.glob(".done-rank*-of-*"))
-    if not markers:
-        return [*missing, "rank markers (.done-rank*-of-*)"]
-    world = int(markers[0].name.rsplit("-", 1)[1])
-    have = {m.name for m in markers}
-    missing += [f".done-rank{r}-of-{world}" for r in range(world) if f".done-rank{r}-of-{world}" not in have]
-    return missing
+def marker_name(rank: int, world_size: int) -> str:
+    return f".done-rank{rank}-of-{world_size}"
 
 
-def _info(path: Path) -> dict[str, Any]:
+def _read_info(path: Path) -> dict[str, Any]:
     try:
         return json.loads((path / "info.json").read_text())
     except (OSError, json.JSONDecodeError):
         return {}
 
 
+def missing_parts(path: Path) -> list[str]:
+    """What keeps ``path`` from being a complete checkpoint (empty: complete)."""
+    if not path.is_dir():
+        return ["the directory"]
+    missing = [] if (path / ".metadata").is_file() else [".metadata"]
+    markers = {m.name for m in path.glob(".done-rank*-of-*")}
+    world = _read_info(path).get("world_size")
+    if world is None and markers:
+        world = int(next(iter(markers)).rsplit("-", 1)[1])
+    if world is None:
+        return [*missing, "rank markers (.done-rank*-of-*)"]
+    return missing + [marker_name(r, world) for r in range(world) if marker_name(r, world) not in markers]
+
+
 def list_checkpoints(run_dir: str | Path) -> list[CheckpointInfo]:
-    """Every ``step-N`` checkpoint dir of a run, sorted by step (``.tmp`` dirs are not listed)."""
+    """Every ``step-N`` dir of a run (complete or not), sorted by step; scratch dirs are left out."""
     root = Path(run_dir) / "checkpoints"
     found = []
-    for path in sorted(root.iterdir()) if root.is_dir() else []:
-        match = STEP_DIR.match(path.name)
-        if not match:
+    for path in root.iterdir() if root.is_dir() else []:
+        match = _STEP_DIR.match(path.name)
+        if not match or not path.is_dir():
             continue
-        step = int(match.group(1))
-        info = _info(path)
+        step, info = int(match.group(1)), _read_info(path)
+        complete = not missing_parts(path)
         metrics = Path(run_dir) / f"metrics_step{step}.json"
         found.append(
             CheckpointInfo(
                 step=step,
                 tokens=int(info.get("tokens", 0)),
                 path=path,
-                complete=not missing_parts(path),
-                permanent=bool(info.get("permanent", False)),
-                metrics_path=metrics if metrics.exists() else None,
+                complete=complete,
+                # An unreadable info.json in a complete dir: keep it rather than guess "temporary".
+                permanent=bool(info.get("permanent", complete)),
+                metrics_path=metrics if metrics.is_file() else None,
             )
         )
-    return found
+    return sorted(found, key=lambda c: c.step)
 
 
-def latest_complete(run_dir: str | Path) -> CheckpointInfo | None:
-    """The newest complete checkpoint; incomplete ones are skipped with a warning naming them."""
-    for info in reversed(list_checkpoints(run_dir)):
+def latest_checkpoint(run_dir: str | Path) -> CheckpointInfo | None:
+    """The newest complete checkpoint; warns naming every incomplete or scratch dir it skips."""
+    root = Path(run_dir) / "checkpoints"
+    for path in sorted(root.glob("step-*.*-*")) if root.is_dir() else []:
+        if _SCRATCH_DIR.match(path.name):
+            warnings.warn(f"skipping unfinished checkpoint dir {path}", stacklevel=2)
+    best = None
+    for info in list_checkpoints(run_dir):
         if info.complete:
-            return info
-        warnings.warn(
-            f"skipping incomplete checkpoint {info.path} (missing {', '.join(missing_parts(info.path))})",
-            stacklevel=2,
+            best = info
+        else:
+            missing = ", ".join(missing_parts(info.path))
+            warnings.warn(f"skipping incomplete checkpoint {info.path} (missing {missing})", stacklevel=2)
+    return best
+
+
+def _recover_interrupted_swaps(root: Path) -> None:
+    """Rename ``step-N.old-*`` back when a crash hit between the two renames of a re-save."""
+    for old in sorted(root.glob("step-*.old-*")) if root.is_dir() else []:
+        final = root / old.name.split(".", 1)[0]
+        if not final.exists() and not missing_parts(old):
+            old.rename(final)
+
+
+# -- app state pieces -----------------------------------------------------------------------------
+
+
+class ModelOptimState(Stateful):
+    """Model + optimizer (+ LR scheduler) as one DCP Stateful; plain modules and FSDP2 alike.
+
+    ``get_state_dict`` gives DTensor shards under FSDP2 (so each rank saves only its part) and
+    fills the optimizer state of a fresh optimizer, so a load has keys to load into.
+    """
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler=None):
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+
+    def state_dict(self) -> dict[str, Any]:
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        state = {"model": model_sd, "optim": optim_sd}
+        if self.scheduler is not None:
+            state["scheduler"] = self.scheduler.state_dict()
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=state_dict["model"],
+            optim_state_dict=state_dict["optim"],
         )
-    return None
-
-
-# -- RNG ------------------------------------------------------------------------------------------
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state_dict["scheduler"])
 
 
 def rng_state(rank: int) -> dict[str, Any]:
-    """This rank's RNG states under a per-rank key (DCP would otherwise keep only rank 0's)."""
-    state = {
-        "python": torch.tensor(list(random.getstate()[1]), dtype=torch.int64),
-        "numpy": torch.from_numpy(np.random.get_state()[1].astype(np.int64)),
+    """This rank's RNG states, keyed ``rank<r>`` so DCP keeps every rank's copy.
+
+    Python and NumPy states are plain tuples/lists of ints (``weights_only``-loadable); the torch
+    states are byte tensors.
+    """
+    version, mt, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": (version, mt, gauss),
+        "numpy": (str(kind), [int(k) for k in keys], int(pos), int(has_gauss), float(cached)),
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -125,65 +195,133 @@ def rng_state(rank: int) -> dict[str, Any]:
     return {f"rank{rank}": state}
 
 
-def restore_rng(states: dict[str, Any], rank: int) -> None:
-    state = states.get(f"rank{rank}")
-    if state is None:
-        return  # resumed on a wider world: new ranks keep their fresh seeds
-    py = tuple(int(x) for x in state["python"].tolist())
-    random.setstate((3, py, None))
-    np.random.set_state(("MT19937", state["numpy"].numpy().astype(np.uint32), 0, 0, 0.0))
-    torch.set_rng_state(state["torch"])
+def restore_rng(states: dict[str, Any], rank: int | None = None) -> bool:
+    """Restore the RNG states of ``rank`` (or of the only rank in ``states``); False if absent.
+
+    Absent means the checkpoint came from a smaller world: this rank keeps its current states.
+    """
+    if rank is None:
+        if len(states) != 1:
+            raise ValueError(f"restore_rng needs a rank when states hold {sorted(states)}")
+        state = next(iter(states.values()))
+    else:
+        state = states.get(f"rank{rank}")
+    if not state:
+        return False
+    if "python" in state:
+        version, mt, gauss = state["python"]
+        random.setstate((version, tuple(mt), gauss))
+    if "numpy" in state:
+        kind, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    if "torch" in state:
+        torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
+    return True
 
 
-# -- policy ---------------------------------------------------------------------------------------
+# -- keep policy ----------------------------------------------------------------------------------
 
 
 class CheckpointPolicy:
-    """Temporary checkpoints every N steps / M minutes; permanent ones by ``keep`` rules + steps."""
+    """When to save: temporary every N steps / M minutes, permanent by ``keep`` rules and steps.
+
+    ``keep`` rules are tried in order and the first whose ``until`` is unset or >= step decides
+    (Levanter's semantics), so "every 1000 until 10000, every 5000 until 40000, every 10000"
+    keeps 1000..10000, 15000..40000, 50000, ... Any returned save restarts the minute clock;
+    the clock starts at the first ``decide`` call.
+    """
 
     def __init__(self, cfg: CheckpointConfig):
         self.cfg = cfg
-        self.last_time = time.time()
+        self._last_save: float | None = None
 
     def is_permanent(self, step: int) -> bool:
+        if step <= 0:
+            return False
         if step in self.cfg.keep_steps:
             return True
-        previous_until = 0
         for rule in self.cfg.keep:
-            until = rule.until if rule.until is not None else float("inf")
-            if previous_until < step <= until:
+            if rule.until is None or step <= rule.until:
                 return step % rule.every == 0
-            previous_until = until
         return False
 
-    def decide(self, step: int, now: float) -> Decision:
-        if self.is_permanent(step):
-            return "permanent"
-        by_steps = self.cfg.save_interval_steps and step % self.cfg.save_interval_steps == 0
-        minutes = self.cfg.save_interval_minutes
-        by_time = minutes is not None and now - self.last_time >= 60 * minutes
-        return "temporary" if by_steps or by_time else "none"
+    def decide(self, step: int, now: float, *, final: bool = False) -> Decision:
+        """This rank's decision for a save after ``step`` updates (``now``: ``time.time()``)."""
+        if not self.cfg.enabled:
+            return "none"
+        if self._last_save is None:
+            self._last_save = now
+        every, minutes = self.cfg.save_interval_steps, self.cfg.save_interval_minutes
+        if self.is_permanent(step) or (final and self.cfg.save_final):
+            kind: Decision = "permanent"
+        elif (every is not None and step % every == 0) or (
+            minutes is not None and now - self._last_save >= 60 * minutes
+        ):
+            kind = "temporary"
+        else:
+            return "none"
+        self._last_save = now
+        return kind
 
-    def decide_all_ranks(self, step: int, now: float) -> Decision:
-        """Rank 0's decision for everyone (clocks differ; a save needs every rank)."""
-        decision = self.decide(step, now)
-        if dist.is_initialized() and dist.get_world_size() > 1 and self.cfg.save_interval_minutes:
+    def decide_all_ranks(self, step: int, now: float, *, final: bool = False) -> Decision:
+        """Rank 0's decision on every rank (clocks differ and a save needs every rank).
+
+        A collective when a process group exists and minute-based saves are on: call it on
+        every rank at the same step.
+        """
+        decision = self.decide(step, now, final=final)
+        if self.cfg.save_interval_minutes is not None and _distributed():
             box = [decision]
             dist.broadcast_object_list(box, src=0)
             decision = box[0]
+            if decision != "none":
+                self._last_save = now
         return decision
 
-    def saved(self, now: float) -> None:
-        self.last_time = now
+
+# -- safe reading ---------------------------------------------------------------------------------
+
+_METADATA_GLOBALS = {
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("collections", "OrderedDict"),
+}
+_PATH_CLASSES = {"PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath"}
 
 
-# -- save / load ----------------------------------------------------------------------------------
+class _MetadataUnpickler(pickle.Unpickler):
+    """Unpickles DCP's ``.metadata`` (dataclasses, dtypes, paths) and nothing else."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        allowed = (
+            (module, name) in _METADATA_GLOBALS
+            or module == "torch.distributed.checkpoint.metadata"
+            or (module.startswith("pathlib") and name in _PATH_CLASSES)
+            or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype))
+        )
+        if not allowed:
+            raise pickle.UnpicklingError(f"refusing to unpickle {module}.{name}")
+        return super().find_class(module, name)
 
 
-class _SafeLoadPlanner(DefaultLoadPlanner):
-    """DCP's planner unpickles non-tensor items with ``weights_only=False``; we never do."""
+class _SafeReader(dcp.FileSystemReader):
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        rank = kwargs.get("rank")
+        name = ".metadata" if rank is None else f"__{rank}.metadata"
+        with open(Path(self.path) / name, "rb") as f:
+            metadata = _MetadataUnpickler(f).load()
+        if not isinstance(metadata, Metadata):
+            raise pickle.UnpicklingError(f"{name} holds a {type(metadata).__name__}, not DCP Metadata")
+        metadata.storage_meta = metadata.storage_meta or StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+class _SafeLoadPlanner(dcp.DefaultLoadPlanner):
+    """DCP's planner loads non-tensor items with ``weights_only=False``; this one never does."""
 
     def load_bytes(self, read_item, value: io.BytesIO) -> None:
         obj = torch.load(value, weights_only=True)
@@ -193,49 +331,114 @@ class _SafeLoadPlanner(DefaultLoadPlanner):
             self.state_dict[read_item.dest_index.fqn] = obj
 
 
-def _flat_shapes(state: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    flat, _ = flatten_state_dict(state)
-    return {k: tuple(v.shape) for k, v in flat.items() if isinstance(v, torch.Tensor)}
-
-
-def check_compatible(path: Path, state: dict[str, Any]) -> None:
-    """Compare saved tensor shapes with the current state before loading a byte."""
-    reader = dcp.FileSystemReader(str(path))
+def read_metadata(path: str | Path) -> Metadata:
+    """A checkpoint's DCP metadata, read with the allow-listed unpickler."""
     try:
-        saved = reader.read_metadata().state_dict_metadata
-    except Exception as e:  # a truncated or foreign .metadata file
+        return _SafeReader(str(path)).read_metadata()
+    except Exception as e:  # truncated, foreign or malicious .metadata
         raise CheckpointError(f"checkpoint {path} has an unreadable .metadata ({e})") from None
 
-    saved_shapes = {
-        k: tuple(v.size) for k, v in saved.items() if isinstance(v, TensorStorageMetadata)
-    }
-    current = {}
-    for key, value in state.items():
-        sd = value.state_dict() if hasattr(value, "state_dict") else value
-        current.update({f"{key}.{k}": s for k, s in _flat_shapes(sd).items()})
-    model_keys = {k for k in current if ".model." in f".{k}"}
-    missing = sorted(k for k in model_keys if k not in saved_shapes)
-    wrong = sorted(
-        f"{k}: checkpoint {saved_shapes[k]} vs model {current[k]}"
-        for k in model_keys
-        if k in saved_shapes and saved_shapes[k] != current[k]
-    )
-    unexpected = sorted(
-        k for k in saved_shapes if ".model." in f".{k}" and k not in current
-    )
-    if missing or wrong or unexpected:
-        lines = [f"checkpoint {path} does not match the model:"]
-        lines += [f"  shape mismatch {w}" for w in wrong[:20]]
-        lines += [f"  missing in checkpoint: {k}" for k in missing[:20]]
-        lines += [f"  not in model: {k}" for k in unexpected[:20]]
+
+def _check_files(path: Path, metadata: Metadata) -> None:
+    """Every shard file exists and is long enough for what the metadata says it holds."""
+    needed: dict[str, int] = {}
+    for info in metadata.storage_data.values():
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
+    problems = []
+    for name, size in sorted(needed.items()):
+        file = path / name
+        have = file.stat().st_size if file.is_file() else None
+        if have is None:
+            problems.append(f"{name} is missing")
+        elif have < size:
+            problems.append(f"{name} is {have} bytes, the metadata needs {size} (truncated?)")
+    if problems:
+        raise CheckpointError(f"checkpoint {path} is corrupt: {'; '.join(problems)}")
+
+
+def _listing(title: str, items: list[str]) -> list[str]:
+    more = [f"  ... and {len(items) - _MAX_LISTED} more"] if len(items) > _MAX_LISTED else []
+    return [f"  {title}: {item}" for item in items[:_MAX_LISTED]] + more
+
+
+def check_compatible(path: Path, metadata: Metadata, state: dict[str, Any]) -> None:
+    """Compare the saved keys and tensor shapes with ``state`` (Statefuls already resolved).
+
+    Checkpoint keys under top-level sections that ``state`` does not ask for are ignored, so a
+    partial load (e.g. model only) is allowed; ``rng`` is per rank and checked by the caller.
+    """
+    saved = metadata.state_dict_metadata
+    flat, _ = flatten_state_dict(state)
+    sections = set(state) - {"rng"}
+    current = {k: v for k, v in flat.items() if k.split(".", 1)[0] in sections}
+    missing = sorted(k for k in current if k not in saved)
+    unexpected = sorted(k for k in saved if k.split(".", 1)[0] in sections and k not in current)
+    mismatched = []
+    for key in sorted(set(current) & set(saved)):
+        meta, value = saved[key], current[key]
+        saved_shape = list(meta.size) if isinstance(meta, TensorStorageMetadata) else "a non-tensor"
+        shape = list(value.shape) if isinstance(value, torch.Tensor) else "a non-tensor"
+        if saved_shape != shape:
+            mismatched.append(f"{key}: checkpoint {saved_shape}, current {shape}")
+    if missing or unexpected or mismatched:
+        lines = [f"checkpoint {path} does not match the current model/optimizer state (different config?):"]
+        lines += _listing("shape mismatch", mismatched)
+        lines += _listing("missing from checkpoint", missing)
+        lines += _listing("unexpected in checkpoint", unexpected)
         raise CheckpointError("\n".join(lines))
 
 
+def _prune_to_saved(value: Any, prefix: str, saved: set[str]) -> Any:
+    """``value`` without the leaves whose flattened key the checkpoint lacks (None: nothing left)."""
+    if not isinstance(value, dict):
+        return value if prefix in saved else None
+    kept = {k: _prune_to_saved(v, f"{prefix}.{k}", saved) for k, v in value.items()}
+    kept = {k: v for k, v in kept.items() if v is not None}
+    return kept or None
+
+
+# -- the checkpointer -----------------------------------------------------------------------------
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+@contextlib.contextmanager
+def _single_process_ok():
+    """Silence DCP's warning that a single-process save/load is one: here it is meant."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+@dataclass
+class _PendingSave:
+    step: int
+    tmp: Path
+    final: Path
+    tokens: int
+    permanent: bool
+    metrics: dict[str, Any] | None
+    future: Future | None = None
+
+
 class Checkpointer:
+    """Saves and loads one run's checkpoints; every method is collective across ranks.
+
+    With ``cfg.async_save`` a save returns once the state is staged in CPU memory; it is
+    committed (markers, rename, cleanup) at the next :meth:`save`, :meth:`wait` or
+    :meth:`close`, so the returned path exists only after one of those.
+    """
+
     def __init__(self, run_dir: str | Path, cfg: CheckpointConfig, rank: int = 0, world_size: int = 1):
         self.run_dir, self.cfg = Path(run_dir), cfg
         self.rank, self.world_size = rank, world_size
         self.root = self.run_dir / "checkpoints"
+        self._pending: _PendingSave | None = None
+        self._cpu_group: Any = None
+
+    # -- saving ---------------------------------------------------------------------------
 
     def save(
         self,
@@ -246,65 +449,199 @@ class Checkpointer:
         permanent: bool,
         metrics: dict[str, Any] | None = None,
     ) -> Path:
+        """Write ``app_state`` as ``step-N`` and return that path; all ranks call it together."""
+        group_size = dist.get_world_size() if _distributed() else 1
+        if group_size != self.world_size:
+            raise RuntimeError(
+                f"Checkpointer(world_size={self.world_size}) but the process group has {group_size} ranks"
+            )
+        self.wait()
         final = step_dir(self.run_dir, step)
-        tmp = final.with_name(final.name + ".tmp")
-        if self.rank == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-        self._barrier()
-        dcp.save(app_state, checkpoint_id=str(tmp))
-        (tmp / f".done-rank{self.rank}-of-{self.world_size}").touch()
-        if self.rank == 0:
-            info = {"step": step, "tokens": tokens, "world_size": self.world_size,
-                    "permanent": permanent, "time": time.time()}
-            (tmp / "info.json").write_text(json.dumps(info))
-        self._barrier()
-        if self.rank == 0:
-            self._commit(tmp, final)
-            if metrics is not None and permanent:
-                (self.run_dir / f"metrics_step{step}.json").write_text(json.dumps(metrics, indent=2))
-            self._drop_old_temporaries(keep=final)
-        self._barrier()
+        token = self._from_rank0(uuid.uuid4().hex[:8])
+        pending = _PendingSave(step, final.with_name(f"{final.name}.tmp-{token}"), final, tokens, permanent, metrics)
+        pending.tmp.mkdir(parents=True, exist_ok=True)
+        writer = dcp.FileSystemWriter(str(pending.tmp))
+        if self.cfg.async_save:
+            pending.future = self._async_save(app_state, writer)
+            self._pending = pending
+        else:
+            with _single_process_ok():
+                dcp.save(app_state, storage_writer=writer, no_dist=not _distributed())
+            self._commit(pending)
         return final
 
-    def _commit(self, tmp: Path, final: Path) -> None:
-        if final.exists():  # re-saving a step after a resume: swap, never delete first
-            old = final.with_name(final.name + ".old")
-            shutil.rmtree(old, ignore_errors=True)
-            final.rename(old)
-            tmp.rename(final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(final)
+    def _async_save(self, app_state: dict[str, Any], writer: dcp.FileSystemWriter) -> Future:
+        if _distributed():
+            default = dist.distributed_c10d._get_default_group()
+            if torch.device("cpu") not in default._device_types and self._cpu_group is None:
+                self._cpu_group = dist.new_group(backend="gloo")  # async save needs a CPU backend
+        with _single_process_ok():
+            result = dcp.async_save(
+                app_state,
+                storage_writer=writer,
+                process_group=self._cpu_group,
+                no_dist=not _distributed(),
+            )
+        return getattr(result, "upload_completion", result)
 
-    def _drop_old_temporaries(self, keep: Path) -> None:
+    def wait(self) -> None:
+        """Finish and commit an in-flight async save (no-op when none)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        try:
+            pending.future.result()
+        except Exception as e:
+            raise CheckpointError(f"async save of step {pending.step} into {pending.tmp} failed: {e}") from e
+        self._commit(pending)
+
+    def close(self) -> None:
+        self.wait()
+
+    def _commit(self, p: _PendingSave) -> None:
+        (p.tmp / marker_name(self.rank, self.world_size)).touch()
+        if self.rank == 0:
+            replaced = _read_info(p.final) if p.final.is_dir() else {}
+            info = {
+                "step": p.step,
+                "tokens": p.tokens,
+                "world_size": self.world_size,
+                "time": time.time(),
+                # Re-saving a step that was permanent keeps it permanent.
+                "permanent": p.permanent or bool(replaced.get("permanent", False)),
+            }
+            (p.tmp / "info.json").write_text(json.dumps(info))
+        self._barrier()
+        error = None
+        if self.rank == 0:
+            try:
+                self._swap_into_place(p)
+                if p.metrics is not None and p.permanent:
+                    self._write_metrics(p)
+            except (OSError, CheckpointError) as e:
+                error = f"could not commit checkpoint {p.tmp} as {p.final.name}: {e}"
+        error = self._from_rank0(error)  # doubles as the barrier after the rename
+        if error:
+            raise CheckpointError(error)
+        if self.rank == 0:
+            self._drop_superseded(p.final)
+
+    def _swap_into_place(self, p: _PendingSave) -> None:
+        missing = missing_parts(p.tmp)
+        if missing:
+            raise CheckpointError(f"still missing {', '.join(missing)} after every rank finished")
+        _recover_interrupted_swaps(self.root)
+        if not p.final.exists():
+            p.tmp.rename(p.final)
+            return
+        # rename() cannot replace a non-empty dir: move the old one aside, never delete it first.
+        old = p.final.with_name(f"{p.final.name}.old-{p.tmp.name.rsplit('-', 1)[1]}")
+        p.final.rename(old)
+        p.tmp.rename(p.final)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def _write_metrics(self, p: _PendingSave) -> None:
+        out = self.run_dir / f"metrics_step{p.step}.json"
+        tmp = out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({"step": p.step, "tokens": p.tokens, **p.metrics}, indent=2))
+        tmp.replace(out)
+
+    def _drop_superseded(self, keep: Path) -> None:
+        """Delete every other temporary checkpoint and leftover scratch dir (rank 0, after commit)."""
         for info in list_checkpoints(self.run_dir):
-            if info.path != keep and info.complete and not info.permanent:
+            if info.path != keep and not info.permanent:
                 shutil.rmtree(info.path, ignore_errors=True)
+        _recover_interrupted_swaps(self.root)
+        for path in self.root.glob("step-*.*-*"):
+            if _SCRATCH_DIR.match(path.name):
+                shutil.rmtree(path, ignore_errors=True)
+
+    # -- loading --------------------------------------------------------------------------
+
+    def latest(self) -> CheckpointInfo | None:
+        """The newest complete checkpoint, as rank 0 sees it (collective with a process group)."""
+        found = None
+        if self.rank == 0:
+            _recover_interrupted_swaps(self.root)
+            found = latest_checkpoint(self.run_dir)
+        return self._from_rank0(found)
 
     def load(self, path: str | Path, app_state: dict[str, Any]) -> None:
+        """Load ``path`` into ``app_state`` in place, after checking it fits (see module doc).
+
+        ``app_state["rng"]`` is replaced by what the checkpoint holds for this rank (an empty
+        dict when it was saved by a smaller world); pass it to :func:`restore_rng`.
+        """
         path = Path(path)
         if not path.exists():
             raise CheckpointError(f"checkpoint {path} does not exist")
         missing = missing_parts(path)
         if missing:
             raise CheckpointError(
-                f"checkpoint {path} is incomplete (missing {', '.join(missing)}); pick an earlier one"
+                f"checkpoint {path} is incomplete (missing {', '.join(missing)}); "
+                "it was interrupted while saving: resume from an earlier one"
             )
-        check_compatible(path, app_state)
+        metadata = read_metadata(path)
+        _check_files(path, metadata)
+        resolved = {k: v.state_dict() if isinstance(v, Stateful) else v for k, v in app_state.items()}
+        check_compatible(path, metadata, resolved)
+        if "rng" in resolved:
+            resolved["rng"] = self._rng_to_load(path, resolved["rng"], set(metadata.state_dict_metadata))
         try:
-            dcp.load(app_state, checkpoint_id=str(path), planner=_SafeLoadPlanner())
-        except CheckpointError:
-            raise
+            with _single_process_ok():
+                dcp.load(
+                    resolved,
+                    storage_reader=_SafeReader(str(path)),
+                    planner=_SafeLoadPlanner(),
+                    no_dist=not _distributed(),
+                )
         except Exception as e:
-            raise CheckpointError(f"checkpoint {path} could not be read ({type(e).__name__}: {e})") from None
+            raise CheckpointError(f"checkpoint {path} could not be read: {type(e).__name__}: {e}") from None
+        for key, value in app_state.items():
+            if isinstance(value, Stateful):
+                value.load_state_dict(resolved[key])
+        if "rng" in app_state:
+            app_state["rng"] = resolved["rng"]
 
-    def latest(self) -> CheckpointInfo | None:
-        return latest_complete(self.run_dir)
+    def _rng_to_load(self, path: Path, rng: dict[str, Any], saved: set[str]) -> dict[str, Any]:
+        kept = _prune_to_saved(rng, "rng", saved) or {}
+        dropped = sorted(set(rng) - set(kept))
+        if dropped:
+            log.warning(
+                "checkpoint %s has no RNG state for %s (saved by a smaller world); "
+                "that rank keeps its current RNG state",
+                path,
+                ", ".join(dropped),
+            )
+        return kept
 
-    def close(self) -> None:
-        """Kept for symmetry with async saving: nothing is in flight after a synchronous save."""
+    # -- collectives ----------------------------------------------------------------------
+
+    def _from_rank0(self, value: Any) -> Any:
+        if self.world_size > 1 and _distributed():
+            box = [value]
+            dist.broadcast_object_list(box, src=0)
+            return box[0]
+        return value
 
     def _barrier(self) -> None:
-        if dist.is_initialized() and self.world_size > 1:
+        if self.world_size > 1 and _distributed():
             dist.barrier()
+
+
+__all__ = [
+    "CheckpointError",
+    "CheckpointInfo",
+    "CheckpointPolicy",
+    "Checkpointer",
+    "ModelOptimState",
+    "check_compatible",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "missing_parts",
+    "read_metadata",
+    "restore_rng",
+    "rng_state",
+    "step_dir",
+]
+

@@ -91,12 +91,14 @@ class HFTokenizer(Tokenizer):
 
     kind = "hf"
 
-    def __init__(self, tok, eos_token: str, bos_token: str | None, source: str = ""):
+    def __init__(self, tok, eos_token: str, bos_token: str | None):
         self.tok = tok
-        self.eos_token, self.bos_token, self.source = eos_token, bos_token, source
+        self.eos_token, self.bos_token = eos_token, bos_token
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
         self.eos_id = tok.token_to_id(eos_token)
         self.bos_id = tok.token_to_id(bos_token) if bos_token else None
+        payload = json.dumps({"tokenizer": tok.to_str(), "eos": eos_token, "bos": bos_token})
+        self._hash = hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
     @classmethod
     def from_file(cls, path: Path) -> HFTokenizer:
@@ -121,7 +123,7 @@ class HFTokenizer(Tokenizer):
                 f"eos_token in {HF_CONFIG}); add one of them as a special token"
             )
         bos = _token_name(config.get("bos_token")) or _first_present(tok, BOS_NAMES)
-        return cls(tok, eos, bos if bos and tok.token_to_id(bos) is not None else None, str(path))
+        return cls(tok, eos, bos if bos and tok.token_to_id(bos) is not None else None)
 
     def encode_arrays(self, texts: list[str]) -> list[np.ndarray]:
         encodings = self.tok.encode_batch(texts, add_special_tokens=False)
@@ -129,10 +131,7 @@ class HFTokenizer(Tokenizer):
 
     @property
     def content_hash(self) -> str:
-        payload = json.dumps(
-            {"tokenizer": self.tok.to_str(), "eos": self.eos_token, "bos": self.bos_token}
-        )
-        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+        return self._hash
 
     def save(self, directory: str | Path) -> Path:
         directory = Path(directory)
@@ -178,7 +177,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> HFTokenizer:
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
-    return HFTokenizer(tok, BPE_SPECIALS[0], BPE_SPECIALS[1], source="trained")
+    return HFTokenizer(tok, BPE_SPECIALS[0], BPE_SPECIALS[1])
 
 
 def load_tokenizer(spec: str | Path) -> Tokenizer:

@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 
 BLOCK_TOKENS = 1 << 20
 """Tokens per block of a training dataset (rounded to whole steps): big enough to amortize a task."""
+READ_TASK_CPUS = 0.5
+"""A window-reading task is light; a small CPU share keeps it schedulable beside Train workers
+that hold most CPUs (with a whole CPU each, reads can starve and training hangs)."""
 GROUP_BYTES = 64 << 20
 """Input bytes per tokenization task at most (more tasks than TASKS_PER_CPU x CPUs only then)."""
 TASKS_PER_CPU = 4
@@ -124,6 +127,7 @@ def ray_train_dataset(
         _read_windows,
         batch_size=None,
         batch_format="numpy",
+        num_cpus=READ_TASK_CPUS,
         fn_kwargs=dict(
             spec=token_data_spec,
             seq_len=seq_len,

@@ -45,6 +45,7 @@ def _rank_dataset(cfg: RayTrainConfig, dp_rank: int, dp_size: int):
 def build_torch_trainer(
     cfg: RayTrainConfig, tags: dict[str, Any] | None = None, callbacks: list | None = None
 ):
+    import ray.data
     import ray.train
     from ray.train.torch import TorchTrainer
 
@@ -75,7 +76,11 @@ def build_torch_trainer(
             callbacks=callbacks or [],
         ),
         datasets=datasets,
-        dataset_config=ray.train.DataConfig(datasets_to_split=[]),
+        # Each rank reads its own dataset, in order (Ray Data reorders blocks unless told not to).
+        dataset_config=ray.train.DataConfig(
+            datasets_to_split=[],
+            execution_options=ray.data.ExecutionOptions(preserve_order=True),
+        ),
     )
 
 
