@@ -356,7 +356,13 @@ def _check_files(path: Path, metadata: Metadata) -> None:
         raise CheckpointError(f"checkpoint {path} is corrupt: {'; '.join(problems)}")
 
 
+def _reading_order(key: str) -> tuple[int, str]:
+    """Non-layer and first-layer keys first, so a capped list shows one of each kind."""
+    return max((int(part) for part in key.split(".") if part.isdigit()), default=0), key
+
+
 def _listing(title: str, items: list[str]) -> list[str]:
+    items = sorted(items, key=_reading_order)
     more = [f"  ... and {len(items) - _MAX_LISTED} more"] if len(items) > _MAX_LISTED else []
     return [f"  {title}: {item}" for item in items[:_MAX_LISTED]] + more
 

@@ -298,7 +298,7 @@ def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
             "turn on activation checkpointing, or drop this size"
         )
     target = target_batch_tokens(n, ladder.batch)
-    target_tokens = max(target, seq)
+    target_tokens = max(seq, round(target / seq) * seq)  # whole sequences
     batch, devices, dp = batch_and_devices(
         target_tokens, micro_seqs * seq, min_devices, ladder.max_devices
     )
@@ -359,8 +359,9 @@ def _schedule_and_checkpoints(
 
 
 def plan_ladder(ladder: LadderConfig, sizes: list[str] | None = None, lr_fn=None) -> list[SizePlan]:
+    """Plans for the given sizes; batch-drift warnings are kept on each plan (``batch_warning``)."""
     with warnings.catch_warnings():
-        warnings.simplefilter("always")
+        warnings.simplefilter("ignore")
         return [plan_size(s, ladder, lr_fn) for s in sizes or ladder.sizes]
 
 

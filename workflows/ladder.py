@@ -1,7 +1,8 @@
 """``python workflows/ladder.py [--config FILE] [--dry-run] [--resume] [--sizes 1M,3M] [--benchmark SIZE] [overrides]``
 
 Runs a model ladder on Ray Tune, one trial per size, then fits scaling laws to the results.
-No ``--config``: the embedded CPU demo (three small models on the Python standard library).
+No ``--config``: the embedded CPU demo, workflows/configs/ladder-demo.yaml (three small models
+on the Python standard library).
 Submit to a cluster with ``ray job submit --working-dir . -- python workflows/ladder.py ...``.
 """
 
@@ -15,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from trainer_core.cli import exit_on_error, load_from_args, print_help, split_args  # noqa: E402
 from trainer_core.ray.ladder_run import LadderJobConfig  # noqa: E402
 
+DEMO_CONFIG = Path(__file__).resolve().parent / "configs" / "ladder-demo.yaml"
 FLAGS = {"--config": True, "--dry-run": False, "--resume": False, "--sizes": True, "--benchmark": True}
 
 
@@ -48,6 +50,7 @@ def main() -> int:
         print_help(__doc__.strip().splitlines()[0], LadderJobConfig)
         return 0
     own, overrides = split_args(argv, FLAGS)
+    own.setdefault("--config", str(DEMO_CONFIG))
     job = load_from_args(LadderJobConfig, own, overrides)
     sizes = own["--sizes"].split(",") if "--sizes" in own else None
 

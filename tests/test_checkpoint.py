@@ -1,0 +1,401 @@
+"""Checkpoints: exact resume (1 and 2 FSDP2 ranks), atomic commit, keep policy, clear errors."""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import random
+import socket
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+from trainer_core.checkpoint import (
+    Checkpointer,
+    CheckpointError,
+    CheckpointPolicy,
+    ModelOptimState,
+    latest_checkpoint,
+    list_checkpoints,
+    marker_name,
+    restore_rng,
+    rng_state,
+    step_dir,
+)
+from trainer_core.config import CheckpointConfig, KeepRule, ModelConfig
+from trainer_core.model import Transformer
+
+TINY = ModelConfig(d_model=64, n_layers=2, n_heads=4, mlp_hidden=128)
+K = 3  # steps before and after the checkpoint
+
+
+# -- a tiny training setup shared by the in-process and the spawned tests ----------------------
+
+
+def build(world: int, cfg: ModelConfig = TINY, init_seed: int = 0) -> ModelOptimState:
+    torch.manual_seed(init_seed)
+    model = Transformer(cfg)
+    if world > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (world,))
+        for block in model.blocks.values():
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 4))
+    return ModelOptimState(model, opt, sched)
+
+
+def train(state: ModelOptimState, steps: int) -> list[float]:
+    """CE on tokens drawn from the global torch RNG, scaled by Python/NumPy draws, so the loss
+    sequence only repeats if every RNG, the weights, the optimizer and the schedule do."""
+    losses = []
+    for _ in range(steps):
+        tokens = torch.randint(0, TINY.vocab_size, (2, 17))
+        logits = state.model(tokens[:, :-1])
+        scale = (1 + random.random() / 100) * (1 + float(np.random.rand()) / 100)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten()) * scale
+        loss.backward()
+        state.optimizer.step()
+        state.scheduler.step()
+        state.optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def seed_all(seed: int) -> None:
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+
+
+def app_state(mos: ModelOptimState, rank: int, step: int = 0, epoch: int = 0) -> dict:
+    return {
+        "train_module": mos,
+        "trainer": {"step": step, "tokens": step * 32},
+        "data": {"epoch": epoch, "offset": step * 2},
+        "rng": rng_state(rank),
+    }
+
+
+def local_tensors(mos: ModelOptimState) -> dict[str, torch.Tensor]:
+    """Model and optimizer tensors of this rank (its shard under FSDP2), flattened and cloned."""
+    from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+
+    flat, _ = flatten_state_dict({k: v for k, v in mos.state_dict().items() if k != "scheduler"})
+    return {
+        k: (v.to_local() if hasattr(v, "to_local") else v).detach().clone()
+        for k, v in flat.items()
+        if isinstance(v, torch.Tensor)
+    }
+
+
+def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def resume_matches(run_dir: Path, rank: int, world: int) -> None:
+    """Train K, save, train K more; then a fresh model loads and trains the same K steps."""
+    seed_all(100 + rank)
+    mos = build(world)
+    train(mos, K)
+    ckpt = Checkpointer(run_dir, CheckpointConfig(), rank=rank, world_size=world)
+    saved = local_tensors(mos)
+    path = ckpt.save(K, app_state(mos, rank, step=K, epoch=1), tokens=K * 32, permanent=False)
+    uninterrupted = train(mos, K)
+
+    seed_all(999)  # scramble every RNG and start from other weights
+    fresh = build(world, init_seed=7)
+    state = app_state(fresh, rank)
+    ckpt.load(path, state)
+    assert restore_rng(state["rng"], rank)
+    assert state["trainer"] == {"step": K, "tokens": K * 32}
+    assert state["data"] == {"epoch": 1, "offset": K * 2}
+    assert_same(local_tensors(fresh), saved)
+    assert fresh.scheduler.last_epoch == K
+    assert train(fresh, K) == uninterrupted  # bit for bit
+
+
+# -- spawning gloo ranks --------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, world: int, port: int, fn_name: str, args: tuple) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        globals()[fn_name](*args, rank, world)
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn(fn_name: str, world: int, *args) -> None:
+    mp.spawn(_rank_main, args=(world, free_port(), fn_name, args), nprocs=world, join=True)
+
+
+# -- exact resume ---------------------------------------------------------------------------------
+
+
+def test_resume_is_exact_single_rank(tmp_path):
+    resume_matches(tmp_path, 0, 1)
+    [info] = list_checkpoints(tmp_path)
+    assert (info.step, info.tokens, info.complete, info.permanent) == (K, K * 32, True, False)
+    assert {p.name for p in info.path.iterdir()} >= {".metadata", marker_name(0, 1), "info.json"}
+
+
+@pytest.mark.timeout(180)
+def test_resume_is_exact_with_two_fsdp2_ranks(tmp_path):
+    spawn("resume_matches", 2, tmp_path)
+    [info] = list_checkpoints(tmp_path)
+    assert info.complete
+    assert {".done-rank0-of-2", ".done-rank1-of-2"} <= {p.name for p in info.path.iterdir()}
+    assert json.loads((info.path / "info.json").read_text())["world_size"] == 2
+
+
+def test_each_rank_gets_its_own_rng_state(tmp_path):
+    """Two ranks' RNG entries in one checkpoint (DCP would keep one copy of a shared key)."""
+    ckpt = Checkpointer(tmp_path, CheckpointConfig())
+    seed_all(1)
+    rank0 = rng_state(0)
+    seed_all(2)
+    rank1 = rng_state(1)
+    path = ckpt.save(1, {"rng": {**rank0, **rank1}}, tokens=0, permanent=False)
+    for rank, seed in ((0, 1), (1, 2)):
+        seed_all(seed)
+        expected = (random.random(), float(np.random.rand()), torch.rand(1).item())
+        seed_all(50)
+        state = {"rng": rng_state(rank)}
+        ckpt.load(path, state)
+        restore_rng(state["rng"], rank)
+        assert (random.random(), float(np.random.rand()), torch.rand(1).item()) == expected
+
+
+def resume_on_two_ranks(run_dir: Path, expected_file: Path, rank: int, world: int) -> None:
+    expected = torch.load(expected_file, weights_only=True)
+    mos = build(world, init_seed=7)
+    state = app_state(mos, rank)
+    Checkpointer(run_dir, CheckpointConfig(), rank, world).load(step_dir(run_dir, K), state)
+    full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in mos.model.state_dict().items()}
+    assert_same(full, expected["model"])
+    assert mos.scheduler.last_epoch == K
+    assert state["trainer"] == {"step": K, "tokens": K * 32}
+    # Rank 0 gets the saved RNG state; rank 1 did not exist and keeps its own.
+    assert restore_rng(state["rng"], rank) == (rank == 0)
+    assert all(np.isfinite(train(mos, 1)))
+
+
+@pytest.mark.timeout(180)
+def test_one_rank_checkpoint_resumes_on_two_fsdp2_ranks(tmp_path):
+    """DCP reshards the FSDP2 DTensor state; the new rank's RNG entry is simply absent."""
+    seed_all(0)
+    mos = build(1)
+    train(mos, K)
+    Checkpointer(tmp_path, CheckpointConfig()).save(K, app_state(mos, 0, K), tokens=K * 32, permanent=True)
+    expected = tmp_path / "expected.pt"
+    torch.save({"model": mos.model.state_dict()}, expected)
+    spawn("resume_on_two_ranks", 2, tmp_path, expected)
+
+
+# -- commit, discovery, keep policy ---------------------------------------------------------------
+
+
+def tiny_state(step: int = 0) -> dict:
+    torch.manual_seed(step)
+    return {"weights": {"w": torch.randn(4, 3)}, "trainer": {"step": step, "tokens": 10 * step}}
+
+
+def test_latest_skips_incomplete_and_tmp_dirs_with_a_warning(tmp_path):
+    ckpt = Checkpointer(tmp_path, CheckpointConfig())
+    for step in (1, 2):
+        ckpt.save(step, tiny_state(step), tokens=10 * step, permanent=True)
+    (step_dir(tmp_path, 2) / marker_name(0, 1)).unlink()
+    tmp = step_dir(tmp_path, 3).with_name("step-00000003.tmp-deadbeef")
+    tmp.mkdir()
+    with pytest.warns(UserWarning) as caught:
+        found = ckpt.latest()
+    messages = " ".join(str(w.message) for w in caught)
+    assert found.step == 1
+    assert str(step_dir(tmp_path, 2)) in messages and marker_name(0, 1) in messages
+    assert str(tmp) in messages
+    assert [c.step for c in list_checkpoints(tmp_path)] == [1, 2]
+    assert [c.complete for c in list_checkpoints(tmp_path)] == [True, False]
+
+
+def test_temporary_checkpoints_are_replaced_and_permanent_ones_kept(tmp_path):
+    ckpt = Checkpointer(tmp_path, CheckpointConfig())
+    for step, permanent in ((1, False), (2, True), (3, False), (4, False), (5, True), (6, False)):
+        ckpt.save(step, tiny_state(step), tokens=10 * step, permanent=permanent, metrics={"eval/loss": step / 10})
+    infos = list_checkpoints(tmp_path)
+    assert [(c.step, c.permanent) for c in infos] == [(2, True), (5, True), (6, False)]
+    assert [c.tokens for c in infos] == [20, 50, 60]
+    assert infos[0].metrics_path == tmp_path / "metrics_step2.json"
+    assert infos[2].metrics_path is None  # metrics files only at permanent steps
+    assert json.loads(infos[0].metrics_path.read_text()) == {"step": 2, "tokens": 20, "eval/loss": 0.2}
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "step-00000002",
+        "step-00000005",
+        "step-00000006",
+    ]
+    info = json.loads((infos[1].path / "info.json").read_text())
+    assert {k: info[k] for k in ("step", "tokens", "world_size", "permanent")} == {
+        "step": 5,
+        "tokens": 50,
+        "world_size": 1,
+        "permanent": True,
+    }
+
+
+def test_resaving_a_step_replaces_it_and_keeps_it_permanent(tmp_path):
+    ckpt = Checkpointer(tmp_path, CheckpointConfig())
+    ckpt.save(4, tiny_state(1), tokens=1, permanent=True)
+    ckpt.save(4, tiny_state(2), tokens=2, permanent=False)
+    [info] = list_checkpoints(tmp_path)
+    assert (info.tokens, info.permanent, info.complete) == (2, True, True)
+    state = tiny_state(0)
+    ckpt.load(info.path, state)
+    assert torch.equal(state["weights"]["w"], tiny_state(2)["weights"]["w"])
+
+
+def test_a_swap_interrupted_between_renames_is_recovered(tmp_path):
+    ckpt = Checkpointer(tmp_path, CheckpointConfig())
+    path = ckpt.save(7, tiny_state(7), tokens=70, permanent=True)
+    path.rename(path.with_name("step-00000007.old-12345678"))
+    assert ckpt.latest().path == path
+    assert [c.step for c in list_checkpoints(tmp_path)] == [7]
+
+
+def test_levanter_keep_rules():
+    rules = [KeepRule(1000, 10000), KeepRule(5000, 40000), KeepRule(10000)]
+    policy = CheckpointPolicy(
+        CheckpointConfig(keep=rules, keep_steps=[1234], save_interval_minutes=None)
+    )
+    permanent = [1000, 2000, 10000, 15000, 20000, 40000, 50000, 60000, 1234]
+    not_permanent = [0, 1, 999, 1500, 11000, 12000, 41000, 45000, 55000]
+    assert all(policy.is_permanent(s) for s in permanent)
+    assert not any(policy.is_permanent(s) for s in not_permanent)
+    assert [policy.decide(s, 0.0) for s in (1000, 11000, 15000)] == ["permanent", "none", "permanent"]
+
+
+def test_temporary_saves_by_steps_and_minutes():
+    by_steps = CheckpointPolicy(CheckpointConfig(save_interval_steps=5, save_interval_minutes=None, keep_steps=[10]))
+    assert [by_steps.decide(s, 0.0) for s in range(4, 12)] == [
+        "none", "temporary", "none", "none", "none", "none", "permanent", "none",
+    ]  # fmt: skip
+    assert by_steps.decide(12, 0.0, final=True) == "permanent"
+
+    by_time = CheckpointPolicy(CheckpointConfig(save_interval_minutes=1.0))
+    times = [0.0, 30.0, 59.0, 61.0, 100.0, 121.0, 122.0]
+    assert [by_time.decide(s + 1, t) for s, t in enumerate(times)] == [
+        "none", "none", "none", "temporary", "none", "temporary", "none",
+    ]  # fmt: skip
+    assert CheckpointPolicy(CheckpointConfig(enabled=False)).decide(1, 1e9, final=True) == "none"
+    assert by_time.decide_all_ranks(8, 500.0) == "temporary"  # no process group: this rank's
+
+
+def test_async_save_commits_only_when_finished(tmp_path):
+    ckpt = Checkpointer(tmp_path, CheckpointConfig(async_save=True))
+    state = tiny_state(1)
+    before = state["weights"]["w"].clone()
+    path = ckpt.save(1, state, tokens=10, permanent=False)
+    state["weights"]["w"].add_(1.0)  # training goes on while the save runs
+    ckpt.close()
+    assert latest_checkpoint(tmp_path).path == path
+    loaded = tiny_state(0)
+    ckpt.load(path, loaded)
+    assert torch.equal(loaded["weights"]["w"], before)
+    ckpt.save(2, tiny_state(2), tokens=20, permanent=False)
+    assert not step_dir(tmp_path, 2).exists()  # still in flight / uncommitted
+    ckpt.save(3, tiny_state(3), tokens=30, permanent=False)  # commits 2 first, then drops 1
+    ckpt.close()
+    assert [c.step for c in list_checkpoints(tmp_path)] == [3]
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+def saved_tiny_model(tmp_path: Path) -> tuple[Checkpointer, Path]:
+    ckpt = Checkpointer(tmp_path, CheckpointConfig())
+    seed_all(0)
+    mos = build(1)
+    train(mos, 1)
+    return ckpt, ckpt.save(1, app_state(mos, 0, 1), tokens=32, permanent=True)
+
+
+def test_load_errors_name_the_problem(tmp_path):
+    ckpt, path = saved_tiny_model(tmp_path)
+    with pytest.raises(CheckpointError, match="checkpoint .*step-00000009 does not exist"):
+        ckpt.load(step_dir(tmp_path, 9), app_state(build(1), 0))
+
+    (path / marker_name(0, 1)).unlink()
+    with pytest.raises(CheckpointError, match=r"incomplete \(missing \.done-rank0-of-1\)"):
+        ckpt.load(path, app_state(build(1), 0))
+    (path / marker_name(0, 1)).touch()
+
+    shard = path / "__0_0.distcp"
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError) as err:
+        ckpt.load(path, app_state(build(1), 0))
+    assert f"checkpoint {path} is corrupt: __0_0.distcp is {len(data) // 2} bytes" in str(err.value)
+
+
+def test_load_lists_mismatched_keys_and_shapes(tmp_path):
+    ckpt, path = saved_tiny_model(tmp_path)
+    narrow = ModelConfig(d_model=32, n_layers=2, n_heads=4, mlp_hidden=128)
+    with pytest.raises(CheckpointError) as err:
+        ckpt.load(path, app_state(build(1, narrow), 0))
+    text = str(err.value)
+    assert "does not match the current model/optimizer state" in text
+    assert "train_module.model.embed.weight: checkpoint [320, 64], current [320, 32]" in text
+    assert "train_module.model.blocks.0.attn.wq.weight: checkpoint [64, 64], current [32, 32]" in text
+    assert "train_module.optim.state.blocks.0.attn.wk.weight.exp_avg: checkpoint [64, 64], current [32, 32]" in text
+    assert text.endswith("... and 55 more")  # 25 model tensors + 50 moments, 20 listed
+
+    deeper = ModelConfig(d_model=64, n_layers=3, n_heads=4, mlp_hidden=128)
+    with pytest.raises(CheckpointError) as err:
+        ckpt.load(path, app_state(build(1, deeper), 0))
+    assert "missing from checkpoint: train_module.model.blocks.2.attn.wq.weight" in str(err.value)
+    assert "shape mismatch" not in str(err.value)
+
+    shallow = ModelConfig(d_model=64, n_layers=1, n_heads=4, mlp_hidden=128)
+    with pytest.raises(CheckpointError) as err:
+        ckpt.load(path, app_state(build(1, shallow), 0))
+    assert "unexpected in checkpoint: train_module.model.blocks.1.mlp.w_gate.weight" in str(err.value)
+
+
+def test_loading_never_unpickles_arbitrary_objects(tmp_path):
+    ckpt = Checkpointer(tmp_path, CheckpointConfig())
+    path = ckpt.save(1, {"trainer": {"step": 1, "ratio": Fraction(1, 3)}}, tokens=0, permanent=True)
+    with pytest.raises(CheckpointError, match="could not be read.*Fraction"):
+        ckpt.load(path, {"trainer": {"step": 0, "ratio": 0}})
+
+    path = ckpt.save(2, tiny_state(2), tokens=0, permanent=True)
+    (path / ".metadata").write_bytes(pickle.dumps(Fraction(1, 3)))
+    with pytest.raises(CheckpointError, match="unreadable .metadata.*refusing to unpickle fractions.Fraction"):
+        ckpt.load(path, tiny_state(0))
+
+
+def test_non_tensor_values_round_trip(tmp_path, caplog):
+    ckpt = Checkpointer(tmp_path, CheckpointConfig())
+    values = {"step": 3, "tokens": 2**40, "name": "x", "ratio": 0.25, "none": None, "pair": (1, 2)}
+    path = ckpt.save(3, {"trainer": dict(values), "rng": rng_state(0)}, tokens=0, permanent=True)
+    state = {"trainer": dict.fromkeys(values, 0), "rng": rng_state(1)}
+    with caplog.at_level(logging.WARNING, logger="trainer_core.checkpoint"):
+        ckpt.load(path, state)
+    assert state["trainer"] == values
+    assert state["rng"] == {} and "no RNG state for rank1" in caplog.text
