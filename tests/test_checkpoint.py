@@ -32,6 +32,9 @@ from trainer_core.checkpoint import (
 from trainer_core.config import CheckpointConfig, KeepRule, ModelConfig
 from trainer_core.model import Transformer
 
+# The module filters this DCP notice globally; pytest resets filters per test.
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+
 TINY = ModelConfig(d_model=64, n_layers=2, n_heads=4, mlp_hidden=128)
 K = 3  # steps before and after the checkpoint
 
@@ -137,7 +140,9 @@ def free_port() -> int:
 
 
 def _rank_main(rank: int, world: int, port: int, fn_name: str, args: tuple) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
     try:
         globals()[fn_name](*args, rank, world)
     finally:
@@ -190,7 +195,10 @@ def resume_on_two_ranks(run_dir: Path, expected_file: Path, rank: int, world: in
     mos = build(world, init_seed=7)
     state = app_state(mos, rank)
     Checkpointer(run_dir, CheckpointConfig(), rank, world).load(step_dir(run_dir, K), state)
-    full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in mos.model.state_dict().items()}
+    full = {
+        k: v.full_tensor() if hasattr(v, "full_tensor") else v
+        for k, v in mos.model.state_dict().items()
+    }
     assert_same(full, expected["model"])
     assert mos.scheduler.last_epoch == K
     assert state["trainer"] == {"step": K, "tokens": K * 32}
@@ -205,7 +213,9 @@ def test_one_rank_checkpoint_resumes_on_two_fsdp2_ranks(tmp_path):
     seed_all(0)
     mos = build(1)
     train(mos, K)
-    Checkpointer(tmp_path, CheckpointConfig()).save(K, app_state(mos, 0, K), tokens=K * 32, permanent=True)
+    Checkpointer(tmp_path, CheckpointConfig()).save(
+        K, app_state(mos, 0, K), tokens=K * 32, permanent=True
+    )
     expected = tmp_path / "expected.pt"
     torch.save({"model": mos.model.state_dict()}, expected)
     spawn("resume_on_two_ranks", 2, tmp_path, expected)
@@ -239,13 +249,23 @@ def test_latest_skips_incomplete_and_tmp_dirs_with_a_warning(tmp_path):
 def test_temporary_checkpoints_are_replaced_and_permanent_ones_kept(tmp_path):
     ckpt = Checkpointer(tmp_path, CheckpointConfig())
     for step, permanent in ((1, False), (2, True), (3, False), (4, False), (5, True), (6, False)):
-        ckpt.save(step, tiny_state(step), tokens=10 * step, permanent=permanent, metrics={"eval/loss": step / 10})
+        ckpt.save(
+            step,
+            tiny_state(step),
+            tokens=10 * step,
+            permanent=permanent,
+            metrics={"eval/loss": step / 10},
+        )
     infos = list_checkpoints(tmp_path)
     assert [(c.step, c.permanent) for c in infos] == [(2, True), (5, True), (6, False)]
     assert [c.tokens for c in infos] == [20, 50, 60]
     assert infos[0].metrics_path == tmp_path / "metrics_step2.json"
     assert infos[2].metrics_path is None  # metrics files only at permanent steps
-    assert json.loads(infos[0].metrics_path.read_text()) == {"step": 2, "tokens": 20, "eval/loss": 0.2}
+    assert json.loads(infos[0].metrics_path.read_text()) == {
+        "step": 2,
+        "tokens": 20,
+        "eval/loss": 0.2,
+    }
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
         "step-00000002",
         "step-00000005",
@@ -288,11 +308,17 @@ def test_levanter_keep_rules():
     not_permanent = [0, 1, 999, 1500, 11000, 12000, 41000, 45000, 55000]
     assert all(policy.is_permanent(s) for s in permanent)
     assert not any(policy.is_permanent(s) for s in not_permanent)
-    assert [policy.decide(s, 0.0) for s in (1000, 11000, 15000)] == ["permanent", "none", "permanent"]
+    assert [policy.decide(s, 0.0) for s in (1000, 11000, 15000)] == [
+        "permanent",
+        "none",
+        "permanent",
+    ]
 
 
 def test_temporary_saves_by_steps_and_minutes():
-    by_steps = CheckpointPolicy(CheckpointConfig(save_interval_steps=5, save_interval_minutes=None, keep_steps=[10]))
+    by_steps = CheckpointPolicy(
+        CheckpointConfig(save_interval_steps=5, save_interval_minutes=None, keep_steps=[10])
+    )
     assert [by_steps.decide(s, 0.0) for s in range(4, 12)] == [
         "none", "temporary", "none", "none", "none", "none", "permanent", "none",
     ]  # fmt: skip
@@ -313,7 +339,9 @@ def test_async_save_commits_only_when_finished(tmp_path):
     before = state["weights"]["w"].clone()
     path = ckpt.save(1, state, tokens=10, permanent=False)
     state["weights"]["w"].add_(1.0)  # training goes on while the save runs
+    assert ckpt.last_committed is None
     ckpt.close()
+    assert ckpt.last_committed == path
     assert latest_checkpoint(tmp_path).path == path
     loaded = tiny_state(0)
     ckpt.load(path, loaded)
@@ -323,6 +351,35 @@ def test_async_save_commits_only_when_finished(tmp_path):
     ckpt.save(3, tiny_state(3), tokens=30, permanent=False)  # commits 2 first, then drops 1
     ckpt.close()
     assert [c.step for c in list_checkpoints(tmp_path)] == [3]
+
+
+def async_saves_on_ranks(run_dir: Path, rank: int, world: int) -> None:
+    """Two async saves on gloo, committed in order; the time-based decision is rank 0's."""
+    policy = CheckpointPolicy(CheckpointConfig(save_interval_minutes=1.0))
+    policy.decide_all_ranks(1, 0.0)
+    assert policy.decide_all_ranks(2, 100.0 if rank == 0 else 1.0) == "temporary"
+    ckpt = Checkpointer(run_dir, CheckpointConfig(async_save=True), rank, world)
+    for step in (1, 2):
+        seed_all(step)
+        shared = {"x": torch.randn(3)}  # identical on every rank, as non-rng values must be
+        seed_all(100 * step + rank)
+        ckpt.save(step, {"w": shared, "rng": rng_state(rank)}, tokens=step, permanent=False)
+    ckpt.close()
+    if rank == 0:  # rank 0 drops superseded checkpoints after the commit, while the others go on
+        assert [c.step for c in list_checkpoints(run_dir)] == [2]
+    state = {"w": {"x": torch.zeros(3)}, "rng": rng_state(rank)}
+    ckpt.load(step_dir(run_dir, 2), state)
+    restore_rng(state["rng"], rank)
+    draws = torch.rand(2)
+    seed_all(2)
+    assert torch.equal(state["w"]["x"], torch.randn(3))
+    seed_all(200 + rank)
+    assert torch.equal(draws, torch.rand(2))
+
+
+@pytest.mark.timeout(180)
+def test_async_save_with_two_ranks(tmp_path):
+    spawn("async_saves_on_ranks", 2, tmp_path)
 
 
 # -- errors ---------------------------------------------------------------------------------------
@@ -353,6 +410,10 @@ def test_load_errors_name_the_problem(tmp_path):
         ckpt.load(path, app_state(build(1), 0))
     assert f"checkpoint {path} is corrupt: __0_0.distcp is {len(data) // 2} bytes" in str(err.value)
 
+    shard.write_bytes(bytes(64) + data[64:])  # right size, garbage inside: the reader fails
+    with pytest.raises(CheckpointError, match=f"checkpoint {path} could not be read \\(rank 0: "):
+        ckpt.load(path, app_state(build(1), 0))
+
 
 def test_load_lists_mismatched_keys_and_shapes(tmp_path):
     ckpt, path = saved_tiny_model(tmp_path)
@@ -362,8 +423,13 @@ def test_load_lists_mismatched_keys_and_shapes(tmp_path):
     text = str(err.value)
     assert "does not match the current model/optimizer state" in text
     assert "train_module.model.embed.weight: checkpoint [320, 64], current [320, 32]" in text
-    assert "train_module.model.blocks.0.attn.wq.weight: checkpoint [64, 64], current [32, 32]" in text
-    assert "train_module.optim.state.blocks.0.attn.wk.weight.exp_avg: checkpoint [64, 64], current [32, 32]" in text
+    assert (
+        "train_module.model.blocks.0.attn.wq.weight: checkpoint [64, 64], current [32, 32]" in text
+    )
+    assert (
+        "train_module.optim.state.blocks.0.attn.wk.weight.exp_avg: checkpoint [64, 64], current [32, 32]"
+        in text
+    )
     assert text.endswith("... and 55 more")  # 25 model tensors + 50 moments, 20 listed
 
     deeper = ModelConfig(d_model=64, n_layers=3, n_heads=4, mlp_hidden=128)
@@ -375,7 +441,9 @@ def test_load_lists_mismatched_keys_and_shapes(tmp_path):
     shallow = ModelConfig(d_model=64, n_layers=1, n_heads=4, mlp_hidden=128)
     with pytest.raises(CheckpointError) as err:
         ckpt.load(path, app_state(build(1, shallow), 0))
-    assert "unexpected in checkpoint: train_module.model.blocks.1.mlp.w_gate.weight" in str(err.value)
+    assert "unexpected in checkpoint: train_module.model.blocks.1.mlp.w_gate.weight" in str(
+        err.value
+    )
 
 
 def test_loading_never_unpickles_arbitrary_objects(tmp_path):
@@ -386,7 +454,9 @@ def test_loading_never_unpickles_arbitrary_objects(tmp_path):
 
     path = ckpt.save(2, tiny_state(2), tokens=0, permanent=True)
     (path / ".metadata").write_bytes(pickle.dumps(Fraction(1, 3)))
-    with pytest.raises(CheckpointError, match="unreadable .metadata.*refusing to unpickle fractions.Fraction"):
+    with pytest.raises(
+        CheckpointError, match="unreadable .metadata.*refusing to unpickle fractions.Fraction"
+    ):
         ckpt.load(path, tiny_state(0))
 
 

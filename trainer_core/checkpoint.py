@@ -18,7 +18,6 @@ here by an allow-listed unpickler and ``weights_only=True``.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import logging
@@ -40,6 +39,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint._nested_dict import flatten_state_dict
 from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
@@ -47,10 +47,15 @@ from torch.distributed.checkpoint.stateful import Stateful
 from trainer_core.config import CheckpointConfig
 
 log = logging.getLogger(__name__)
+# DCP warns on every save/load without a process group (also from async save's thread); a
+# single-process run is intended here.
+warnings.filterwarnings(
+    "ignore", message="torch.distributed is disabled, unavailable or uninitialized"
+)
 
 Decision = Literal["none", "temporary", "permanent"]
-_STEP_DIR = re.compile(r"^step-(\d{8})$")
-_SCRATCH_DIR = re.compile(r"^step-(\d{8})\.(tmp|old)-\w+$")
+_STEP_DIR = re.compile(r"^step-(\d{8,})$")
+_SCRATCH_DIR = re.compile(r"^step-(\d{8,})\.(tmp|old)-\w+$")
 _MAX_LISTED = 20
 
 
@@ -94,7 +99,9 @@ def missing_parts(path: Path) -> list[str]:
         world = int(next(iter(markers)).rsplit("-", 1)[1])
     if world is None:
         return [*missing, "rank markers (.done-rank*-of-*)"]
-    return missing + [marker_name(r, world) for r in range(world) if marker_name(r, world) not in markers]
+    return missing + [
+        marker_name(r, world) for r in range(world) if marker_name(r, world) not in markers
+    ]
 
 
 def list_checkpoints(run_dir: str | Path) -> list[CheckpointInfo]:
@@ -134,7 +141,9 @@ def latest_checkpoint(run_dir: str | Path) -> CheckpointInfo | None:
             best = info
         else:
             missing = ", ".join(missing_parts(info.path))
-            warnings.warn(f"skipping incomplete checkpoint {info.path} (missing {missing})", stacklevel=2)
+            warnings.warn(
+                f"skipping incomplete checkpoint {info.path} (missing {missing})", stacklevel=2
+            )
     return best
 
 
@@ -201,9 +210,9 @@ def restore_rng(states: dict[str, Any], rank: int | None = None) -> bool:
     Absent means the checkpoint came from a smaller world: this rank keeps its current states.
     """
     if rank is None:
-        if len(states) != 1:
+        if len(states) > 1:
             raise ValueError(f"restore_rng needs a rank when states hold {sorted(states)}")
-        state = next(iter(states.values()))
+        state = next(iter(states.values()), None)
     else:
         state = states.get(f"rank{rank}")
     if not state:
@@ -314,7 +323,9 @@ class _SafeReader(dcp.FileSystemReader):
         with open(Path(self.path) / name, "rb") as f:
             metadata = _MetadataUnpickler(f).load()
         if not isinstance(metadata, Metadata):
-            raise pickle.UnpicklingError(f"{name} holds a {type(metadata).__name__}, not DCP Metadata")
+            raise pickle.UnpicklingError(
+                f"{name} holds a {type(metadata).__name__}, not DCP Metadata"
+            )
         metadata.storage_meta = metadata.storage_meta or StorageMeta()
         metadata.storage_meta.load_id = self.load_id
         return metadata
@@ -343,7 +354,9 @@ def _check_files(path: Path, metadata: Metadata) -> None:
     """Every shard file exists and is long enough for what the metadata says it holds."""
     needed: dict[str, int] = {}
     for info in metadata.storage_data.values():
-        needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
+        needed[info.relative_path] = max(
+            needed.get(info.relative_path, 0), info.offset + info.length
+        )
     problems = []
     for name, size in sorted(needed.items()):
         file = path / name
@@ -359,6 +372,24 @@ def _check_files(path: Path, metadata: Metadata) -> None:
 def _reading_order(key: str) -> tuple[int, str]:
     """Non-layer and first-layer keys first, so a capped list shows one of each kind."""
     return max((int(part) for part in key.split(".") if part.isdigit()), default=0), key
+
+
+def _root_cause(e: BaseException) -> str:
+    """One line per failing rank instead of DCP's tracebacks and torch.load's generic advice."""
+    if isinstance(e, CheckpointException):
+        return "; ".join(
+            f"rank {r}: {_root_cause(exc)}" for r, (exc, _) in sorted(e.failures.items())
+        )
+    text = str(e)
+    unsafe = re.search(r"GLOBAL (\S+) was not an allowed global", text)
+    if unsafe:
+        return (
+            f"refusing to unpickle {unsafe.group(1)}: non-tensor items load with weights_only=True"
+        )
+    detail = re.search(r"WeightsUnpickler error:(.*?)(Check the documentation|$)", text, re.S)
+    if detail:
+        return f"unreadable data ({' '.join(detail.group(1).split())}): the file is corrupt"
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def _listing(title: str, items: list[str]) -> list[str]:
@@ -387,7 +418,9 @@ def check_compatible(path: Path, metadata: Metadata, state: dict[str, Any]) -> N
         if saved_shape != shape:
             mismatched.append(f"{key}: checkpoint {saved_shape}, current {shape}")
     if missing or unexpected or mismatched:
-        lines = [f"checkpoint {path} does not match the current model/optimizer state (different config?):"]
+        lines = [
+            f"checkpoint {path} does not match the current model/optimizer state (different config?):"
+        ]
         lines += _listing("shape mismatch", mismatched)
         lines += _listing("missing from checkpoint", missing)
         lines += _listing("unexpected in checkpoint", unexpected)
@@ -410,14 +443,6 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-@contextlib.contextmanager
-def _single_process_ok():
-    """Silence DCP's warning that a single-process save/load is one: here it is meant."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        yield
-
-
 @dataclass
 class _PendingSave:
     step: int
@@ -437,12 +462,16 @@ class Checkpointer:
     :meth:`close`, so the returned path exists only after one of those.
     """
 
-    def __init__(self, run_dir: str | Path, cfg: CheckpointConfig, rank: int = 0, world_size: int = 1):
+    def __init__(
+        self, run_dir: str | Path, cfg: CheckpointConfig, rank: int = 0, world_size: int = 1
+    ):
         self.run_dir, self.cfg = Path(run_dir), cfg
         self.rank, self.world_size = rank, world_size
         self.root = self.run_dir / "checkpoints"
         self._pending: _PendingSave | None = None
-        self._cpu_group: Any = None
+        self._save_group: Any = None
+        self.last_committed: Path | None = None
+        """The newest checkpoint this checkpointer committed (with async saves: not the newest saved)."""
 
     # -- saving ---------------------------------------------------------------------------
 
@@ -464,30 +493,31 @@ class Checkpointer:
         self.wait()
         final = step_dir(self.run_dir, step)
         token = self._from_rank0(uuid.uuid4().hex[:8])
-        pending = _PendingSave(step, final.with_name(f"{final.name}.tmp-{token}"), final, tokens, permanent, metrics)
+        pending = _PendingSave(
+            step, final.with_name(f"{final.name}.tmp-{token}"), final, tokens, permanent, metrics
+        )
         pending.tmp.mkdir(parents=True, exist_ok=True)
         writer = dcp.FileSystemWriter(str(pending.tmp))
         if self.cfg.async_save:
             pending.future = self._async_save(app_state, writer)
             self._pending = pending
         else:
-            with _single_process_ok():
-                dcp.save(app_state, storage_writer=writer, no_dist=not _distributed())
+            dcp.save(app_state, storage_writer=writer, no_dist=not _distributed())
             self._commit(pending)
         return final
 
     def _async_save(self, app_state: dict[str, Any], writer: dcp.FileSystemWriter) -> Future:
-        if _distributed():
-            default = dist.distributed_c10d._get_default_group()
-            if torch.device("cpu") not in default._device_types and self._cpu_group is None:
-                self._cpu_group = dist.new_group(backend="gloo")  # async save needs a CPU backend
-        with _single_process_ok():
-            result = dcp.async_save(
-                app_state,
-                storage_writer=writer,
-                process_group=self._cpu_group,
-                no_dist=not _distributed(),
-            )
+        if _distributed() and self._save_group is None:
+            # The save's collectives run in a background thread while training uses the default
+            # group; a group of its own keeps the two streams of collectives apart, and gloo is
+            # the CPU backend async save requires (the default group may be NCCL only).
+            self._save_group = dist.new_group(backend="gloo")
+        result = dcp.async_save(
+            app_state,
+            storage_writer=writer,
+            process_group=self._save_group,
+            no_dist=not _distributed(),
+        )
         return getattr(result, "upload_completion", result)
 
     def wait(self) -> None:
@@ -497,8 +527,10 @@ class Checkpointer:
             return
         try:
             pending.future.result()
-        except Exception as e:
-            raise CheckpointError(f"async save of step {pending.step} into {pending.tmp} failed: {e}") from e
+        except (Exception, CheckpointException) as e:
+            raise CheckpointError(
+                f"async save of step {pending.step} into {pending.tmp} failed ({_root_cause(e)})"
+            ) from None
         self._commit(pending)
 
     def close(self) -> None:
@@ -524,11 +556,12 @@ class Checkpointer:
                 self._swap_into_place(p)
                 if p.metrics is not None and p.permanent:
                     self._write_metrics(p)
-            except (OSError, CheckpointError) as e:
+            except Exception as e:  # every rank must reach the broadcast below, so no raise here
                 error = f"could not commit checkpoint {p.tmp} as {p.final.name}: {e}"
         error = self._from_rank0(error)  # doubles as the barrier after the rename
         if error:
             raise CheckpointError(error)
+        self.last_committed = p.final
         if self.rank == 0:
             self._drop_superseded(p.final)
 
@@ -549,7 +582,9 @@ class Checkpointer:
     def _write_metrics(self, p: _PendingSave) -> None:
         out = self.run_dir / f"metrics_step{p.step}.json"
         tmp = out.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"step": p.step, "tokens": p.tokens, **p.metrics}, indent=2))
+        tmp.write_text(
+            json.dumps({"step": p.step, "tokens": p.tokens, **p.metrics}, indent=2, default=float)
+        )
         tmp.replace(out)
 
     def _drop_superseded(self, keep: Path) -> None:
@@ -589,20 +624,25 @@ class Checkpointer:
             )
         metadata = read_metadata(path)
         _check_files(path, metadata)
-        resolved = {k: v.state_dict() if isinstance(v, Stateful) else v for k, v in app_state.items()}
+        resolved = {
+            k: v.state_dict() if isinstance(v, Stateful) else v for k, v in app_state.items()
+        }
         check_compatible(path, metadata, resolved)
         if "rng" in resolved:
-            resolved["rng"] = self._rng_to_load(path, resolved["rng"], set(metadata.state_dict_metadata))
+            resolved["rng"] = self._rng_to_load(
+                path, resolved["rng"], set(metadata.state_dict_metadata)
+            )
         try:
-            with _single_process_ok():
-                dcp.load(
-                    resolved,
-                    storage_reader=_SafeReader(str(path)),
-                    planner=_SafeLoadPlanner(),
-                    no_dist=not _distributed(),
-                )
-        except Exception as e:
-            raise CheckpointError(f"checkpoint {path} could not be read: {type(e).__name__}: {e}") from None
+            dcp.load(
+                resolved,
+                storage_reader=_SafeReader(str(path)),
+                planner=_SafeLoadPlanner(),
+                no_dist=not _distributed(),
+            )
+        except (Exception, CheckpointException) as e:  # CheckpointException is a BaseException
+            raise CheckpointError(
+                f"checkpoint {path} could not be read ({_root_cause(e)})"
+            ) from None
         for key, value in app_state.items():
             if isinstance(value, Stateful):
                 value.load_state_dict(resolved[key])
@@ -614,7 +654,7 @@ class Checkpointer:
         dropped = sorted(set(rng) - set(kept))
         if dropped:
             log.warning(
-                "checkpoint %s has no RNG state for %s (saved by a smaller world); "
+                "checkpoint %s has no RNG state for %s (saved by a smaller world or without RNG); "
                 "that rank keeps its current RNG state",
                 path,
                 ", ".join(dropped),
@@ -644,10 +684,10 @@ __all__ = [
     "check_compatible",
     "latest_checkpoint",
     "list_checkpoints",
+    "marker_name",
     "missing_parts",
     "read_metadata",
     "restore_rng",
     "rng_state",
     "step_dir",
 ]
-

@@ -381,7 +381,7 @@ def run_config(
     data["schedule"] = to_dict(plan.schedule)
     data["train_module"]["rank_microbatch_size"] = plan.micro_batch_seqs * ladder.seq_len
     data["trainer"].update(
-        run_dir=str(Path(ladder.dir) / "runs" / run_name),
+        run_dir=str(Path(ladder.dir).resolve() / "runs" / run_name),
         seed=ladder.seed,
         global_batch_size=plan.batch_tokens,
         max_steps=plan.steps,

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 BLOCK_TOKENS = 1 << 20
 """Tokens per block of a training dataset (rounded to whole steps): big enough to amortize a task."""
-READ_TASK_CPUS = 0.5
+READ_TASK_CPUS = 0.1
 """A window-reading task is light; a small CPU share keeps it schedulable beside Train workers
 that hold most CPUs (with a whole CPU each, reads can starve and training hangs)."""
 GROUP_BYTES = 64 << 20
@@ -90,7 +90,7 @@ def _read_windows(
 
     data = _token_data(spec)
     per_rank = rank_batch_size(global_batch_seqs, dp_rank, dp_size)
-    steps, slot_in_step = np.divmod(batch["id"].astype(np.int64), per_rank)
+    steps, slot_in_step = np.divmod(batch["data"].astype(np.int64), per_rank)
     steps += start_step
     slots = steps * global_batch_seqs + dp_rank * per_rank + slot_in_step
     tokens = data.read_slots(slots, seq_len, seed).astype(token_dtype(data.vocab_size))
@@ -123,7 +123,10 @@ def ray_train_dataset(
     rows = num_steps * per_rank
     steps_per_block = max(1, BLOCK_TOKENS // (per_rank * (seq_len + 1)))
     blocks = max(1, math.ceil(num_steps / steps_per_block))
-    ds = ray.data.range(rows, override_num_blocks=blocks).map_batches(
+    # Row ids are put in the object store up front (no read tasks: a ray.data.range read task
+    # wants a whole CPU, which a machine full of Train workers may never free).
+    ids = np.array_split(np.arange(rows, dtype=np.int64), blocks)
+    ds = ray.data.from_numpy(ids).map_batches(
         _read_windows,
         batch_size=None,
         batch_format="numpy",
@@ -139,6 +142,7 @@ def ray_train_dataset(
         ),
     )
     ds.context.execution_options.preserve_order = True
+    ds.context.print_on_execution_start = False
     return ds
 
 

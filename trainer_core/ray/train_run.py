@@ -6,6 +6,7 @@ restarted driver that builds the same TorchTrainer finds the run again and resum
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from pathlib import Path
@@ -16,6 +17,12 @@ from trainer_core.configio import ConfigError, to_dict
 from trainer_core.data import open_token_data
 from trainer_core.ray.config import RayTrainConfig
 from trainer_core.ray.worker import dataset_name, train_worker
+
+
+def with_absolute_run_dir(cfg: RayTrainConfig) -> RayTrainConfig:
+    """Workers run in other directories (Tune trial dirs, other nodes): never pass a relative path."""
+    run_dir = str(Path(cfg.trainer.run_dir).resolve())
+    return dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, run_dir=run_dir))
 
 
 def resume_step(run_dir: Path) -> int:
@@ -49,6 +56,7 @@ def build_torch_trainer(
     import ray.train
     from ray.train.torch import TorchTrainer
 
+    cfg = with_absolute_run_dir(cfg)
     rc = cfg.ray
     if rc.num_workers % cfg.parallel.tp:
         raise ConfigError(
@@ -74,6 +82,7 @@ def build_torch_trainer(
             failure_config=ray.train.FailureConfig(max_failures=rc.max_failures),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=None),
             callbacks=callbacks or [],
+            logging_config=ray.train.LoggingConfig(log_level="WARNING"),
         ),
         datasets=datasets,
         # Each rank reads its own dataset, in order (Ray Data reorders blocks unless told not to).

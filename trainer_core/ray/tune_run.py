@@ -58,18 +58,21 @@ class TuneSettings:
 
 
 def max_concurrent_trials(specs: list[TrialSpec]) -> int:
-    """How many of the widest trial's worker groups fit in the cluster right now."""
+    """How many of the widest trial's footprints fit in the cluster right now.
+
+    A trial holds its driver, its workers, and (while streaming) one Ray Data read task per
+    worker; reserving all three keeps read tasks from starving behind the workers (a hang).
+    """
     import ray
 
+    from trainer_core.ray.data import READ_TASK_CPUS
+
     res = ray.cluster_resources()
-    widest = max(specs, key=lambda s: s.config.ray.num_workers)
-    rc = widest.config.ray
-    fits = []
+    rc = max(specs, key=lambda s: s.config.ray.num_workers).config.ray
+    cpus = rc.num_workers * (rc.cpus_per_worker + READ_TASK_CPUS) + DRIVER_CPUS
+    fits = [res.get("CPU", 1) // cpus]
     if rc.use_gpu:
         fits.append(res.get("GPU", 0) // (rc.num_workers * rc.gpus_per_worker))
-    # Leave a little CPU for Ray Data's read tasks and the trial drivers.
-    usable_cpus = max(res.get("CPU", 1) - 0.25, rc.cpus_per_worker * rc.num_workers)
-    fits.append(usable_cpus // (rc.num_workers * rc.cpus_per_worker))
     return max(1, int(min(fits)))
 
 

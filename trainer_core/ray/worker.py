@@ -8,6 +8,7 @@ datasets are rebuilt from that same step, so which checkpoint Ray itself tracks 
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ def train_worker(config: dict[str, Any]) -> None:
     from trainer_core.run import build_trainer
     from trainer_core.trainer import NonFiniteLossError
 
+    logging.getLogger("ray.data").setLevel(logging.ERROR)  # per-dataset start-up chatter
     cfg = from_dict(RayTrainConfig, config["train"])
     tp = cfg.parallel.tp
     dp_rank = ray.train.get_context().get_world_rank() // tp
