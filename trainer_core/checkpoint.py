@@ -148,7 +148,11 @@ def latest_checkpoint(run_dir: str | Path) -> CheckpointInfo | None:
 
 
 def _recover_interrupted_swaps(root: Path) -> None:
-    """Rename ``step-N.old-*`` back when a crash hit between the two renames of a re-save."""
+    """Rename ``step-N.old-*`` back when a crash hit between the two renames of a re-save.
+
+    Run by the next commit only (before it deletes scratch dirs); until then the run resumes
+    from the checkpoint before, which is as exact.
+    """
     for old in sorted(root.glob("step-*.old-*")) if root.is_dir() else []:
         final = root / old.name.split(".", 1)[0]
         if not final.exists() and not missing_parts(old):
@@ -592,7 +596,6 @@ class Checkpointer:
         for info in list_checkpoints(self.run_dir):
             if info.path != keep and not info.permanent:
                 shutil.rmtree(info.path, ignore_errors=True)
-        _recover_interrupted_swaps(self.root)
         for path in self.root.glob("step-*.*-*"):
             if _SCRATCH_DIR.match(path.name):
                 shutil.rmtree(path, ignore_errors=True)
@@ -600,12 +603,12 @@ class Checkpointer:
     # -- loading --------------------------------------------------------------------------
 
     def latest(self) -> CheckpointInfo | None:
-        """The newest complete checkpoint, as rank 0 sees it (collective with a process group)."""
-        found = None
-        if self.rank == 0:
-            _recover_interrupted_swaps(self.root)
-            found = latest_checkpoint(self.run_dir)
-        return self._from_rank0(found)
+        """The newest complete checkpoint, as rank 0 sees it (collective with a process group).
+
+        Side-effect free, so it agrees with :func:`list_checkpoints` used elsewhere (e.g. where
+        the Ray layer decides which step the data restarts at).
+        """
+        return self._from_rank0(latest_checkpoint(self.run_dir) if self.rank == 0 else None)
 
     def load(self, path: str | Path, app_state: dict[str, Any]) -> None:
         """Load ``path`` into ``app_state`` in place, after checking it fits (see module doc).

@@ -90,7 +90,10 @@ def _read_windows(
 
     data = _token_data(spec)
     per_rank = rank_batch_size(global_batch_seqs, dp_rank, dp_size)
-    steps, slot_in_step = np.divmod(batch["data"].astype(np.int64), per_rank)
+    ids = np.concatenate(
+        [np.arange(lo, hi, dtype=np.int64) for lo, hi in zip(batch["lo"], batch["hi"], strict=True)]
+    )
+    steps, slot_in_step = np.divmod(ids, per_rank)
     steps += start_step
     slots = steps * global_batch_seqs + dp_rank * per_rank + slot_in_step
     tokens = data.read_slots(slots, seq_len, seed).astype(token_dtype(data.vocab_size))
@@ -123,10 +126,12 @@ def ray_train_dataset(
     rows = num_steps * per_rank
     steps_per_block = max(1, BLOCK_TOKENS // (per_rank * (seq_len + 1)))
     blocks = max(1, math.ceil(num_steps / steps_per_block))
-    # Row ids are put in the object store up front (no read tasks: a ray.data.range read task
-    # wants a whole CPU, which a machine full of Train workers may never free).
-    ids = np.array_split(np.arange(rows, dtype=np.int64), blocks)
-    ds = ray.data.from_numpy(ids).map_batches(
+    # The dataset starts as one small item per block, the range of row ids it expands to:
+    # ray.data.range / from_numpy / from_arrow would run set-up tasks that want a whole CPU,
+    # which a machine full of Train workers may never free (the run hangs, nothing errors).
+    bounds = np.linspace(0, rows, blocks + 1).astype(np.int64)
+    ranges = [{"lo": int(lo), "hi": int(hi)} for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+    ds = ray.data.from_items(ranges, override_num_blocks=len(ranges)).map_batches(
         _read_windows,
         batch_size=None,
         batch_format="numpy",
