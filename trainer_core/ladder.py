@@ -360,6 +360,12 @@ def _schedule_and_checkpoints(
 
 def plan_ladder(ladder: LadderConfig, sizes: list[str] | None = None, lr_fn=None) -> list[SizePlan]:
     """Plans for the given sizes; batch-drift warnings are kept on each plan (``batch_warning``)."""
+    for s in sizes or []:
+        if s not in MODEL_SIZES:
+            raise ConfigError(
+                f"sizes: {s!r} is not in the size table{suggest(s, list(MODEL_SIZES))}; "
+                f"known sizes: {', '.join(MODEL_SIZES)}"
+            )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return [plan_size(s, ladder, lr_fn) for s in sizes or ladder.sizes]

@@ -56,6 +56,7 @@ def main() -> int:
 
     from trainer_core.ladder import plan_ladder
     from trainer_core.lr_feedback import lr_function
+    from trainer_core.ray.ladder_run import preflight
     from trainer_core.schedule import plot_schedule
 
     lr_fn = lr_function(job.lr)
@@ -70,8 +71,8 @@ def main() -> int:
             f"MFU {100 * result['mfu']:.1f}% on {result['devices']} device(s)"
         )
         return 0
+    preflight(job)
     print_plan(job, plans)
-    exp_dir.mkdir(parents=True, exist_ok=True)
     largest = plans[-1]
     png = plot_schedule(largest.schedule, largest.steps, largest.lr, exp_dir / "lr_schedule.png",
                         title=f"{job.name} {largest.size}: LR schedule")

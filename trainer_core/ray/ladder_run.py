@@ -59,12 +59,11 @@ def ladder_trials(job: LadderJobConfig, plans: list[SizePlan]) -> list[TrialSpec
 
 
 def run_ladder(job: LadderJobConfig, sizes: list[str] | None, resume: bool, lr_fn=None):
-    """Plan, check, and run every size as a Tune trial; returns (plans, ResultGrid)."""
+    """Plan and run every size as a Tune trial (after ``preflight``); returns (plans, ResultGrid)."""
     from trainer_core.ray.runtime import init_ray
     from trainer_core.ray.tune_run import TuneSettings, run_trials
 
     plans = plan_ladder(job, sizes, lr_fn)
-    preflight(job)
     exp_dir = Path(job.dir).resolve()
     write_experiment_record(job, plans, exp_dir)
     init_ray(job.ray.address)

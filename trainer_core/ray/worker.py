@@ -56,7 +56,8 @@ def train_worker(config: dict[str, Any]) -> None:
     from trainer_core.run import build_trainer
     from trainer_core.trainer import NonFiniteLossError
 
-    logging.getLogger("ray.data").setLevel(logging.ERROR)  # per-dataset start-up chatter
+    for name in ("ray.data", "ray.train"):  # per-dataset and per-report chatter
+        logging.getLogger(name).setLevel(logging.WARNING)
     cfg = from_dict(RayTrainConfig, config["train"])
     tp = cfg.parallel.tp
     dp_rank = ray.train.get_context().get_world_rank() // tp
