@@ -397,6 +397,7 @@ def run_config(
     data["checkpoint"]["keep_steps"] = plan.checkpoint_steps
     data["tracking"] = {
         **to_dict(ladder.tracking),
+        "tags": [*ladder.tracking.tags, f"lr_source={plan.lr_source}"],
         "project": ladder.tracking.project or ladder.name,
         "group": ladder.name,
         "name": f"{ladder.name}-{run_name}",

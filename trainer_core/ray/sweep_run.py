@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from trainer_core.config import require
+from trainer_core.configio import replace as replace_config
 from trainer_core.ladder import SizePlan, plan_ladder
 from trainer_core.ray.ladder_run import LadderJobConfig, preflight, ray_run_config, write_experiment_record
 from trainer_core.ray.tune_run import TrialSpec, TuneSettings, fmt_lr, run_trials
@@ -47,11 +48,23 @@ class SweepJobConfig(LadderJobConfig):
 
 
 def sweep_lrs(plan: SizePlan, sweep: SweepConfig, seed: int) -> list[float]:
+    """The size's LRs, centre out (nearest the formula first).
+
+    Asynchronous early stopping can only stop a trial that reaches a rung after better ones
+    did; starting from the likely optimum gives the extremes something to lose against.
+    """
     if sweep.search == "grid":
-        return [plan.lr * f for f in sorted(sweep.factors)]
-    rng = random.Random(f"{seed}-{plan.size}")
-    lo, hi = math.log(min(sweep.factors)), math.log(max(sweep.factors))
-    return sorted(plan.lr * math.exp(rng.uniform(lo, hi)) for _ in range(sweep.num_samples))
+        factors = list(sweep.factors)
+    else:
+        rng = random.Random(f"{seed}-{plan.size}")
+        lo, hi = math.log(min(sweep.factors)), math.log(max(sweep.factors))
+        factors = [math.exp(rng.uniform(lo, hi)) for _ in range(sweep.num_samples)]
+    return [plan.lr * f for f in sorted(factors, key=lambda f: (abs(math.log(f)), f))]
+
+
+def rung_steps(plan: SizePlan, sweep: SweepConfig) -> int:
+    """Eval (and report) interval: ASHA's first rung, so every rung sees an eval loss."""
+    return max(1, round(sweep.grace_fraction * plan.steps))
 
 
 def sweep_plans(job: SweepJobConfig, sizes: list[str] | None) -> list[SizePlan]:
@@ -68,7 +81,10 @@ def sweep_trials(job: SweepJobConfig, plans: list[SizePlan]) -> list[TrialSpec]:
             specs.append(
                 TrialSpec(
                     name=name,
-                    config=ray_run_config(plan, job, name, lr=lr),
+                    config=replace_config(
+                        ray_run_config(plan, job, name, lr=lr),
+                        [f"trainer.eval_interval={rung_steps(plan, job.sweep)}"],
+                    ),
                     tags={"sweep": job.name, "size": plan.size, "lr_factor": lr / plan.lr},
                 )
             )
@@ -79,7 +95,7 @@ def early_stopper(job: SweepJobConfig, plans: list[SizePlan]):
     from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule
 
     max_steps = max(p.steps for p in plans)
-    grace = max(1, round(job.sweep.grace_fraction * min(p.steps for p in plans)))
+    grace = min(rung_steps(p, job.sweep) for p in plans)
     if job.sweep.early_stopping == "asha":
         return ASHAScheduler(
             time_attr="step",

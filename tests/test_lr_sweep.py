@@ -1,0 +1,65 @@
+"""An LR sweep on Ray Tune with ASHA: early stops, a diverged trial, an interior optimum."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from trainer_core.analysis import load, lr_sweep_table, optimal_lr
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.ray
+
+
+def test_sweep_stops_bad_lrs_flags_divergence_and_finds_interior_optimum(tmp_path):
+    cfg = tmp_path / "sweep.yaml"
+    cfg.write_text(
+        textwrap.dedent(
+            f"""
+            name: sweep
+            dir: {tmp_path / "sweep"}
+            sizes: [1M]
+            seq_len: 64
+            batch: {{coef: 20480.0}}
+            duration: {{schedule: cosine}}
+            sweep:
+              factors: [0.03125, 0.125, 0.5, 2.0, 1048576.0]
+              duration_multiple: 0.0009765625
+              grace_fraction: 0.25
+            run:
+              trainer: {{log_interval: 1, eval_batches: 2}}
+              train_module: {{max_grad_norm: null}}
+              checkpoint: {{save_interval_minutes: null}}
+            ray: {{cpus_per_worker: 0.8}}
+            """
+        )
+    )
+    env = {**os.environ, "RAY_ADDRESS": "", "PYTHONUNBUFFERED": "1"}
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "workflows" / "lr_sweep.py"), "--config", str(cfg)],
+        capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "x ideal" in out.stdout
+
+    table = lr_sweep_table(load(tmp_path / "sweep")).sort_values("lr")
+    assert len(table) == 5
+    diverged = table[table.diverged]
+    assert list(diverged.lr) == [pytest.approx(table.lr.max())]
+    assert int(diverged.diverged_step.iloc[0]) >= 1
+    healthy = table[~table.diverged]
+    stopped, full = healthy[healthy.stopped_early], healthy[~healthy.stopped_early]
+    assert len(stopped) >= 1 and len(full) >= 1
+    assert stopped.steps_run.max() < full.steps_run.min()
+    best = optimal_lr(table)
+    grid = sorted(healthy.lr)
+    assert grid[0] < best.lr < grid[-1]
+    runs = json.loads((tmp_path / "sweep" / "plan.json").read_text())
+    assert runs[0]["size"] == "1M"
