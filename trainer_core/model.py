@@ -52,16 +52,37 @@ def num_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
     return 6 * n + 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * seq_len
 
 
+class _SumGrad(torch.autograd.Function):
+    """Identity forward; backward sums the gradient over a process group (Megatron's "f")."""
+
+    @staticmethod
+    def forward(ctx, weight: torch.Tensor, group) -> torch.Tensor:
+        ctx.group = group
+        return weight.view_as(weight)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        import torch.distributed as dist
+
+        grad = grad.clone()
+        local = grad.to_local() if hasattr(grad, "to_local") else grad
+        dist.all_reduce(local, group=ctx.group)
+        return grad, None
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
+        self.grad_group = None
+        """Set by tensor parallelism on QK-norms, which see only this rank's heads."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Normalise in float32: bf16 squares lose too much precision.
         out = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
-        return out.type_as(x) * self.weight
+        weight = self.weight if self.grad_group is None else _SumGrad.apply(self.weight, self.grad_group)
+        return out.type_as(x) * weight
 
 
 def rope_tables(head_dim: int, seq_len: int, theta: float, device=None) -> torch.Tensor:

@@ -34,12 +34,18 @@ def parameter_groups(model: nn.Module, cfg: OptimConfig) -> list[dict]:
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig, device: torch.device) -> torch.optim.AdamW:
-    fused = cfg.fused if cfg.fused is not None else device.type == "cuda"
+    from torch.distributed.tensor import DTensor
+
+    kinds = {isinstance(p, DTensor) for p in model.parameters()}
+    # Tensor parallel without FSDP leaves norms/embeddings as plain tensors beside DTensor
+    # weights; the multi-tensor kernels refuse such a mix, so fall back to per-tensor updates.
+    mixed = len(kinds) > 1
+    fused = cfg.fused if cfg.fused is not None else device.type == "cuda" and not mixed
     return torch.optim.AdamW(
         parameter_groups(model, cfg),
         lr=cfg.lr,
         betas=(cfg.beta1, cfg.beta2),
         eps=cfg.eps,
         fused=fused,
-        foreach=None if fused else True,
+        foreach=None if fused else not mixed,
     )

@@ -74,6 +74,11 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
     }
     for block in model.blocks.values():
         parallelize_module(block, tp_mesh, plan)
+        # QK-norm weights are shared by all heads but each rank normalises only its own heads:
+        # their gradients are partial sums until added up over the TP group.
+        for norm in (block.attn.q_norm, block.attn.k_norm):
+            if norm is not None:
+                norm.grad_group = tp_mesh.get_group()
 
 
 class CheckpointedBlock(nn.Module):
@@ -143,5 +148,8 @@ def clip_grad_norm(model: nn.Module, max_norm: float | None) -> torch.Tensor:
         squares.append(norm.float() ** 2)
     total = torch.stack(squares).sum().sqrt()
     if max_norm is not None:
-        torch.nn.utils.clip_grads_with_norm_(model.parameters(), max_norm, total)
+        coef = min(1.0, max_norm / (total.item() + 1e-6))
+        if coef < 1.0:
+            for g in grads:  # a Python scalar scales plain tensors and DTensors alike
+                g.mul_(coef)
     return total
