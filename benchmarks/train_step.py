@@ -1,6 +1,6 @@
 """Train-step throughput: tokens/s and MFU for a model size and batch (median after warm-up).
 
-    python benchmarks/train_step.py --size 1M [--seq-len 128] [--batch-seqs 16] [--steps 12]
+python benchmarks/train_step.py --size 1M [--seq-len 128] [--batch-seqs 16] [--steps 12]
 """
 
 from __future__ import annotations
@@ -39,10 +39,16 @@ def main() -> None:
     cfg = ModelConfig(size=args.size)
     model = Transformer(cfg, args.seq_len).to(device)
     opt = build_optimizer(model, OptimConfig(), device)
-    sched = build_scheduler(opt, ScheduleConfig(kind="constant", warmup=0), args.steps + args.warmup)
+    sched = build_scheduler(
+        opt, ScheduleConfig(kind="constant", warmup=0), args.steps + args.warmup
+    )
     module = TrainModule(
-        model, opt, sched, TrainModuleConfig(autocast_precision=args.autocast),
-        seq_len=args.seq_len, device=device,
+        model,
+        opt,
+        sched,
+        TrainModuleConfig(autocast_precision=args.autocast),
+        seq_len=args.seq_len,
+        device=device,
     )
     batch = torch.randint(0, cfg.vocab_size, (args.batch_seqs, args.seq_len + 1))
     times = []

@@ -553,3 +553,27 @@ def test_analyze_script_bad_dir_exits_2(tmp_path: Path):
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and "missing: no such directory" in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_ladder_takes_its_lr_from_a_sweep(sweep_dir: Path, tmp_path: Path):
+    from trainer_core.configio import from_dict
+    from trainer_core.ladder import LadderConfig, plan_ladder, run_config
+    from trainer_core.lr_feedback import lr_function
+
+    ladder = from_dict(
+        LadderConfig,
+        {"dir": str(tmp_path), "lr": {"from_sweep": str(sweep_dir)}, "sizes": ["1M", "3M"]},
+    )
+    fit = fit_sweep_lr(sweep_dir)
+    plans = plan_ladder(ladder, lr_fn=lr_function(ladder.lr))
+    for plan in plans:
+        assert plan.lr == pytest.approx(fit.predict(plan.num_params))
+        assert plan.lr_source == f"sweep {sweep_dir}"
+        cfg = run_config(plan, ladder, plan.size)
+        assert cfg.optim.lr == pytest.approx(plan.lr)
+        assert f"lr_source=sweep {sweep_dir}" in cfg.tracking.tags
+    bad = from_dict(LadderConfig, {"lr": {"from_sweep": str(tmp_path / "nope")}})
+    from trainer_core.configio import ConfigError
+
+    with pytest.raises(ConfigError, match="lr.from_sweep: .*nope.* can't give an LR fit"):
+        lr_function(bad.lr)

@@ -31,7 +31,9 @@ def test_cluster_yaml_is_valid_and_shaped_for_gpu_training(cluster):
     assert gpu["resources"]["GPU"] == 8 and gpu["node_config"]["InstanceType"] == "p5.48xlarge"
     assert gpu["min_workers"] <= gpu["max_workers"] <= cluster["max_workers"]
     setup = "\n".join(cluster["setup_commands"])
-    assert "pip install" in setup and "-c constraints.txt -e ." in setup and "torch==2.13.0" in setup
+    assert (
+        "pip install" in setup and "-c constraints.txt -e ." in setup and "torch==2.13.0" in setup
+    )
     assert cluster["file_mounts"]["/home/ubuntu/rayladder"] == "."
     assert {"**/.git", "**/.venv", "**/runs"} <= set(cluster["rsync_exclude"])
 

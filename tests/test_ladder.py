@@ -4,6 +4,7 @@ import warnings
 
 import pytest
 
+from trainer_core.config import ModelConfig
 from trainer_core.configio import ConfigError, from_dict
 from trainer_core.ladder import (
     BatchFormula,
@@ -18,7 +19,6 @@ from trainer_core.ladder import (
     run_config,
     target_batch_tokens,
 )
-from trainer_core.config import ModelConfig
 
 
 def test_olmo_default_formulas_at_reference_size():
@@ -98,8 +98,10 @@ def test_too_few_devices_is_an_error():
 
 
 def test_batch_drift_warns():
-    ladder = from_dict(LadderConfig, {"sizes": ["1M"], "seq_len": 128, "max_micro_batch_seqs": 64,
-                                      "batch": {"coef": 1000.0}})
+    ladder = from_dict(
+        LadderConfig,
+        {"sizes": ["1M"], "seq_len": 128, "max_micro_batch_seqs": 64, "batch": {"coef": 1000.0}},
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         plan_size("1M", ladder)

@@ -33,7 +33,7 @@ def tiny_config(tmp_path: Path) -> Path:
             run:
               trainer: {{log_interval: 5, eval_interval: 1000000, eval_batches: 2}}
               checkpoint: {{save_interval_minutes: null, save_interval_steps: 5}}
-            ray: {{cpus_per_worker: 0.8}}
+            ray: {{cpus_per_worker: 0.8, address: local}}
             """
         )
     )
@@ -43,7 +43,12 @@ def tiny_config(tmp_path: Path) -> Path:
 def run_cli(*args: str, timeout: int = 600, **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "RAY_ADDRESS": "", "PYTHONUNBUFFERED": "1"}
     return subprocess.run(
-        [sys.executable, str(LADDER), *args], capture_output=True, text=True, timeout=timeout, env=env, **kw
+        [sys.executable, str(LADDER), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        **kw,
     )
 
 
@@ -96,14 +101,22 @@ def test_killed_driver_resumes_and_fits(tmp_path):
     log_path = tmp_path / "first.log"
     first = subprocess.Popen(
         [sys.executable, str(LADDER), "--config", str(cfg)],
-        stdout=log_path.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        stdout=log_path.open("w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
     )
     try:
         # Kill once one size has finished and the other has a checkpoint but is still running.
         ckpts = exp / "runs" / "3M" / "checkpoints"
         wait_for(
-            lambda: {run_status(exp, "1M"), run_status(exp, "3M")} == {"finished", "running"}
-            and (any(ckpts.glob("step-*")) or any((exp / "runs" / "1M" / "checkpoints").glob("step-*"))),
+            lambda: (
+                {run_status(exp, "1M"), run_status(exp, "3M")} == {"finished", "running"}
+                and (
+                    any(ckpts.glob("step-*"))
+                    or any((exp / "runs" / "1M" / "checkpoints").glob("step-*"))
+                )
+            ),
             first,
             log_path,
             timeout=300,

@@ -37,14 +37,17 @@ def test_sweep_stops_bad_lrs_flags_divergence_and_finds_interior_optimum(tmp_pat
               trainer: {{log_interval: 1, eval_batches: 2}}
               train_module: {{max_grad_norm: null}}
               checkpoint: {{save_interval_minutes: null}}
-            ray: {{cpus_per_worker: 0.8}}
+            ray: {{cpus_per_worker: 0.8, address: local}}
             """
         )
     )
     env = {**os.environ, "RAY_ADDRESS": "", "PYTHONUNBUFFERED": "1"}
     out = subprocess.run(
         [sys.executable, str(ROOT / "workflows" / "lr_sweep.py"), "--config", str(cfg)],
-        capture_output=True, text=True, timeout=600, env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "x ideal" in out.stdout

@@ -44,9 +44,14 @@ def train(parallel: ParallelConfig, world: int, rank: int) -> dict[str, list[flo
     sched = build_scheduler(opt, ScheduleConfig(kind="cosine", warmup=2), STEPS)
     dp_rank, dp_size = dp_rank_and_size(mesh)
     module = TrainModule(
-        model, opt, sched, TrainModuleConfig(max_grad_norm=0.5), seq_len=SEQ,
+        model,
+        opt,
+        sched,
+        TrainModuleConfig(max_grad_norm=0.5),
+        seq_len=SEQ,
         device=torch.device("cpu"),
-        dp_group=dp_mesh(mesh).get_group() if mesh is not None else None, dp_size=dp_size,
+        dp_group=dp_mesh(mesh).get_group() if mesh is not None else None,
+        dp_size=dp_size,
     )
     g = torch.Generator().manual_seed(1)
     losses, norms = [], []
@@ -101,8 +106,16 @@ def test_distributed_matches_single_process(single, tmp_path, world, parallel):
 @pytest.mark.parametrize(
     "parallel, world, message",
     [
-        (ParallelConfig(tp=3), 4, "parallel.tp: dp_replicate=1 x tp=3 does not divide the world size 4"),
-        (ParallelConfig(dp_shard=3), 4, "parallel.dp_shard: dp_replicate=1 x dp_shard=3 x tp=1 = 3 devices"),
+        (
+            ParallelConfig(tp=3),
+            4,
+            "parallel.tp: dp_replicate=1 x tp=3 does not divide the world size 4",
+        ),
+        (
+            ParallelConfig(dp_shard=3),
+            4,
+            "parallel.dp_shard: dp_replicate=1 x dp_shard=3 x tp=1 = 3 devices",
+        ),
     ],
 )
 def test_bad_mesh_is_a_config_error(parallel, world, message):

@@ -50,8 +50,8 @@ def reference_run(ray_session, tmp_path_factory):
 
 
 def test_two_worker_run_matches_plain_loop(reference_run, tmp_path):
-    from trainer_core.configio import to_dict, from_dict
     from trainer_core.config import TrainConfig
+    from trainer_core.configio import from_dict, to_dict
     from trainer_core.run import build_trainer
 
     run_dir, summary = reference_run

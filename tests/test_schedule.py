@@ -72,7 +72,9 @@ def test_cycle_specifications():
 
 
 def test_wsds_helper_places_decays_at_the_requested_steps():
-    cfg = wsds_schedule([125, 250, 500, 1000], decay_fraction=0.1, warmup_steps=20, min_lr_ratio=0.0)
+    cfg = wsds_schedule(
+        [125, 250, 500, 1000], decay_fraction=0.1, warmup_steps=20, min_lr_ratio=0.0
+    )
     windows = decay_windows(1000, cfg)
     assert [end for _, end in windows] == [125, 250, 500, 1000]
     # each decay is the last 10% of its own period
@@ -118,6 +120,8 @@ def test_scheduler_state_round_trip():
 
 
 def test_plot_writes_png(tmp_path):
-    path = plot_schedule(ScheduleConfig(kind="wsd", cycles=3, warmup=5), 300, 3e-3, tmp_path / "lr.png")
+    path = plot_schedule(
+        ScheduleConfig(kind="wsd", cycles=3, warmup=5), 300, 3e-3, tmp_path / "lr.png"
+    )
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000

@@ -99,7 +99,9 @@ def test_no_weight_decay_on_norms_and_embeddings():
     assert id(model.norm.weight) not in decayed
     assert id(model.head.weight) in decayed
     assert groups[1]["weight_decay"] == 0.0
-    groups = parameter_groups(model, OptimConfig(decay_embeddings=True, decay_norms_and_biases=True))
+    groups = parameter_groups(
+        model, OptimConfig(decay_embeddings=True, decay_norms_and_biases=True)
+    )
     assert len(groups) == 1
 
 

@@ -68,7 +68,12 @@ class ModelConfig:
             self.n_kv_heads,
             f"must divide n_heads={self.n_heads}",
         )
-        require((self.d_model // self.n_heads) % 2 == 0, "n_heads", self.n_heads, "head dim must be even for RoPE")
+        require(
+            (self.d_model // self.n_heads) % 2 == 0,
+            "n_heads",
+            self.n_heads,
+            "head dim must be even for RoPE",
+        )
 
     @property
     def head_dim(self) -> int:
@@ -118,9 +123,7 @@ class ScheduleConfig:
 
     def __post_init__(self) -> None:
         require(self.warmup >= 0, "warmup", self.warmup, "must be >= 0 (fraction < 1 or steps)")
-        require(
-            self.decay is None or self.decay >= 0, "decay", self.decay, "must be >= 0 or null"
-        )
+        require(self.decay is None or self.decay >= 0, "decay", self.decay, "must be >= 0 or null")
         require(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", self.min_lr_ratio, "must be in [0, 1]")
         require(self.rewarmup >= 0, "rewarmup", self.rewarmup, "must be >= 0")
         require(
@@ -143,7 +146,12 @@ class TrainModuleConfig:
     label_ignore_index: int = -100
 
     def __post_init__(self) -> None:
-        require(self.rank_microbatch_size >= 0, "rank_microbatch_size", self.rank_microbatch_size, "must be >= 0")
+        require(
+            self.rank_microbatch_size >= 0,
+            "rank_microbatch_size",
+            self.rank_microbatch_size,
+            "must be >= 0",
+        )
         require(
             self.max_grad_norm is None or self.max_grad_norm > 0,
             "max_grad_norm",
@@ -168,7 +176,12 @@ class ParallelConfig:
 
     def __post_init__(self) -> None:
         require(self.dp_replicate >= 1, "dp_replicate", self.dp_replicate, "must be >= 1")
-        require(self.dp_shard == -1 or self.dp_shard >= 1, "dp_shard", self.dp_shard, "must be >= 1 or -1")
+        require(
+            self.dp_shard == -1 or self.dp_shard >= 1,
+            "dp_shard",
+            self.dp_shard,
+            "must be >= 1 or -1",
+        )
         require(self.tp >= 1, "tp", self.tp, "must be >= 1")
         require(self.ac_every_k >= 1, "ac_every_k", self.ac_every_k, "must be >= 1")
 
@@ -265,7 +278,9 @@ class TrainerConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        require(self.global_batch_size >= 1, "global_batch_size", self.global_batch_size, "must be >= 1")
+        require(
+            self.global_batch_size >= 1, "global_batch_size", self.global_batch_size, "must be >= 1"
+        )
         require(
             (self.max_steps is None) != (self.max_tokens is None),
             "max_steps",
@@ -277,7 +292,9 @@ class TrainerConfig:
             require(value is None or value >= 1, name, value, "must be >= 1")
         for name in ("log_interval", "eval_interval"):
             require(getattr(self, name) >= 1, name, getattr(self, name), "must be >= 1")
-        require(self.eval_batches >= 0, "eval_batches", self.eval_batches, "must be >= 0 (0 = no evals)")
+        require(
+            self.eval_batches >= 0, "eval_batches", self.eval_batches, "must be >= 0 (0 = no evals)"
+        )
 
 
 @dataclass

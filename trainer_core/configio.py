@@ -153,7 +153,9 @@ def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
     try:
         obj = cls(**kwargs)
     except ConfigError as e:
-        raise ConfigError(f"{path}.{e}" if path and not str(e).startswith(path) else str(e)) from None
+        raise ConfigError(
+            f"{path}.{e}" if path and not str(e).startswith(path) else str(e)
+        ) from None
     return obj
 
 

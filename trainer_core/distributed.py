@@ -53,5 +53,9 @@ def barrier() -> None:
 
 def teardown() -> None:
     """Destroy a process group we created (Ray Train tears down its own)."""
-    if dist.is_initialized() and "RAY_TRAIN_WORKER" not in os.environ and "TORCHELASTIC_RUN_ID" in os.environ:
+    if (
+        dist.is_initialized()
+        and "RAY_TRAIN_WORKER" not in os.environ
+        and "TORCHELASTIC_RUN_ID" in os.environ
+    ):
         dist.destroy_process_group()

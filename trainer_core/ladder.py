@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-
 from pathlib import Path
 
 from trainer_core.config import (
@@ -36,7 +35,15 @@ from trainer_core.schedule import decay_windows, wsds_schedule
 from trainer_core.sizes import MODEL_SIZES
 
 # Usable accelerator memory (GiB) by substring of the device type; "cpu" is a working-set budget.
-DEVICE_MEMORY_GB = {"H200": 141, "H100": 80, "A100": 80, "L40S": 48, "A10G": 24, "L4": 24, "cpu": 16}
+DEVICE_MEMORY_GB = {
+    "H200": 141,
+    "H100": 80,
+    "A100": 80,
+    "L40S": 48,
+    "A10G": 24,
+    "L4": 24,
+    "cpu": 16,
+}
 # Dense bf16 peak FLOP/s for the device-hours estimate (CPU: a nominal 2-core figure).
 DEVICE_PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "cpu": 1e11}
 
@@ -79,16 +86,22 @@ class DurationFormula:
 
     def __post_init__(self) -> None:
         c = self.chinchilla_multiple
-        require(c > 0 and math.log2(c).is_integer(), "chinchilla_multiple", c, "must be a power of two")
-        require(self.schedule in ("wsds", "cosine"), "schedule", self.schedule, "use 'wsds' or 'cosine'")
+        require(
+            c > 0 and math.log2(c).is_integer(), "chinchilla_multiple", c, "must be a power of two"
+        )
+        require(
+            self.schedule in ("wsds", "cosine"), "schedule", self.schedule, "use 'wsds' or 'cosine'"
+        )
         pts = self.decay_points
         require(
-            bool(pts) and pts == sorted(pts) and 0 < pts[0] and pts[-1] == 1.0,
+            bool(pts) and pts == sorted(pts) and pts[0] > 0 and pts[-1] == 1.0,
             "decay_points",
             pts,
             "must increase and end at 1.0",
         )
-        require(0 < self.decay_fraction < 1, "decay_fraction", self.decay_fraction, "must be in (0, 1)")
+        require(
+            0 < self.decay_fraction < 1, "decay_fraction", self.decay_fraction, "must be in (0, 1)"
+        )
 
 
 @dataclass
@@ -136,7 +149,12 @@ class LadderConfig:
                     f"known sizes: {', '.join(MODEL_SIZES)}"
                 )
         require(self.max_devices >= 1, "max_devices", self.max_devices, "must be >= 1")
-        require(0 < self.memory_fraction <= 1, "memory_fraction", self.memory_fraction, "must be in (0, 1]")
+        require(
+            0 < self.memory_fraction <= 1,
+            "memory_fraction",
+            self.memory_fraction,
+            "must be in (0, 1]",
+        )
 
     @property
     def memory_bytes(self) -> float:
@@ -265,7 +283,8 @@ def micro_batch_and_mesh(
     micro = 1
     while (
         micro * 2 <= ladder.max_micro_batch_seqs
-        and estimate_memory_bytes(model, ladder.seq_len, micro * 2, devices, checkpointing) <= budget
+        and estimate_memory_bytes(model, ladder.seq_len, micro * 2, devices, checkpointing)
+        <= budget
     ):
         micro *= 2
     return micro, devices
@@ -319,7 +338,9 @@ def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
     warmup = max(1, round(ladder.duration.warmup_tokens_per_param * n / batch))
     warmup = min(warmup, max(1, steps // 10))
     schedule, ckpt_steps = _schedule_and_checkpoints(steps, warmup, ladder.duration)
-    lr, source = (lr_fn(n), f"sweep {ladder.lr.from_sweep}") if lr_fn else (peak_lr(n, ladder.lr), "formula")
+    lr, source = (
+        (lr_fn(n), f"sweep {ladder.lr.from_sweep}") if lr_fn else (peak_lr(n, ladder.lr), "formula")
+    )
     return SizePlan(
         size=size,
         model=model,
@@ -351,7 +372,9 @@ def _schedule_and_checkpoints(
         cfg = ScheduleConfig(kind="cosine", warmup=warmup, min_lr_ratio=f.min_lr_ratio)
         return cfg, [steps]
     ends = sorted({max(1, round(p * steps)) for p in f.decay_points})
-    cfg = wsds_schedule(ends, decay_fraction=f.decay_fraction, warmup_steps=warmup, min_lr_ratio=f.min_lr_ratio)
+    cfg = wsds_schedule(
+        ends, decay_fraction=f.decay_fraction, warmup_steps=warmup, min_lr_ratio=f.min_lr_ratio
+    )
     points: set[int] = set()
     for start, end in decay_windows(steps, cfg):
         points.update({start, end})

@@ -81,7 +81,9 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Normalise in float32: bf16 squares lose too much precision.
         out = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
-        weight = self.weight if self.grad_group is None else _SumGrad.apply(self.weight, self.grad_group)
+        weight = (
+            self.weight if self.grad_group is None else _SumGrad.apply(self.weight, self.grad_group)
+        )
         return out.type_as(x) * weight
 
 

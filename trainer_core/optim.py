@@ -15,9 +15,7 @@ from trainer_core.config import OptimConfig
 
 def parameter_groups(model: nn.Module, cfg: OptimConfig) -> list[dict]:
     decay, no_decay = [], []
-    embedding_params = {
-        id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)
-    }
+    embedding_params = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     for p in model.parameters():
         if not p.requires_grad:
             continue

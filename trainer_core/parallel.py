@@ -104,7 +104,9 @@ def apply_activation_checkpointing(model: nn.Module, cfg: ParallelConfig) -> Non
 def apply_fsdp(model: nn.Module, mesh: DeviceMesh, cfg: ParallelConfig) -> None:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    mp = MixedPrecisionPolicy(param_dtype=DTYPES[cfg.param_dtype], reduce_dtype=DTYPES[cfg.reduce_dtype])
+    mp = MixedPrecisionPolicy(
+        param_dtype=DTYPES[cfg.param_dtype], reduce_dtype=DTYPES[cfg.reduce_dtype]
+    )
     fsdp_mesh = mesh["dp_replicate", "dp_shard"] if cfg.dp_replicate > 1 else mesh["dp_shard"]
     for block in model.blocks.values():
         fully_shard(block, mesh=fsdp_mesh, mp_policy=mp)

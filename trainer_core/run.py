@@ -87,7 +87,9 @@ def build_trainer(
                 seq_len, batch_seqs, cfg.trainer.seed, start_step, dp_rank, dp_size
             )
 
-    eval_batches = data.eval_batches(seq_len, batch_seqs, cfg.trainer.eval_batches, dp_rank, dp_size)
+    eval_batches = data.eval_batches(
+        seq_len, batch_seqs, cfg.trainer.eval_batches, dp_rank, dp_size
+    )
 
     info = run_info(cfg, tags)
     callbacks: list[Callback] = []

@@ -110,9 +110,8 @@ def lr_multiplier(step: int, total_steps: int, cfg: ScheduleConfig) -> float:
     """Factor applied to the peak LR for optimizer step ``step`` (0-based)."""
     cycles = _cycles(total_steps, cfg)
     step = min(max(step, 0), total_steps - 1)
-    for i, c in enumerate(cycles):
-        if step < c.end:
-            break
+    i = next(k for k, c in enumerate(cycles) if step < c.end)
+    c = cycles[i]
     floor = cfg.min_lr_ratio
     offset = step - c.start
     if offset < c.warmup:
@@ -155,7 +154,11 @@ def build_scheduler(
 
 
 def plot_schedule(
-    cfg: ScheduleConfig, total_steps: int, peak_lr: float, path: str | Path, title: str | None = None
+    cfg: ScheduleConfig,
+    total_steps: int,
+    peak_lr: float,
+    path: str | Path,
+    title: str | None = None,
 ) -> Path:
     import matplotlib
 

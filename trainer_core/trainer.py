@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from trainer_core.callbacks import Callback
-from trainer_core.checkpoint import Checkpointer, CheckpointPolicy, rng_state, restore_rng
+from trainer_core.checkpoint import Checkpointer, CheckpointPolicy, restore_rng, rng_state
 from trainer_core.config import TrainConfig
 from trainer_core.train_module import BatchStats, TrainModule
 
@@ -87,7 +87,9 @@ class Trainer:
         self.last_metrics: dict[str, float] = {}
         ckpt = cfg.checkpoint
         self.checkpointer = (
-            Checkpointer(self.run_dir, ckpt, rank=rank, world_size=world_size) if ckpt.enabled else None
+            Checkpointer(self.run_dir, ckpt, rank=rank, world_size=world_size)
+            if ckpt.enabled
+            else None
         )
         self.policy = CheckpointPolicy(ckpt) if ckpt.enabled else None
 
@@ -123,7 +125,9 @@ class Trainer:
         start_step = self.restore()
         total = self.info.total_steps
         self._write_run_json("running")
-        self._emit("on_start", {**self.info.__dict__, "start_step": start_step, "total_steps": total})
+        self._emit(
+            "on_start", {**self.info.__dict__, "start_step": start_step, "total_steps": total}
+        )
         started = time.time()
         batches = self.train_batches(start_step)
         window = _Window()
@@ -184,7 +188,9 @@ class Trainer:
         window.grad_norms.append(norm.item())
         window.steps += 1
 
-    def _log_metrics(self, window: _Window, last: BatchStats, norm: torch.Tensor) -> dict[str, float]:
+    def _log_metrics(
+        self, window: _Window, last: BatchStats, norm: torch.Tensor
+    ) -> dict[str, float]:
         sums = torch.tensor(
             [window.ce, window.tokens, last.ce_sum.item(), last.num_tokens.item()],
             dtype=torch.float64,

@@ -17,14 +17,22 @@ from trainer_core.cli import exit_on_error, load_from_args, print_help, split_ar
 from trainer_core.ray.ladder_run import LadderJobConfig  # noqa: E402
 
 DEMO_CONFIG = Path(__file__).resolve().parent / "configs" / "ladder-demo.yaml"
-FLAGS = {"--config": True, "--dry-run": False, "--resume": False, "--sizes": True, "--benchmark": True}
+FLAGS = {
+    "--config": True,
+    "--dry-run": False,
+    "--resume": False,
+    "--sizes": True,
+    "--benchmark": True,
+}
 
 
 def print_plan(job: LadderJobConfig, plans) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"ladder {job.name}: {job.max_devices} x {job.device_type}, seq {job.seq_len}")
+    table = Table(
+        title=f"ladder {job.name}: {job.max_devices} x {job.device_type}, seq {job.seq_len}"
+    )
     rows = [p.table_row(job) for p in plans]
     for key in rows[0]:
         table.add_column(key, justify="left" if key in ("size", "ckpt steps") else "right")
@@ -74,8 +82,13 @@ def main() -> int:
     preflight(job)
     print_plan(job, plans)
     largest = plans[-1]
-    png = plot_schedule(largest.schedule, largest.steps, largest.lr, exp_dir / "lr_schedule.png",
-                        title=f"{job.name} {largest.size}: LR schedule")
+    png = plot_schedule(
+        largest.schedule,
+        largest.steps,
+        largest.lr,
+        exp_dir / "lr_schedule.png",
+        title=f"{job.name} {largest.size}: LR schedule",
+    )
     print(f"LR schedule plot: {png}")
     if "--dry-run" in own:
         return 0

@@ -12,7 +12,8 @@ class RayConfig:
     """Where and how wide a run goes on Ray."""
 
     address: str = ""
-    """Ray cluster address; empty = the cluster this job was submitted to, else a local Ray."""
+    """Ray cluster address; empty = the cluster this job was submitted to (or one found on this
+    machine), else a new local Ray; "local" = always a new local Ray."""
     num_workers: int = 1
     use_gpu: bool = False
     cpus_per_worker: float = 1.0
@@ -27,7 +28,12 @@ class RayConfig:
         require(self.num_workers >= 1, "num_workers", self.num_workers, "must be >= 1")
         require(self.cpus_per_worker > 0, "cpus_per_worker", self.cpus_per_worker, "must be > 0")
         require(self.gpus_per_worker > 0, "gpus_per_worker", self.gpus_per_worker, "must be > 0")
-        require(self.max_failures >= -1, "max_failures", self.max_failures, "must be >= -1 (-1 = forever)")
+        require(
+            self.max_failures >= -1,
+            "max_failures",
+            self.max_failures,
+            "must be >= -1 (-1 = forever)",
+        )
 
 
 @dataclass

@@ -130,7 +130,9 @@ def ray_train_dataset(
     # ray.data.range / from_numpy / from_arrow would run set-up tasks that want a whole CPU,
     # which a machine full of Train workers may never free (the run hangs, nothing errors).
     bounds = np.linspace(0, rows, blocks + 1).astype(np.int64)
-    ranges = [{"lo": int(lo), "hi": int(hi)} for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+    ranges = [
+        {"lo": int(lo), "hi": int(hi)} for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
+    ]
     ds = ray.data.from_items(ranges, override_num_blocks=len(ranges)).map_batches(
         _read_windows,
         batch_size=None,

@@ -21,7 +21,9 @@ class LadderJobConfig(LadderConfig):
     ray: RayConfig = field(default_factory=RayConfig)
 
 
-def ray_run_config(plan: SizePlan, job: LadderJobConfig, run_name: str, lr: float | None = None) -> RayTrainConfig:
+def ray_run_config(
+    plan: SizePlan, job: LadderJobConfig, run_name: str, lr: float | None = None
+) -> RayTrainConfig:
     data = to_dict(run_config(plan, job, run_name, lr))
     data["ray"] = {**to_dict(job.ray), "num_workers": plan.devices, "use_gpu": job.uses_gpu}
     return from_dict(RayTrainConfig, data)
@@ -37,7 +39,9 @@ def preflight(job: LadderJobConfig) -> None:
         probe.write_text("ok")
         probe.unlink()
     except OSError as e:
-        raise ConfigError(f"dir: output dir {str(out)!r} is not writable ({e.strerror}); pick another --dir") from None
+        raise ConfigError(
+            f"dir: output dir {str(out)!r} is not writable ({e.strerror}); pick another --dir"
+        ) from None
 
 
 def write_experiment_record(job: LadderJobConfig, plans: list[SizePlan], exp_dir: Path) -> None:

@@ -16,7 +16,12 @@ from typing import Literal
 from trainer_core.config import require
 from trainer_core.configio import replace as replace_config
 from trainer_core.ladder import SizePlan, plan_ladder
-from trainer_core.ray.ladder_run import LadderJobConfig, preflight, ray_run_config, write_experiment_record
+from trainer_core.ray.ladder_run import (
+    LadderJobConfig,
+    preflight,
+    ray_run_config,
+    write_experiment_record,
+)
 from trainer_core.ray.tune_run import TrialSpec, TuneSettings, fmt_lr, run_trials
 
 
@@ -36,10 +41,19 @@ class SweepConfig:
     reduction_factor: int = 2
 
     def __post_init__(self) -> None:
-        require(bool(self.factors) and min(self.factors) > 0, "factors", self.factors, "must be positive")
+        require(
+            bool(self.factors) and min(self.factors) > 0,
+            "factors",
+            self.factors,
+            "must be positive",
+        )
         require(self.num_samples >= 1, "num_samples", self.num_samples, "must be >= 1")
-        require(0 < self.grace_fraction <= 1, "grace_fraction", self.grace_fraction, "must be in (0, 1]")
-        require(self.reduction_factor >= 2, "reduction_factor", self.reduction_factor, "must be >= 2")
+        require(
+            0 < self.grace_fraction <= 1, "grace_fraction", self.grace_fraction, "must be in (0, 1]"
+        )
+        require(
+            self.reduction_factor >= 2, "reduction_factor", self.reduction_factor, "must be >= 2"
+        )
 
 
 @dataclass
@@ -69,7 +83,9 @@ def rung_steps(plan: SizePlan, sweep: SweepConfig) -> int:
 
 def sweep_plans(job: SweepJobConfig, sizes: list[str] | None) -> list[SizePlan]:
     if not job.sweep.full_length:
-        job = replace(job, duration=replace(job.duration, chinchilla_multiple=job.sweep.duration_multiple))
+        job = replace(
+            job, duration=replace(job.duration, chinchilla_multiple=job.sweep.duration_multiple)
+        )
     return plan_ladder(job, sizes)
 
 

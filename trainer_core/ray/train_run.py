@@ -95,7 +95,9 @@ def build_torch_trainer(
 
 def run_summary(run_dir: Path) -> dict[str, Any]:
     """run.json plus the last logged metrics: what a finished (or resumed-and-finished) run reports."""
-    summary = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
+    summary = (
+        json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
+    )
     metrics_file = run_dir / "metrics.jsonl"
     if metrics_file.exists():
         for line in metrics_file.read_text().splitlines():

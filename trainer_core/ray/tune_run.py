@@ -42,7 +42,9 @@ def trial_driver(config: dict[str, Any]) -> None:
     spec = config["trial"]
     cfg = from_dict(RayTrainConfig, spec["train"])
     summary = run_training(cfg, spec["tags"], callbacks=[TuneReportCallback()])
-    final = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    final = {
+        k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
     final["diverged"] = int(summary.get("status") == "diverged")
     final["finished"] = 1
     tune.report(final)
@@ -76,9 +78,7 @@ def max_concurrent_trials(specs: list[TrialSpec]) -> int:
     return max(1, int(min(fits)))
 
 
-def run_trials(
-    specs: list[TrialSpec], exp_dir: Path, settings: TuneSettings, resume: bool
-):
+def run_trials(specs: list[TrialSpec], exp_dir: Path, settings: TuneSettings, resume: bool):
     """Run every spec as a Tune trial (or restore the experiment); returns (ResultGrid, concurrency)."""
     from ray import tune
 
@@ -133,7 +133,6 @@ def mark_stopped_runs(specs: list[TrialSpec]) -> None:
 def fmt_lr(lr: float) -> str:
     exponent = math.floor(math.log10(lr))
     return f"{lr / 10**exponent:.3f}e{exponent}"
-
 
 
 def concurrency_report(grid, wall_s: float, concurrency: int) -> str:

@@ -47,6 +47,14 @@ class RayReporter(BaseCallback):
         )
 
 
+def quiet_ray_loggers() -> None:
+    """Ray Data / Train log every dataset start and every report at INFO on each worker; Ray
+    configures those loggers one by one, so each one is turned down, not just the parents."""
+    names = [n for n in logging.root.manager.loggerDict if n.startswith(("ray.data", "ray.train"))]
+    for name in ["ray.data", "ray.train", *names]:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def train_worker(config: dict[str, Any]) -> None:
     """The ``train_loop_per_worker`` of the TorchTrainer."""
     import ray.train
@@ -56,8 +64,7 @@ def train_worker(config: dict[str, Any]) -> None:
     from trainer_core.run import build_trainer
     from trainer_core.trainer import NonFiniteLossError
 
-    for name in ("ray.data", "ray.train"):  # per-dataset and per-report chatter
-        logging.getLogger(name).setLevel(logging.WARNING)
+    quiet_ray_loggers()
     cfg = from_dict(RayTrainConfig, config["train"])
     tp = cfg.parallel.tp
     dp_rank = ray.train.get_context().get_world_rank() // tp

@@ -1,0 +1,89 @@
+"""What Ray Train costs: the same run by the plain loop and by a 1-worker TorchTrainer.
+
+Prints each path's steady-state tokens/s (median over log windows after the first), their ratio
+and start-up time (wall time not explained by steady-state training).
+
+    python benchmarks/ray_overhead.py [--size 3M] [--steps 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from trainer_core.config import TrainConfig  # noqa: E402
+from trainer_core.configio import from_dict, load_config, to_dict  # noqa: E402
+from trainer_core.ray.config import RayTrainConfig  # noqa: E402
+
+
+def steady_tokens_per_s(run_dir: Path) -> float:
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rates = [r["throughput/tokens_per_s"] for r in lines if "throughput/tokens_per_s" in r]
+    return statistics.median(rates[1:] or rates)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    ap.add_argument("--size", default="3M")
+    ap.add_argument("--steps", type=int, default=60)
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="ray-overhead-"))
+    overrides = [
+        f"--model.size={args.size}",
+        "--data.seq_len=128",
+        "--trainer.global_batch_size=2048",
+        f"--trainer.max_steps={args.steps}",
+        f"--trainer.log_interval={max(args.steps // 6, 1)}",
+        "--trainer.eval_batches=0",
+        "--trainer.progress=false",
+        "--checkpoint.enabled=false",
+        "--ray.cpus_per_worker=1",
+    ]
+    cfg = load_config(RayTrainConfig, None, [*overrides, f"--trainer.run_dir={root / 'ray'}"])
+    plain_data = to_dict(cfg)
+    plain_data.pop("ray")
+    plain_data["trainer"]["run_dir"] = str(root / "plain")
+    plain_cfg = from_dict(TrainConfig, plain_data)
+
+    import torch
+
+    from trainer_core.run import build_trainer
+
+    torch.set_num_threads(1)  # a 1-CPU Ray worker gets one thread: compare like with like
+    start = time.perf_counter()
+    build_trainer(plain_cfg).fit()
+    plain_wall = time.perf_counter() - start
+
+    from trainer_core.ray.runtime import init_ray
+    from trainer_core.ray.train_run import run_training
+
+    start = time.perf_counter()
+    init_ray()
+    ray_init = time.perf_counter() - start
+    run_training(cfg)
+    ray_wall = time.perf_counter() - start
+
+    tokens = args.steps * cfg.trainer.global_batch_size
+    plain_rate, ray_rate = steady_tokens_per_s(root / "plain"), steady_tokens_per_s(root / "ray")
+    print(
+        f"size {args.size}, {args.steps} steps of {cfg.trainer.global_batch_size} tokens, 1 thread"
+    )
+    print(
+        f"  plain loop : {plain_rate:,.0f} tokens/s steady, start-up {plain_wall - tokens / plain_rate:.1f} s"
+    )
+    print(
+        f"  Ray Train  : {ray_rate:,.0f} tokens/s steady, start-up {ray_wall - tokens / ray_rate:.1f} s "
+        f"(ray.init {ray_init:.1f} s)"
+    )
+    print(f"  steady-state ratio Ray / plain: {ray_rate / plain_rate:.3f}")
+
+
+if __name__ == "__main__":
+    main()
