@@ -12,60 +12,41 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
 
-@pytest.fixture(scope="session")
-def ray_session():
-    """A local Ray shared by every test that needs one (ray.init costs ~6 s)."""
+def _start_ray():
     import ray
 
-    started = not ray.is_initialized()
-    if started:
+    if not ray.is_initialized():
         ray.init(
             num_cpus=2,
             include_dashboard=False,
             logging_config=ray.LoggingConfig(log_level="ERROR"),
             runtime_env={"env_vars": {"RAY_DATA_DISABLE_PROGRESS_BARS": "1"}},
         )
-    yield ray
-    if started:
+    return ray
+
+
+@pytest.fixture(scope="session")
+def _ray_owner():
+    """Shuts down at the end of the session whatever Ray the tests left running."""
+    yield
+    import ray
+
+    if ray.is_initialized():
         ray.shutdown()
 
 
-@pytest.fixture
-def make_shards(tmp_path):
-    """Build a small byte-level shard dir from texts, with tiny files, rows and row groups so
-    that multi-file and cross-row-group reads happen even on a few KB of text."""
-    from trainer_core.shards import DatasetWriter, TokenizerInfo, split_key
-    from trainer_core.tokenizer import ByteTokenizer
-
-    def make(
-        texts, name="shards", val_fraction=0.2, shard_tokens=700, row_tokens=32, row_group_rows=2
-    ):
-        tok = ByteTokenizer()
-        out = tmp_path / name
-        writer = DatasetWriter(
-            out,
-            TokenizerInfo(**tok.identity()),
-            val_fraction,
-            shard_tokens,
-            row_tokens,
-            row_group_rows,
-        )
-        for text in texts:
-            writer.add(tok.encode_arrays([text])[0], split_key(text))
-        writer.finish()
-        return out
-
-    return make
+@pytest.fixture(scope="module")
+def ray_session(_ray_owner):
+    """A local Ray shared by the tests that need one in-process (ray.init costs ~6 s, paid once
+    unless a test in between needed the machine to itself)."""
+    return _start_ray()
 
 
-@pytest.fixture
-def random_texts():
-    """Deterministic pseudo-text documents for data tests: ``random_texts(n, seed, letters)``."""
-    import numpy as np
+@pytest.fixture()
+def no_local_ray(_ray_owner):
+    """For tests whose subprocess starts its own Ray: with two Ray instances on one machine, Ray
+    Train's placement-group cleaner cannot tell which to query and stopped trials leak CPUs."""
+    import ray
 
-    def make(n, seed=0, letters="abcdefghijklmnopqrstuvwxyz ", low=40, high=200):
-        rng = np.random.default_rng(seed)
-        alphabet = np.array(list(letters))
-        return ["".join(rng.choice(alphabet, int(rng.integers(low, high)))) for _ in range(n)]
-
-    return make
+    if ray.is_initialized():
+        ray.shutdown()

@@ -48,7 +48,7 @@ def test_project_upload_fits():
 
 
 @pytest.mark.ray
-def test_job_submit_to_a_started_head(tmp_path):
+def test_job_submit_to_a_started_head(tmp_path, no_local_ray):
     checkout = tmp_path / "checkout"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(checkout)], check=True)
     gcs, dashboard = free_port(), free_port()

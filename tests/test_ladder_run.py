@@ -94,7 +94,7 @@ def run_status(exp: Path, size: str) -> str:
 
 
 @pytest.mark.ray
-def test_killed_driver_resumes_and_fits(tmp_path):
+def test_killed_driver_resumes_and_fits(tmp_path, no_local_ray):
     cfg = tiny_config(tmp_path)
     exp = tmp_path / "exp"
     env = {**os.environ, "RAY_ADDRESS": "", "PYTHONUNBUFFERED": "1"}

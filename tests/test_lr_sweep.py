@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.ray
 
 
-def test_sweep_stops_bad_lrs_flags_divergence_and_finds_interior_optimum(tmp_path):
+def test_sweep_stops_bad_lrs_flags_divergence_and_finds_interior_optimum(tmp_path, no_local_ray):
     cfg = tmp_path / "sweep.yaml"
     cfg.write_text(
         textwrap.dedent(

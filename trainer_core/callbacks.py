@@ -47,6 +47,15 @@ def format_duration(seconds: float) -> str:
 class ConsoleProgress(BaseCallback):
     """One line per log interval: step/total, losses, LR, throughput, MFU and an ETA."""
 
+    FIELDS = (
+        ("train/loss", lambda v: f"loss {v:.4f}"),
+        ("eval/loss", lambda v: f"eval {v:.4f}"),
+        ("train/grad_norm", lambda v: f"gnorm {v:.3f}"),
+        ("lr", lambda v: f"lr {v:.2e}"),
+        ("throughput/tokens_per_s", lambda v: f"{v:,.0f} tok/s"),
+        ("throughput/mfu", lambda v: f"mfu {100 * v:.1f}%"),
+    )
+
     def __init__(self, name: str = "", stream=None):
         self.name = name
         self.stream = stream or sys.stdout
@@ -69,18 +78,7 @@ class ConsoleProgress(BaseCallback):
         elapsed = time.time() - self.start_time
         eta = elapsed / max(done, 1) * (self.total - step)
         parts = [f"step {step:>6}/{self.total}"]
-        if "train/loss" in metrics:
-            parts.append(f"loss {metrics['train/loss']:.4f}")
-        if "eval/loss" in metrics:
-            parts.append(f"eval {metrics['eval/loss']:.4f}")
-        if "train/grad_norm" in metrics:
-            parts.append(f"gnorm {metrics['train/grad_norm']:.3f}")
-        if "lr" in metrics:
-            parts.append(f"lr {metrics['lr']:.2e}")
-        if "throughput/tokens_per_s" in metrics:
-            parts.append(f"{metrics['throughput/tokens_per_s']:,.0f} tok/s")
-        if "throughput/mfu" in metrics:
-            parts.append(f"mfu {100 * metrics['throughput/mfu']:.1f}%")
+        parts += [show(metrics[key]) for key, show in self.FIELDS if key in metrics]
         parts.append(f"eta {format_duration(eta)}")
         self._print(" | ".join(parts))
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from trainer_core.configio import ConfigError, suggest
-from trainer_core.sizes import MODEL_SIZES
+from trainer_core.configio import ConfigError
+from trainer_core.sizes import MODEL_SIZES, check_size
 
 
 def require(ok: bool, name: str, value: object, allowed: str) -> None:
@@ -43,11 +43,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if self.size:
-            if self.size not in MODEL_SIZES:
-                raise ConfigError(
-                    f"size: {self.size!r} is not in the size table{suggest(self.size, list(MODEL_SIZES))};"
-                    f" known sizes: {', '.join(MODEL_SIZES)}"
-                )
+            check_size(self.size, "size")
             spec = MODEL_SIZES[self.size]
             for name in ("d_model", "n_layers", "n_heads", "n_kv_heads", "mlp_hidden"):
                 if getattr(self, name) == 0:

@@ -29,10 +29,10 @@ from trainer_core.config import (
     TrainConfig,
     require,
 )
-from trainer_core.configio import ConfigError, from_dict, replace, suggest, to_dict
+from trainer_core.configio import ConfigError, from_dict, replace, to_dict
 from trainer_core.model import count_params, num_flops_per_token
 from trainer_core.schedule import decay_windows, wsds_schedule
-from trainer_core.sizes import MODEL_SIZES
+from trainer_core.sizes import check_size
 
 # Usable accelerator memory (GiB) by substring of the device type; "cpu" is a working-set budget.
 DEVICE_MEMORY_GB = {
@@ -143,11 +143,7 @@ class LadderConfig:
     def __post_init__(self) -> None:
         require(bool(self.sizes), "sizes", self.sizes, "list at least one size")
         for s in self.sizes:
-            if s not in MODEL_SIZES:
-                raise ConfigError(
-                    f"sizes: {s!r} is not in the size table{suggest(s, list(MODEL_SIZES))}; "
-                    f"known sizes: {', '.join(MODEL_SIZES)}"
-                )
+            check_size(s, "sizes")
         require(self.max_devices >= 1, "max_devices", self.max_devices, "must be >= 1")
         require(
             0 < self.memory_fraction <= 1,
@@ -384,11 +380,7 @@ def _schedule_and_checkpoints(
 def plan_ladder(ladder: LadderConfig, sizes: list[str] | None = None, lr_fn=None) -> list[SizePlan]:
     """Plans for the given sizes; batch-drift warnings are kept on each plan (``batch_warning``)."""
     for s in sizes or []:
-        if s not in MODEL_SIZES:
-            raise ConfigError(
-                f"sizes: {s!r} is not in the size table{suggest(s, list(MODEL_SIZES))}; "
-                f"known sizes: {', '.join(MODEL_SIZES)}"
-            )
+        check_size(s, "sizes")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return [plan_size(s, ladder, lr_fn) for s in sizes or ladder.sizes]

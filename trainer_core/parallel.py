@@ -1,46 +1,73 @@
 """Device mesh and model wrapping: tensor parallel, activation checkpointing, compile, FSDP2.
 
 Applied in torchtitan's order (TP -> AC -> compile -> FSDP) so each transform sees the module
-structure it expects. The mesh is (dp_replicate, dp_shard, tp); FSDP2 shards over dp_shard and
-replicates over dp_replicate (HSDP), on the dp sub-mesh when tp > 1 (2D).
+structure it expects. The mesh is (dp_replicate, dp_shard, tp) with tp innermost, so the ranks of
+one TP group are neighbours (one node) and ``rank // tp`` is the data-parallel rank. FSDP2 shards
+over dp_shard and replicates over dp_replicate (HSDP), on the dp sub-mesh when tp > 1 (2D).
+
+Wrappers keep checkpoints portable: ``checkpoint_wrapper`` and ``torch.compile`` add
+``_checkpoint_wrapped_module.`` / ``_orig_mod.`` to parameter names, which
+``torch.distributed.checkpoint.state_dict`` strips, so a run saved with AC or compile loads
+without them and vice versa.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from trainer_core.config import ParallelConfig
+from trainer_core.config import ModelConfig, ParallelConfig
 from trainer_core.configio import ConfigError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+MESH_DIMS = ("dp_replicate", "dp_shard", "tp")
 
 
 def mesh_shape(cfg: ParallelConfig, world_size: int) -> tuple[int, int, int]:
-    if world_size % (cfg.dp_replicate * cfg.tp):
+    """``(dp_replicate, dp_shard, tp)`` for ``world_size`` devices, resolving ``dp_shard=-1``.
+
+    Raises a ConfigError naming the field that does not fit the world size.
+    """
+    for name in ("tp", "dp_replicate"):
+        value = getattr(cfg, name)
+        if world_size % value:
+            raise ConfigError(f"parallel.{name}: {value} does not divide world size {world_size}")
+    fixed = cfg.dp_replicate * cfg.tp
+    if world_size % fixed:
         raise ConfigError(
-            f"parallel.tp: dp_replicate={cfg.dp_replicate} x tp={cfg.tp} does not divide the "
-            f"world size {world_size}"
+            f"parallel.tp: dp_replicate x tp = {cfg.dp_replicate} x {cfg.tp} = {fixed} does not "
+            f"divide world size {world_size}"
         )
-    shard = cfg.dp_shard if cfg.dp_shard != -1 else world_size // (cfg.dp_replicate * cfg.tp)
-    if cfg.dp_replicate * shard * cfg.tp != world_size:
+    shard = world_size // fixed if cfg.dp_shard == -1 else cfg.dp_shard
+    if fixed * shard != world_size:
         raise ConfigError(
-            f"parallel.dp_shard: dp_replicate={cfg.dp_replicate} x dp_shard={shard} x tp={cfg.tp} "
-            f"= {cfg.dp_replicate * shard * cfg.tp} devices, but the world size is {world_size}"
+            f"parallel.dp_shard: dp_replicate x dp_shard x tp = {cfg.dp_replicate} x {shard} x "
+            f"{cfg.tp} = {fixed * shard} devices, but world size is {world_size}; "
+            "set dp_shard=-1 to use every remaining device"
         )
     return cfg.dp_replicate, shard, cfg.tp
 
 
 def build_mesh(cfg: ParallelConfig, world_size: int, device_type: str) -> DeviceMesh | None:
+    """The 3D mesh named :data:`MESH_DIMS`; None for a single process (nothing to shard)."""
     shape = mesh_shape(cfg, world_size)
     if world_size == 1:
         return None
-    return init_device_mesh(device_type, shape, mesh_dim_names=("dp_replicate", "dp_shard", "tp"))
+    mesh = init_device_mesh(device_type, shape, mesh_dim_names=MESH_DIMS)
+    dp_mesh(mesh)
+    if cfg.tp > 1:
+        # A 2D-sharded gradient's norm is partial over dp_shard and tp; with this flattened
+        # dim DTensor reduces it in one all-reduce instead of two in a row.
+        mesh["dp_shard", "tp"]._flatten("dp_shard_tp")
+    return mesh
 
 
 def dp_mesh(mesh: DeviceMesh) -> DeviceMesh:
-    """The data-parallel sub-mesh (replicate x shard flattened): ranks that see different data."""
+    """The data-parallel sub-mesh (replicate x shard flattened): ranks that see different data,
+    for splitting batches and counting the global tokens of the loss."""
     return mesh["dp_replicate", "dp_shard"]._flatten("dp")
 
 
@@ -51,18 +78,29 @@ def dp_rank_and_size(mesh: DeviceMesh | None) -> tuple[int, int]:
     return dp.get_local_rank(), dp.size()
 
 
+def check_tensor_parallel(cfg: ModelConfig, tp: int) -> None:
+    """TP splits attention by heads and the MLP by hidden units; each rank needs whole ones."""
+    for name in ("n_heads", "n_kv_heads", "mlp_hidden"):
+        count = getattr(cfg, name)
+        if count % tp:
+            raise ConfigError(
+                f"parallel.tp: {tp} does not divide model.{name}={count}; pick a tp that does"
+            )
+
+
 def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
+    """Megatron-style TP inside each block; embedding, norms and head stay replicated.
+
+    Column-wise q/k/v and gate/up leave each rank with its own heads / hidden units; the
+    row-wise output projections sum the partial results, so a block's output is whole again.
+    """
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
         parallelize_module,
     )
 
-    cfg = model.cfg
-    tp = tp_mesh.size()
-    for name, count in (("n_heads", cfg.n_heads), ("n_kv_heads", cfg.n_kv_heads)):
-        if count % tp:
-            raise ConfigError(f"parallel.tp: {tp} does not divide model.{name}={count}")
+    check_tensor_parallel(model.cfg, tp_mesh.size())
     plan = {
         "attn.wq": ColwiseParallel(),
         "attn.wk": ColwiseParallel(),
@@ -81,27 +119,30 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
                 norm.grad_group = tp_mesh.get_group()
 
 
-class CheckpointedBlock(nn.Module):
-    """Recomputes its block's activations in backward instead of storing them."""
-
-    def __init__(self, block: nn.Module):
-        super().__init__()
-        self.block = block
-
-    def forward(self, x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
-        from torch.utils.checkpoint import checkpoint
-
-        return checkpoint(self.block, x, rotations, use_reentrant=False)
-
-
 def apply_activation_checkpointing(model: nn.Module, cfg: ParallelConfig) -> None:
+    """Recompute block activations in backward: every block ("full") or every k-th ("every_k")."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
     every = 1 if cfg.activation_checkpointing == "full" else cfg.ac_every_k
     for i, key in enumerate(list(model.blocks.keys())):
         if i % every == 0:
-            model.blocks[key] = CheckpointedBlock(model.blocks[key])
+            # Non-reentrant torch.utils.checkpoint: works with FSDP2, DTensor and compile.
+            model.blocks[key] = checkpoint_wrapper(model.blocks[key])
+
+
+def apply_compile(model: nn.Module) -> None:
+    """Compile each block separately: identical blocks share one graph, and the FSDP hooks
+    between blocks stay outside the compiled regions."""
+    for key, block in list(model.blocks.items()):
+        model.blocks[key] = torch.compile(block)
 
 
 def apply_fsdp(model: nn.Module, mesh: DeviceMesh, cfg: ParallelConfig) -> None:
+    """FSDP2 per block, then the root (embedding, final norm, head).
+
+    A tied embedding/head weight is one parameter held by two root-level modules, so it lands in
+    the root unit once and is gathered once per forward.
+    """
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mp = MixedPrecisionPolicy(
@@ -116,14 +157,18 @@ def apply_fsdp(model: nn.Module, mesh: DeviceMesh, cfg: ParallelConfig) -> None:
 def parallelize_model(
     model: nn.Module, mesh: DeviceMesh | None, cfg: ParallelConfig, device: torch.device
 ) -> nn.Module:
+    """Apply TP, AC, compile and FSDP2 as configured; returns the same (now wrapped) model.
+
+    ``param_dtype`` / ``reduce_dtype`` act through FSDP, i.e. only with data-parallel size > 1;
+    on one device (or TP alone) lower precision comes from ``train_module.autocast_precision``.
+    """
     model.to(device)
     if mesh is not None and cfg.tp > 1:
         apply_tensor_parallel(model, mesh["tp"])
     if cfg.activation_checkpointing != "none":
         apply_activation_checkpointing(model, cfg)
     if cfg.compile:
-        for key, block in model.blocks.items():
-            model.blocks[key] = torch.compile(block)
+        apply_compile(model)
     if mesh is not None and dp_rank_and_size(mesh)[1] > 1:
         apply_fsdp(model, mesh, cfg)
     return model
@@ -132,12 +177,16 @@ def parallelize_model(
 def clip_grad_norm(model: nn.Module, max_norm: float | None) -> torch.Tensor:
     """Global pre-clip L2 norm of all gradients (every shard, every rank); clips if asked.
 
-    Gradients live on different meshes (TP'd weights on dp x tp, norms on dp only), so norms are
-    taken per (mesh, placements) group, each made whole with one collective, then combined.
+    The value equals the single-process norm. Gradients live on different meshes (TP'd weights
+    on dp x tp, norms and embeddings on dp only, plain replicated tensors under TP alone), so
+    norms are taken per (mesh, placements) group, each made whole with one collective, then
+    combined. A non-finite norm leaves the gradients untouched (the caller skips the step).
     """
     from torch.distributed.tensor import DTensor
 
     grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
     groups: dict[object, list[torch.Tensor]] = {}
     for g in grads:
         key = (g.device_mesh, g.placements) if isinstance(g, DTensor) else None
@@ -149,8 +198,9 @@ def clip_grad_norm(model: nn.Module, max_norm: float | None) -> torch.Tensor:
             norm = norm.full_tensor()
         squares.append(norm.float() ** 2)
     total = torch.stack(squares).sum().sqrt()
-    if max_norm is not None:
-        coef = min(1.0, max_norm / (total.item() + 1e-6))
+    value = total.item()
+    if max_norm is not None and math.isfinite(value):
+        coef = max_norm / (value + 1e-6)
         if coef < 1.0:
             for g in grads:  # a Python scalar scales plain tensors and DTensors alike
                 g.mul_(coef)

@@ -37,7 +37,12 @@ MODEL_SIZES: dict[str, SizeSpec] = {
 }
 
 
-def size_spec(name: str) -> SizeSpec:
+def check_size(name: str, field: str) -> None:
+    """Raise a ConfigError naming ``field`` (and the closest known size) for an unknown size."""
+    from trainer_core.configio import ConfigError, suggest
+
     if name not in MODEL_SIZES:
-        raise KeyError(name)
-    return MODEL_SIZES[name]
+        raise ConfigError(
+            f"{field}: {name!r} is not in the size table{suggest(name, list(MODEL_SIZES))}; "
+            f"known sizes: {', '.join(MODEL_SIZES)}"
+        )
