@@ -50,3 +50,44 @@ def no_local_ray(_ray_owner):
 
     if ray.is_initialized():
         ray.shutdown()
+
+
+@pytest.fixture
+def make_shards(tmp_path):
+    """Build a small byte-level shard dir from texts, with tiny files, rows and row groups so
+    that multi-file and cross-row-group reads happen even on a few KB of text."""
+    from trainer_core.shards import DatasetWriter, TokenizerInfo, split_key
+    from trainer_core.tokenizer import ByteTokenizer
+
+    def make(
+        texts, name="shards", val_fraction=0.2, shard_tokens=700, row_tokens=32, row_group_rows=2
+    ):
+        tok = ByteTokenizer()
+        out = tmp_path / name
+        writer = DatasetWriter(
+            out,
+            TokenizerInfo(**tok.identity()),
+            val_fraction,
+            shard_tokens,
+            row_tokens,
+            row_group_rows,
+        )
+        for text in texts:
+            writer.add(tok.encode_arrays([text])[0], split_key(text))
+        writer.finish()
+        return out
+
+    return make
+
+
+@pytest.fixture
+def random_texts():
+    """Deterministic pseudo-text documents for data tests: ``random_texts(n, seed, letters)``."""
+    import numpy as np
+
+    def make(n, seed=0, letters="abcdefghijklmnopqrstuvwxyz ", low=40, high=200):
+        rng = np.random.default_rng(seed)
+        alphabet = np.array(list(letters))
+        return ["".join(rng.choice(alphabet, int(rng.integers(low, high)))) for _ in range(n)]
+
+    return make
