@@ -1,4 +1,4 @@
-"""FSDP2, tensor parallel, 2D and 3D (HSDP x TP) runs on CPU (gloo) match a single process step for step.
+"""FSDP2, tensor parallel, 2D and HSDP x TP runs on CPU (gloo) match a single process step for step.
 
 Every setup trains the same tiny model on the same token batches for 10 steps with clipping on;
 per-step losses and the reported (pre-clip) global grad norm must equal the single-process run.
@@ -52,7 +52,7 @@ SEQ, BATCH, STEPS = 16, 8, 10
 CPU = torch.device("cpu")
 MODEL = ModelConfig(size="", d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, mlp_hidden=128)
 TIED = replace(MODEL, tie_embeddings=True)
-SPAWN_TIMEOUT_S = 150
+SPAWN_TIMEOUT_S = 240
 
 
 def batches() -> list[torch.Tensor]:
@@ -106,7 +106,7 @@ def _worker(
         LOCAL_RANK=str(rank),
         WORLD_SIZE=str(world),
     )
-    torch.set_num_threads(1)  # up to 8 ranks share the cores
+    torch.set_num_threads(1)  # 2-4 ranks share the cores
     info = init_distributed("cpu")
     try:
         assert (info.rank, info.world_size, is_main()) == (rank, world, rank == 0)
@@ -162,14 +162,15 @@ def single():
         (2, MODEL, ParallelConfig()),
         (2, MODEL, ParallelConfig(tp=2)),
         (4, MODEL, ParallelConfig(dp_shard=2, tp=2)),
+        # HSDP x TP (3D parameters) on 4 ranks; 2 x 2 x 2 needs 8 processes, too many for CI.
         (
-            8,
+            4,
             MODEL,
-            ParallelConfig(dp_replicate=2, dp_shard=2, tp=2, activation_checkpointing="full"),
+            ParallelConfig(dp_replicate=2, dp_shard=1, tp=2, activation_checkpointing="full"),
         ),
         (2, TIED, ParallelConfig(activation_checkpointing="every_k", ac_every_k=2)),
     ],
-    ids=["fsdp2", "tp2", "fsdp2xtp2", "hsdp2x2xtp2-ac", "fsdp2-tied-ac_every2"],
+    ids=["fsdp2", "tp2", "fsdp2xtp2", "hsdp2x1xtp2-ac", "fsdp2-tied-ac_every2"],
 )
 def test_distributed_matches_single_process(single, tmp_path, world, model_cfg, parallel):
     result = run_ranks(world, model_cfg, parallel, tmp_path / "result.json")
