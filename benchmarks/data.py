@@ -1,6 +1,6 @@
 """Data-layer speed: tokenization MB/s and loader tokens/s (Ray Data reader vs local pyarrow reader).
 
-    python benchmarks/data.py [--seq-len 512] [--batch 64] [--steps 300]
+    python benchmarks/data.py [--seq-len 512] [--batch 64] [--steps 3000]
 
 Uses the demo corpus (this Python's standard library) with the byte tokenizer. Tokenization is
 timed for the Ray Data pipeline (``datasets/tokenize.py``'s) and in-process; the loaders deliver
@@ -34,7 +34,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--batch", type=int, default=64, help="sequences per step (one consumer)")
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--steps", type=int, default=3000, help="~100M tokens: past start-up")
     args = p.parse_args()
 
     import ray

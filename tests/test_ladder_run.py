@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -75,6 +76,29 @@ def test_bad_input_fails_before_any_trial(tmp_path, args, message):
     assert out.returncode == 2
     assert message in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "exp" / "tune").exists()
+
+
+def test_a_dir_holding_an_lr_sweep_is_refused(tmp_path):
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "experiment.yaml").write_text("name: s\nsweep: {search: grid}\n")
+    out = run_cli("--config", str(tiny_config(tmp_path)), timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "already holds a different experiment (LR sweep" in out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "exp" / "tune").exists()
+
+
+@pytest.mark.ray
+def test_benchmark_prints_throughput_and_mfu(tmp_path, no_local_ray):
+    out = run_cli("--config", str(tiny_config(tmp_path)), "--benchmark", "1M", timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    match = re.search(
+        r"benchmark 1M: ([\d,]+) tokens/s per device, MFU ([\d.]+)% on 1 device", out.stdout
+    )
+    assert match, out.stdout[-2000:]
+    assert int(match.group(1).replace(",", "")) > 0 and 0 < float(match.group(2)) < 100
+    (run_dir,) = (tmp_path / "exp" / "benchmarks").iterdir()
+    steps = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] == 20 and not (run_dir / "checkpoints").exists()
 
 
 def wait_for(predicate, process: subprocess.Popen, log: Path, timeout: float) -> None:

@@ -51,6 +51,8 @@ def test_sweep_stops_bad_lrs_flags_divergence_and_finds_interior_optimum(tmp_pat
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "x ideal" in out.stdout
+    for chatter in ("Reporting training result", "Progress bars disabled", "Traceback"):
+        assert chatter not in out.stdout + out.stderr, chatter
 
     table = lr_sweep_table(load(tmp_path / "sweep")).sort_values("lr")
     assert len(table) == 5

@@ -9,11 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from trainer_core.config import DataConfig
 from trainer_core.data import open_token_data
+from trainer_core.ray import data as ray_data
 from trainer_core.ray.data import batches_from_shard, ray_train_dataset, tokenize_to_shards
 from trainer_core.shards import DataError, verify_shards
 from trainer_core.text_sources import ReadOptions, discover_inputs, write_shards
@@ -23,11 +25,15 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.ray
 
 
-def test_ray_reader_rows_equal_local_batches_per_rank(ray_session, make_shards, random_texts):
+def test_ray_reader_rows_equal_local_batches_per_rank(
+    ray_session, make_shards, random_texts, monkeypatch
+):
     data = open_token_data(DataConfig(shards=str(make_shards(random_texts(60)))), 320)
     seq, batch, start, steps = 16, 6, 57, 5
+    monkeypatch.setattr(ray_data, "BLOCK_TOKENS", 2 * 3 * (seq + 1))  # 2 steps a block: 3 blocks
     for rank in range(2):
         ds = ray_train_dataset(data.spec, seq, batch, 11, start, steps, rank, 2)
+        assert ds.materialize().num_blocks() == 3
         rows = ds.take_all()
         assert [(r["step"], r["slot"]) for r in rows] == [
             (s, i) for s in range(start, start + steps) for i in range(3)
@@ -48,6 +54,16 @@ def test_ray_reader_rows_equal_local_batches_per_rank(ray_session, make_shards, 
                 expected_start_step=3,
             )
         )
+
+
+def test_blocks_are_regrouped_into_whole_steps():
+    rows = np.arange(10)
+    blocks = [{"step": rows[a:b] // 3, "slot": rows[a:b] % 3} for a, b in [(0, 2), (2, 7), (7, 9)]]
+    got = list(ray_data._whole_steps(iter(blocks), 3))
+    assert [g["step"].tolist() for g in got] == [[0, 0, 0, 1, 1, 1], [2, 2, 2]]
+    assert [g["slot"].tolist() for g in got] == [[0, 1, 2, 0, 1, 2], [0, 1, 2]]
+    with pytest.raises(DataError, match="ended 1 rows into a step of 3 rows"):
+        list(ray_data._whole_steps(iter([*blocks, {"step": rows[9:], "slot": rows[9:]}]), 3))
 
 
 def test_ray_pipeline_writes_the_same_shards_as_in_process(ray_session, tmp_path, random_texts):

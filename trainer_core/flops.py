@@ -25,14 +25,19 @@ GPU_PEAK_FLOPS = {
 
 
 @functools.cache
-def measured_cpu_flops(size: int = 512, seconds: float = 0.3) -> float:
+def measured_cpu_flops(size: int = 512, windows: int = 6, seconds: float = 0.05) -> float:
+    """The best of several short timing windows: a neighbour's burst (another trial on the same
+    machine) then lowers one window, not the peak, so MFU stays a fraction of the achievable."""
     a, b = torch.randn(size, size), torch.randn(size, size)
     a @ b
-    n, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        a @ b
-        n += 1
-    return 2 * size**3 * n / (time.perf_counter() - start)
+    best = 0.0
+    for _ in range(windows):
+        n, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            a @ b
+            n += 1
+        best = max(best, 2 * size**3 * n / (time.perf_counter() - start))
+    return best
 
 
 def peak_flops(device: torch.device, configured: float | None = None) -> float:

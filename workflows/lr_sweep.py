@@ -2,13 +2,14 @@
 
 Sweeps the peak LR for every ladder size on Ray Tune (size x LR trials, ASHA early stopping),
 then fits the optimum per size and LR*(N) = a * N^b across sizes. Feed the result back into a
-ladder with ``--lr.from_sweep=<this sweep's dir>``.
+ladder with ``--lr.from_sweep=<this sweep's dir>``. A ladder config is a sweep config (its
+``sweep:`` section optional). No ``--config``: the CPU demo ladder's
+(workflows/configs/ladder-demo.yaml), written to runs/lr-sweep-demo.
 """
 
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -16,6 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from trainer_core.cli import exit_on_error, load_from_args, print_help, split_args  # noqa: E402
 from trainer_core.ray.sweep_run import SweepJobConfig  # noqa: E402
 
+DEMO_CONFIG = Path(__file__).resolve().parent / "configs" / "ladder-demo.yaml"
+DEMO_OVERRIDES = ["--name=demo-lr-sweep", "--dir=runs/lr-sweep-demo"]
+"""The demo ladder's own dir holds its runs: a sweep of it writes beside it."""
 FLAGS = {"--config": True, "--dry-run": False, "--resume": False, "--sizes": True}
 
 
@@ -25,6 +29,9 @@ def main() -> int:
         print_help(__doc__.strip().splitlines()[0], SweepJobConfig)
         return 0
     own, overrides = split_args(argv, FLAGS)
+    if "--config" not in own:
+        own["--config"] = str(DEMO_CONFIG)
+        overrides = [*DEMO_OVERRIDES, *overrides]
     job = load_from_args(SweepJobConfig, own, overrides)
     sizes = own["--sizes"].split(",") if "--sizes" in own else None
 
@@ -38,11 +45,9 @@ def main() -> int:
         return 0
 
     from trainer_core.analysis import report_experiment
-    from trainer_core.ray.tune_run import concurrency_report
 
-    started = time.time()
-    _, grid, concurrency = run_sweep(job, sizes, resume="--resume" in own)
-    print(concurrency_report(grid, time.time() - started, concurrency))
+    run = run_sweep(job, sizes, resume="--resume" in own)
+    print(run.concurrency_report())
     report_experiment(Path(job.dir))
     return 0
 

@@ -1,6 +1,6 @@
 """Experiment analysis: load run dirs into DataFrames, fit scaling laws and LR optima, plot.
 
-``load(<exp dir>)`` needs only the files the trainer writes (RUN_LAYOUT.md); Ray is imported only
+``load(<exp dir>)`` needs only the files the trainer writes (docs/run_layout.md); Ray is imported only
 by ``ExperimentResults.result_grid()``.
 """
 

@@ -1,4 +1,4 @@
-"""Reading an experiment dir (see RUN_LAYOUT.md) into tidy pandas DataFrames, no W&B or Ray needed.
+"""Reading an experiment dir (see docs/run_layout.md) into tidy pandas DataFrames, no W&B or Ray needed.
 
 Everything analysis fits or plots comes from the files the trainer writes: ``run.json`` for what a
 run is, ``metrics.jsonl`` for its curves, ``metrics_step{N}.json`` for the evals at permanent
@@ -17,6 +17,8 @@ from typing import Any
 
 import pandas as pd
 
+from trainer_core.checkpoint import list_checkpoints
+
 RUN_FIELDS = (
     "name",
     "size",
@@ -32,33 +34,26 @@ RUN_FIELDS = (
 )
 METRIC_COLUMNS = ["size", "name", "N", "lr", "step", "tokens", "flops", "train_loss", "eval_loss"]
 POINT_COLUMNS = [*METRIC_COLUMNS, "lr_at_step", "annealed"]
-CHECKPOINT_COLUMNS = ["name", "size", "step", "tokens", "path", "complete", "metrics_path"]
+CHECKPOINT_COLUMNS = [
+    "name",
+    "size",
+    "step",
+    "tokens",
+    "path",
+    "complete",
+    "permanent",
+    "metrics_path",
+]
 ANNEALED_LR_FRACTION = 0.5
 """A checkpoint eval counts as annealed (a finished-schedule point) when the LR logged with it is
 at most this fraction of the peak: under WSD-S the ladder also saves just *before* each decay, at
 peak LR, and those points sit well above the scaling curve."""
 
-_STEP_DIR = re.compile(r"^step-(\d+)$")
 _POINT_FILE = re.compile(r"^metrics_step(\d+)\.json$")
-_MARKER = re.compile(r"^\.done-rank(\d+)-of-(\d+)$")
 
 
 class AnalysisError(ValueError):
     """An experiment dir or its files can't be analysed; the message names the path and the fix."""
-
-
-@dataclass
-class CheckpointInfo:
-    """One ``checkpoints/step-{N}`` dir; ``complete`` follows the marker rule of RUN_LAYOUT.md.
-
-    Same fields as ``trainer_core.checkpoint.CheckpointInfo`` (see :func:`_list_checkpoints`).
-    """
-
-    step: int
-    tokens: int | None
-    path: Path
-    complete: bool
-    metrics_path: Path | None
 
 
 @dataclass
@@ -153,8 +148,9 @@ def load(exp_dir: str | Path) -> ExperimentResults:
         runs.append(run)
         metrics.extend(read_metrics(run_dir, run))
         points.extend(read_points(run_dir, run))
-        for c in _list_checkpoints(run_dir):
-            tokens = c.step * int(run["global_batch_tokens"])
+        for c in list_checkpoints(run_dir):
+            # info.json holds the tokens; a dir too broken to have one still gets its estimate.
+            tokens = c.tokens or c.step * int(run["global_batch_tokens"])
             checkpoints.append(
                 {"name": run["name"], "size": run["size"], **c.__dict__, "tokens": tokens}
             )
@@ -251,44 +247,6 @@ def read_points(run_dir: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
         row["annealed"] = lr is None or float(lr) <= ANNEALED_LR_FRACTION * float(run["lr"])
         rows.append(row)
     return rows
-
-
-def _list_checkpoints(run_dir: Path) -> list[CheckpointInfo]:
-    """Every ``checkpoints/step-*`` dir of a run, complete or not, by step (tokens left to load).
-
-    A stand-in with the signature of ``trainer_core.checkpoint.list_checkpoints``, which did
-    not exist yet when this was written; switch to it once it does.
-    """
-    found = []
-    ckpt_root = run_dir / "checkpoints"
-    for path in sorted(ckpt_root.iterdir()) if ckpt_root.is_dir() else []:
-        match = _STEP_DIR.match(path.name)
-        if not (match and path.is_dir()):
-            continue
-        step = int(match.group(1))
-        metrics_path = run_dir / f"metrics_step{step}.json"
-        found.append(
-            CheckpointInfo(
-                step=step,
-                tokens=None,
-                path=path,
-                complete=_is_complete(path),
-                metrics_path=metrics_path if metrics_path.is_file() else None,
-            )
-        )
-    return sorted(found, key=lambda c: c.step)
-
-
-def _is_complete(path: Path) -> bool:
-    """``.metadata`` plus a ``.done-rank{r}-of-{W}`` marker for every rank r < W."""
-    if not (path / ".metadata").is_file():
-        return False
-    markers = [m for m in (_MARKER.match(p.name) for p in path.iterdir()) if m]
-    worlds = {int(m.group(2)) for m in markers}
-    if len(worlds) != 1:
-        return False
-    (world,) = worlds
-    return {int(m.group(1)) for m in markers} == set(range(world))
 
 
 def _metric_row(run: dict[str, Any], step: int, record: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from trainer_core.configio import ConfigError, from_dict, to_dict, to_yaml
 from trainer_core.data import open_token_data
 from trainer_core.ladder import LadderConfig, SizePlan, plan_ladder, run_config
@@ -29,10 +31,20 @@ def ray_run_config(
     return from_dict(RayTrainConfig, data)
 
 
-def preflight(job: LadderJobConfig) -> None:
-    """Fail before any trial starts: unreadable data / tokenizer mismatch, unwritable output dir."""
+def preflight(job: LadderJobConfig, kind: str = "ladder") -> None:
+    """Fail before any trial starts: unreadable data / tokenizer mismatch, unwritable output dir,
+    or a dir that already holds the other kind of experiment (``kind``: "ladder" or "LR sweep"),
+    whose runs and Tune state this one would mix with."""
     open_token_data(job.data, job.vocab_size)
     out = Path(job.dir)
+    record = out / "experiment.yaml"
+    if record.is_file():
+        found = "LR sweep" if "sweep" in (yaml.safe_load(record.read_text()) or {}) else "ladder"
+        if found != kind:
+            raise ConfigError(
+                f"dir: {str(out)!r} already holds a different experiment ({found}, see its "
+                f"experiment.yaml); this {kind} would mix its runs with that one's: pick another --dir"
+            )
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".write-test"
@@ -71,8 +83,8 @@ def run_ladder(job: LadderJobConfig, sizes: list[str] | None, resume: bool, lr_f
     exp_dir = Path(job.dir).resolve()
     write_experiment_record(job, plans, exp_dir)
     init_ray(job.ray.address)
-    grid, _ = run_trials(ladder_trials(job, plans), exp_dir, TuneSettings(), resume)
-    return plans, grid
+    run = run_trials(ladder_trials(job, plans), exp_dir, TuneSettings(), resume)
+    return plans, run.grid
 
 
 def benchmark_size(job: LadderJobConfig, size: str, steps: int = 20) -> dict:

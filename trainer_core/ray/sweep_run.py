@@ -22,7 +22,7 @@ from trainer_core.ray.ladder_run import (
     ray_run_config,
     write_experiment_record,
 )
-from trainer_core.ray.tune_run import TrialSpec, TuneSettings, fmt_lr, run_trials
+from trainer_core.ray.tune_run import TrialSpec, TrialsRun, TuneSettings, fmt_lr, run_trials
 
 
 @dataclass
@@ -33,7 +33,7 @@ class SweepConfig:
     num_samples: int = 8
     """Random: LRs per size, log-uniform in [min(factors), max(factors)] x formula LR."""
     duration_multiple: float = 0.25
-    """Chinchilla multiple c of each sweep run (the ladder's own value when full_length)."""
+    """Chinchilla multiple c of each sweep run, capped at the ladder's own (used when full_length)."""
     full_length: bool = False
     early_stopping: Literal["asha", "median", "none"] = "asha"
     grace_fraction: float = 0.25
@@ -83,15 +83,16 @@ def rung_steps(plan: SizePlan, sweep: SweepConfig) -> int:
 
 def sweep_plans(job: SweepJobConfig, sizes: list[str] | None) -> list[SizePlan]:
     if not job.sweep.full_length:
-        job = replace(
-            job, duration=replace(job.duration, chinchilla_multiple=job.sweep.duration_multiple)
-        )
+        multiple = min(job.sweep.duration_multiple, job.duration.chinchilla_multiple)
+        job = replace(job, duration=replace(job.duration, chinchilla_multiple=multiple))
     return plan_ladder(job, sizes)
 
 
 def sweep_trials(job: SweepJobConfig, plans: list[SizePlan]) -> list[TrialSpec]:
+    """Every size x LR trial, the most expensive size first: when trials run side by side, the
+    short ones last fill the slots that finish early, so the sweep ends nearer its ideal time."""
     specs = []
-    for plan in plans:
+    for plan in sorted(plans, key=lambda p: p.total_flops, reverse=True):
         for lr in sweep_lrs(plan, job.sweep, job.seed):
             name = f"{plan.size}-lr{fmt_lr(lr)}"
             specs.append(
@@ -108,33 +109,35 @@ def sweep_trials(job: SweepJobConfig, plans: list[SizePlan]) -> list[TrialSpec]:
 
 
 def early_stopper(job: SweepJobConfig, plans: list[SizePlan]):
+    """ASHA or median stopping with rungs at each size's eval steps, comparing only within a size."""
     from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule
 
-    max_steps = max(p.steps for p in plans)
-    grace = min(rung_steps(p, job.sweep) for p in plans)
-    if job.sweep.early_stopping == "asha":
-        return ASHAScheduler(
-            time_attr="step",
-            max_t=max_steps,
-            grace_period=grace,
-            reduction_factor=job.sweep.reduction_factor,
-        )
-    if job.sweep.early_stopping == "median":
+    from trainer_core.ray.early_stopping import PerSizeScheduler
+
+    def for_size(plan: SizePlan):
+        grace = rung_steps(plan, job.sweep)
+        if job.sweep.early_stopping == "asha":
+            return ASHAScheduler(
+                time_attr="step",
+                max_t=plan.steps,
+                grace_period=grace,
+                reduction_factor=job.sweep.reduction_factor,
+            )
         return MedianStoppingRule(time_attr="step", grace_period=grace, min_samples_required=3)
-    return None
+
+    if job.sweep.early_stopping == "none":
+        return None
+    return PerSizeScheduler({plan.size: for_size(plan) for plan in plans})
 
 
-def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool):
-    """Plan, check and run every size x LR trial; returns (specs, ResultGrid, concurrency)."""
+def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool) -> TrialsRun:
+    """Plan, check and run every size x LR trial."""
     from trainer_core.ray.runtime import init_ray
 
     plans = sweep_plans(job, sizes)
-    preflight(job)
+    preflight(job, kind="LR sweep")
     exp_dir = Path(job.dir).resolve()
     write_experiment_record(job, plans, exp_dir)
     init_ray(job.ray.address)
-    specs = sweep_trials(job, plans)
-    grid, concurrency = run_trials(
-        specs, exp_dir, TuneSettings(scheduler=early_stopper(job, plans)), resume
-    )
-    return specs, grid, concurrency
+    settings = TuneSettings(scheduler=early_stopper(job, plans))
+    return run_trials(sweep_trials(job, plans), exp_dir, settings, resume)

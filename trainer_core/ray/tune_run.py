@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,8 +79,33 @@ def max_concurrent_trials(specs: list[TrialSpec]) -> int:
     return max(1, int(min(fits)))
 
 
-def run_trials(specs: list[TrialSpec], exp_dir: Path, settings: TuneSettings, resume: bool):
-    """Run every spec as a Tune trial (or restore the experiment); returns (ResultGrid, concurrency)."""
+@dataclass
+class TrialsRun:
+    """What :func:`run_trials` did: Tune's ResultGrid, trials at once, and ``fit``'s wall time."""
+
+    grid: Any
+    concurrency: int
+    wall_s: float
+
+    def concurrency_report(self) -> str:
+        """Wall time against the ideal: the sum of trial times spread over the concurrent slots.
+
+        The wall is Tune's own (first trial scheduled to last one done); connecting to or
+        starting Ray comes before it and is not the sweep's cost.
+        """
+        times = [r.metrics.get("time_total_s", 0.0) for r in self.grid if r.metrics]
+        ideal = sum(times) / self.concurrency
+        return (
+            f"{len(times)} trials, {self.concurrency} at a time: sum of trial times "
+            f"{sum(times):.0f} s, ideal wall {ideal:.0f} s, actual wall {self.wall_s:.0f} s "
+            f"({self.wall_s / max(ideal, 1e-9):.2f}x ideal)"
+        )
+
+
+def run_trials(
+    specs: list[TrialSpec], exp_dir: Path, settings: TuneSettings, resume: bool
+) -> TrialsRun:
+    """Run every spec as a Tune trial (or restore the experiment)."""
     from ray import tune
 
     exp_dir = exp_dir.resolve()
@@ -109,9 +135,11 @@ def run_trials(specs: list[TrialSpec], exp_dir: Path, settings: TuneSettings, re
                 failure_config=tune.FailureConfig(max_failures=0),
             ),
         )
+    started = time.perf_counter()
     grid = tuner.fit()
+    wall_s = time.perf_counter() - started
     mark_stopped_runs(specs)
-    return grid, concurrency
+    return TrialsRun(grid, concurrency, wall_s)
 
 
 def _trial_name(trial) -> str:
@@ -133,13 +161,3 @@ def mark_stopped_runs(specs: list[TrialSpec]) -> None:
 def fmt_lr(lr: float) -> str:
     exponent = math.floor(math.log10(lr))
     return f"{lr / 10**exponent:.3f}e{exponent}"
-
-
-def concurrency_report(grid, wall_s: float, concurrency: int) -> str:
-    """Wall time against the ideal: the sum of trial times spread over ``concurrency`` slots."""
-    times = [r.metrics.get("time_total_s", 0.0) for r in grid if r.metrics]
-    ideal = sum(times) / concurrency
-    return (
-        f"{len(times)} trials, {concurrency} at a time: sum of trial times {sum(times):.0f} s, "
-        f"ideal wall {ideal:.0f} s, actual wall {wall_s:.0f} s ({wall_s / max(ideal, 1e-9):.2f}x ideal)"
-    )

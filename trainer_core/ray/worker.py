@@ -9,6 +9,7 @@ datasets are rebuilt from that same step, so which checkpoint Ray itself tracks 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +50,18 @@ class RayReporter(BaseCallback):
 
 def quiet_ray_loggers() -> None:
     """Ray Data / Train log every dataset start and every report at INFO on each worker; Ray
-    configures those loggers one by one, so each one is turned down, not just the parents."""
-    names = [n for n in logging.root.manager.loggerDict if n.startswith(("ray.data", "ray.train"))]
+    configures those loggers one by one, so each one is turned down, not just the parents.
+    Some are named after their file (``logging.getLogger(__file__)``), not their module."""
+    paths = tuple(f"{os.sep}ray{os.sep}{pkg}{os.sep}" for pkg in ("data", "train"))
+    names = [
+        n
+        for n in logging.root.manager.loggerDict
+        if n.startswith(("ray.data", "ray.train")) or any(p in n for p in paths)
+    ]
     for name in ["ray.data", "ray.train", *names]:
         logging.getLogger(name).setLevel(logging.WARNING)
+    # Warns once per process that the progress bars RAY_ENV turned off are off.
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
 
 
 def train_worker(config: dict[str, Any]) -> None:

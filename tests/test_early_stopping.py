@@ -1,0 +1,44 @@
+"""Sweep early stopping compares LRs within a size, never a small model against a larger one."""
+
+from __future__ import annotations
+
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+
+from trainer_core.ray.early_stopping import PerSizeScheduler
+
+CONTINUE, STOP = TrialScheduler.CONTINUE, TrialScheduler.STOP
+
+
+def asha() -> ASHAScheduler:
+    return ASHAScheduler(time_attr="step", max_t=8, grace_period=2, reduction_factor=2)
+
+
+def trial(size: str) -> Trial:
+    return Trial("trial_driver", config={"trial": {"tags": {"size": size}}}, stub=True)
+
+
+def decisions(scheduler: TrialScheduler, results: list[tuple[str, float]]) -> list[str]:
+    """Each (size, eval loss at step 2) as a new trial reaching the first rung, in order."""
+    assert scheduler.set_search_properties("eval/loss", "min")
+    out = []
+    for size, loss in results:
+        t = trial(size)
+        scheduler.on_trial_add(None, t)
+        out.append(scheduler.on_trial_result(None, t, {"step": 2, "eval/loss": loss}))
+    return out
+
+
+RESULTS = [("3M", 2.0), ("3M", 2.1), ("1M", 3.0), ("1M", 3.5), ("1M", 2.9)]
+
+
+def test_each_size_has_its_own_rungs():
+    per_size = PerSizeScheduler({"1M": asha(), "3M": asha()})
+    # 3M: 2.1 is worse than 2.0 at the rung; 1M: 3.5 is worse than 3.0, but 3.0 and 2.9 are
+    # judged against 1M trials only, not against the larger model's lower losses.
+    assert decisions(per_size, RESULTS) == [CONTINUE, STOP, CONTINUE, STOP, CONTINUE]
+    assert "1M: Using AsyncHyperBand" in per_size.debug_string()
+
+
+def test_one_shared_asha_would_cut_the_small_model_for_being_small():
+    assert decisions(asha(), RESULTS)[2:] == [STOP, STOP, STOP]
