@@ -60,6 +60,33 @@ def test_metrics_file_run_json_and_config_dump(tmp_path):
     assert saved["eval/loss"] == pytest.approx(summary["eval/loss"])
 
 
+def test_checkpoint_metrics_carry_their_own_step_lr_and_tokens(tmp_path):
+    """WSD with a decay over updates 8-10: the metrics saved at 7 (decay start, not a log step)
+    and at 10 (decay end) hold those steps' tokens and the LR their update used, so analysis
+    tells the annealed point from the one before it."""
+    from trainer_core.analysis import load
+
+    cfg = tiny(
+        tmp_path,
+        "--schedule.kind=wsd",
+        "--schedule.warmup=2",
+        "--schedule.decay=3",
+        "--schedule.cycles=[10]",
+        "--checkpoint.keep_steps=[7, 10]",
+    )
+    build_trainer(cfg).fit()
+    run = tmp_path / "run"
+    pre, post = (json.loads((run / f"metrics_step{s}.json").read_text()) for s in (7, 10))
+    assert (pre["step"], pre["tokens"], pre["lr"]) == (7, 7 * 512, pytest.approx(cfg.optim.lr))
+    floor = pytest.approx(cfg.optim.lr * cfg.schedule.min_lr_ratio)
+    assert (post["step"], post["tokens"], post["lr"]) == (10, 10 * 512, floor)
+    assert pre["eval/loss"] != post["eval/loss"]
+    logged = {r["step"]: r["lr"] for r in read_jsonl(run / "metrics.jsonl") if "lr" in r}
+    assert logged[10] == floor and logged[5] == pytest.approx(cfg.optim.lr)
+    points = load(run).points.set_index("step")
+    assert not points.loc[7, "annealed"] and points.loc[10, "annealed"]
+
+
 def test_resume_continues_bit_for_bit(tmp_path):
     straight = tiny(tmp_path / "a", "--checkpoint.enabled=false")
     build_trainer(straight).fit()

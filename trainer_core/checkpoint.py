@@ -587,7 +587,7 @@ class Checkpointer:
         out = self.run_dir / f"metrics_step{p.step}.json"
         tmp = out.with_suffix(".json.tmp")
         tmp.write_text(
-            json.dumps({"step": p.step, "tokens": p.tokens, **p.metrics}, indent=2, default=float)
+            json.dumps({**p.metrics, "step": p.step, "tokens": p.tokens}, indent=2, default=float)
         )
         tmp.replace(out)
 

@@ -133,6 +133,7 @@ class Trainer:
         window = _Window()
         while self.step < total:
             stats = self.module.train_batch(next(batches))
+            lr = self.module.lr  # this update's LR; optim_step moves it to the next one's
             norm = self.module.optim_step()
             self.module.zero_grads()
             loss_local = stats.ce_sum.item()
@@ -144,13 +145,13 @@ class Trainer:
             self._accumulate(window, stats, norm)
             metrics: dict[str, float] = {}
             if self.step % self.cfg.trainer.log_interval == 0 or self.step == total:
-                metrics.update(self._log_metrics(window, stats, norm))
+                metrics.update(self._log_metrics(window, stats, norm, lr))
                 window = _Window()
             if self.eval_batches_data and (
                 self.step % self.cfg.trainer.eval_interval == 0 or self.step == total
             ):
                 metrics["eval/loss"] = self.evaluate()
-            saved = self._maybe_checkpoint(metrics)
+            saved = self._maybe_checkpoint(metrics, lr)
             if metrics or saved:
                 metrics["tokens"] = self.tokens
                 self.last_metrics.update(metrics)
@@ -189,7 +190,7 @@ class Trainer:
         window.steps += 1
 
     def _log_metrics(
-        self, window: _Window, last: BatchStats, norm: torch.Tensor
+        self, window: _Window, last: BatchStats, norm: torch.Tensor, lr: float
     ) -> dict[str, float]:
         sums = torch.tensor(
             [window.ce, window.tokens, last.ce_sum.item(), last.num_tokens.item()],
@@ -205,14 +206,17 @@ class Trainer:
             "train/loss_last": (sums[2] / sums[3]).item(),
             "train/grad_norm": sum(window.grad_norms) / len(window.grad_norms),
             "train/grad_norm_last": norm.item(),
-            "lr": self.module.lr,
+            "lr": lr,
             "throughput/tokens_per_s": tokens_per_s,
             "throughput/tokens_per_s_per_device": tokens_per_s / self.world_size,
             "throughput/mfu": flops_per_s / (self.peak_flops * self.world_size),
         }
 
-    def _maybe_checkpoint(self, metrics: dict[str, float]) -> bool:
-        """Save if the policy says so (permanent saves come with an eval); True if saved."""
+    def _maybe_checkpoint(self, metrics: dict[str, float], lr: float) -> bool:
+        """Save if the policy says so (permanent saves come with an eval); True if saved.
+
+        A permanent save's metrics file holds this step's eval, tokens and LR (whether the point
+        is annealed), over whatever the last log line said."""
         if self.checkpointer is None:
             return False
         final = self.step == self.info.total_steps and self.cfg.checkpoint.save_final
@@ -222,7 +226,7 @@ class Trainer:
         permanent = kind == "permanent"
         if permanent and self.eval_batches_data and "eval/loss" not in metrics:
             metrics["eval/loss"] = self.evaluate()
-        saved = {"step": self.step, "tokens": self.tokens, **self.last_metrics, **metrics}
+        saved = {**self.last_metrics, **metrics, "step": self.step, "tokens": self.tokens, "lr": lr}
         path = self.checkpointer.save(
             self.step, self.app_state(), tokens=self.tokens, permanent=permanent, metrics=saved
         )

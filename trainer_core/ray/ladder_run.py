@@ -13,7 +13,7 @@ from trainer_core.configio import ConfigError, from_dict, to_dict, to_yaml
 from trainer_core.data import open_token_data
 from trainer_core.ladder import LadderConfig, SizePlan, plan_ladder, run_config
 from trainer_core.ray.config import RayConfig, RayTrainConfig
-from trainer_core.ray.tune_run import TrialSpec
+from trainer_core.ray.tune_run import TrialSpec, costliest_first
 
 
 @dataclass
@@ -70,7 +70,7 @@ def ladder_trials(job: LadderJobConfig, plans: list[SizePlan]) -> list[TrialSpec
             config=ray_run_config(p, job, p.size),
             tags={"ladder": job.name, "size": p.size, "lr_source": p.lr_source},
         )
-        for p in plans
+        for p in costliest_first(plans)
     ]
 
 

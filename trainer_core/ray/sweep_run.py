@@ -22,7 +22,14 @@ from trainer_core.ray.ladder_run import (
     ray_run_config,
     write_experiment_record,
 )
-from trainer_core.ray.tune_run import TrialSpec, TrialsRun, TuneSettings, fmt_lr, run_trials
+from trainer_core.ray.tune_run import (
+    TrialSpec,
+    TrialsRun,
+    TuneSettings,
+    costliest_first,
+    fmt_lr,
+    run_trials,
+)
 
 
 @dataclass
@@ -89,10 +96,9 @@ def sweep_plans(job: SweepJobConfig, sizes: list[str] | None) -> list[SizePlan]:
 
 
 def sweep_trials(job: SweepJobConfig, plans: list[SizePlan]) -> list[TrialSpec]:
-    """Every size x LR trial, the most expensive size first: when trials run side by side, the
-    short ones last fill the slots that finish early, so the sweep ends nearer its ideal time."""
+    """Every size x LR trial: sizes costliest first, each size's LRs centre out."""
     specs = []
-    for plan in sorted(plans, key=lambda p: p.total_flops, reverse=True):
+    for plan in costliest_first(plans):
         for lr in sweep_lrs(plan, job.sweep, job.seed):
             name = f"{plan.size}-lr{fmt_lr(lr)}"
             specs.append(

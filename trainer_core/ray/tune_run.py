@@ -60,6 +60,12 @@ class TuneSettings:
     """0: as many trials at once as the cluster's CPUs/GPUs hold worker groups."""
 
 
+def costliest_first(plans: list) -> list:
+    """Plans by total FLOPs, largest first: with several trials at once, the short ones then
+    fill the slots that free up at the end instead of a long one running alone (LPT order)."""
+    return sorted(plans, key=lambda p: p.total_flops, reverse=True)
+
+
 def max_concurrent_trials(specs: list[TrialSpec]) -> int:
     """How many of the widest trial's footprints fit in the cluster right now.
 
