@@ -548,6 +548,24 @@ def test_analyze_script_on_ladder_and_sweep(ladder_dir: Path, sweep_dir: Path, t
     assert _is_png(tmp_path / "sweep_plots" / "lr_vs_size.png")
 
 
+def test_three_size_ladder_extrapolates_with_l_of_c(tmp_path: Path):
+    """Holding out one of three sizes leaves two, too few for L(N, D): the check uses L(C)."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from trainer_core.analysis import report_experiment
+
+    three = {k: LADDER_N[k] for k in ("s1", "s2", "s3")}
+    text = StringIO()
+    report = report_experiment(
+        make_ladder(tmp_path, sizes=three), n_bootstrap=0, console=Console(file=text, width=200)
+    )
+    assert report.chinchilla is not None and report.extrapolation.held_out_size == "s3"
+    assert "extrapolation check (L(C) fit without the largest size): held out s3" in text.getvalue()
+    assert abs(report.extrapolation.rel_error) < 0.05
+
+
 def test_analyze_script_bad_dir_exits_2(tmp_path: Path):
     proc = _analyze(str(tmp_path / "missing"))
     assert proc.returncode == 2

@@ -168,7 +168,7 @@ def test_demo_model_learns_well_below_byte_unigram_entropy(tmp_path):
     p = np.bincount(sample, minlength=cfg.model.vocab_size) / sample.size
     entropy = float(-(p[p > 0] * np.log(p[p > 0])).sum())
     summary = build_trainer(cfg).fit()
-    # measured: entropy ~3.4 nats, eval loss ~2.2 after 200 steps; demand a 0.7-nat margin
+    # measured: entropy 3.25 nats, eval loss 2.14 after 200 steps (gap 1.1); demand 0.7 nats
     assert summary["eval/loss"] < entropy - 0.7, (summary["eval/loss"], entropy)
 
 

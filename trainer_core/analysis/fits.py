@@ -299,12 +299,16 @@ class ChinchillaFit:
         return _format(title, values, self)
 
 
+CHINCHILLA_MIN_SIZES = 3
+"""Fewer sizes leave E + A/N^alpha undetermined."""
+
+
 def fit_chinchilla(
     N: ArrayLike, D: ArrayLike, L: ArrayLike, n_bootstrap: int = 200, seed: int = 0
 ) -> ChinchillaFit:
     """Chinchilla approach 3 on (N, D, L) points: >= 5 points from >= 3 sizes (several D per N help)."""
     n, d, loss = _as_arrays("fit_chinchilla", 5, N=N, D=D, L=L)
-    if np.unique(n).size < 3 or np.unique(d).size < 2:
+    if np.unique(n).size < CHINCHILLA_MIN_SIZES or np.unique(d).size < 2:
         raise AnalysisError(
             f"fit_chinchilla needs >= 3 model sizes and >= 2 token counts (got {np.unique(n).size} "
             f"and {np.unique(d).size}): E + A/N^alpha can't be pinned down otherwise"

@@ -15,7 +15,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit
+from trainer_core.analysis.fits import CHINCHILLA_MIN_SIZES, ChinchillaFit, PowerLawFit
 from trainer_core.analysis.load import AnalysisError, ExperimentResults, load
 from trainer_core.analysis.lr import (
     LRPowerLawFit,
@@ -131,7 +131,13 @@ def _ladder_section(
     for fit in (report.chinchilla, report.compute_law):
         if fit is not None:
             console.print(str(fit))
-    law = chinchilla_from_points if report.chinchilla is not None else compute_law_from_points
+    # The held-out fit sees one size fewer: with too few left for L(N, D), extrapolate L(C).
+    sizes_left = points["N"].nunique() - 1
+    law = (
+        chinchilla_from_points
+        if report.chinchilla is not None and sizes_left >= CHINCHILLA_MIN_SIZES
+        else compute_law_from_points
+    )
     report.extrapolation = _attempt(
         report, "extrapolation check", lambda: extrapolation_check(points, law)
     )
