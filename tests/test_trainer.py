@@ -172,12 +172,13 @@ def test_demo_model_learns_well_below_byte_unigram_entropy(tmp_path):
     assert summary["eval/loss"] < entropy - 0.7, (summary["eval/loss"], entropy)
 
 
-def test_activation_checkpointing_gives_the_same_losses(tmp_path):
-    plain = build_trainer(tiny(tmp_path / "a", "--checkpoint.enabled=false")).fit()
-    ac = build_trainer(
-        tiny(
-            tmp_path / "b", "--checkpoint.enabled=false", "--parallel.activation_checkpointing=full"
-        )
-    ).fit()
-    assert ac["train/loss_last"] == pytest.approx(plain["train/loss_last"], abs=1e-5)
-    assert ac["eval/loss"] == pytest.approx(plain["eval/loss"], abs=1e-5)
+@pytest.mark.parametrize(
+    "switch, tolerance",
+    [("--parallel.activation_checkpointing=full", 1e-5), ("--parallel.compile=true", 1e-4)],
+)
+def test_activation_checkpointing_and_compile_give_the_same_losses(tmp_path, switch, tolerance):
+    short = ("--checkpoint.enabled=false", "--trainer.max_steps=10")
+    plain = build_trainer(tiny(tmp_path / "a", *short)).fit()
+    other = build_trainer(tiny(tmp_path / "b", *short, switch)).fit()
+    assert other["train/loss_last"] == pytest.approx(plain["train/loss_last"], abs=tolerance)
+    assert other["eval/loss"] == pytest.approx(plain["eval/loss"], abs=tolerance)
