@@ -408,6 +408,13 @@ def test_predict_loss_modes():
     assert predict_loss(law, C=1e22).loss == pytest.approx(1.7 + 800 * 1e22**-0.15, rel=1e-3)
     with pytest.raises(AnalysisError, match="compute budget"):
         predict_loss(law, N=1e9)
+    flat = ChinchillaFit(**{**TRUE, "alpha": 0.0}, n_points=0, objective=0.0)  # loss flat in N
+    assert predict_loss(flat, N=1e9, D=2e10).loss == pytest.approx(
+        TRUE["E"] + TRUE["A"] + 410 * 2e10**-0.28
+    )
+    for at in ({"C": 1e21}, {"N": 1e9}, {"D": 1e10}):
+        with pytest.raises(AnalysisError, match="alpha=0: .* no compute-optimal N, D"):
+            predict_loss(flat, **at)
 
 
 # -- LR sweeps -----------------------------------------------------------------------------------

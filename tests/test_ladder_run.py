@@ -160,6 +160,11 @@ def test_killed_driver_resumes_and_fits(tmp_path, no_local_ray):
     assert {run_status(exp, s) for s in ("1M", "3M")} == {"finished"}
 
     results = load(exp)
+    grid = results.result_grid()  # Tune's view, restored across the driver kill
+    assert sorted(r.metrics["finished"] for r in grid) == [1, 1]
+    assert grid.get_best_result().metrics["eval/loss"] == pytest.approx(
+        results.final()["final_eval_loss"].min()
+    )
     final = results.final().set_index("size")
     assert final.loc["3M", "final_eval_loss"] < final.loc["1M", "final_eval_loss"]
     assert (exp / "lr_schedule.png").exists()

@@ -268,7 +268,27 @@ class ChinchillaFit:
 
     @property
     def G(self) -> float:
+        self._require_frontier()
         return (self.alpha * self.A / (self.beta * self.B)) ** (1 / (self.alpha + self.beta))
+
+    def _require_frontier(self) -> None:
+        """A compute-optimal split exists only if loss falls with both N and D."""
+        flat = [
+            f"{name}={value:.3g}"
+            for name, value in (
+                ("A", self.A),
+                ("alpha", self.alpha),
+                ("B", self.B),
+                ("beta", self.beta),
+            )
+            if not value > FRONTIER_MIN
+        ]
+        if flat:
+            raise AnalysisError(
+                f"this L(N, D) fit has {', '.join(flat)}: loss does not fall with both N and D in "
+                "the data, so there is no compute-optimal N, D; predict at a given N and D instead, "
+                "or add sizes / longer runs"
+            )
 
     def compute_optimal(
         self, C: ArrayLike | float
@@ -299,6 +319,8 @@ class ChinchillaFit:
         return _format(title, values, self)
 
 
+FRONTIER_MIN = 1e-6
+"""Coefficients and exponents at or below this count as zero (fitted to the bound)."""
 CHINCHILLA_MIN_SIZES = 3
 """Fewer sizes leave E + A/N^alpha undetermined."""
 

@@ -133,7 +133,7 @@ class ExperimentResults:
         except ImportError:
             raise AnalysisError("result_grid() needs Ray: pip install 'ray[tune]'") from None
         analysis = tune.ExperimentAnalysis(
-            str(tune_dir), default_metric="eval/loss", default_mode="min"
+            str(tune_dir.resolve()), default_metric="eval/loss", default_mode="min"
         )
         return tune.ResultGrid(analysis)
 

@@ -146,13 +146,21 @@ def _ladder_section(
         console.print(
             f"extrapolation check ({name} fit without the largest size): {report.extrapolation}"
         )
+    wanted = []
     if report.chinchilla is not None:
         if target_params:
-            report.predictions.append(predict_loss(report.chinchilla, N=target_params))
+            wanted.append((report.chinchilla, {"N": target_params}))
         if target_flops:
-            report.predictions.append(predict_loss(report.chinchilla, C=target_flops))
+            wanted.append((report.chinchilla, {"C": target_flops}))
     if report.compute_law is not None and target_flops:
-        report.predictions.append(predict_loss(report.compute_law, C=target_flops))
+        wanted.append((report.compute_law, {"C": target_flops}))
+    for fit, at in wanted:
+        where = ", ".join(f"{k}={v:.3g}" for k, v in at.items())
+        prediction = _attempt(
+            report, f"prediction at {where}", lambda f=fit, a=at: predict_loss(f, **a)
+        )
+        if prediction is not None:
+            report.predictions.append(prediction)
     for p in report.predictions:
         console.print(f"prediction: {p}")
     if not points.empty:

@@ -40,7 +40,7 @@ class SweepConfig:
     num_samples: int = 8
     """Random: LRs per size, log-uniform in [min(factors), max(factors)] x formula LR."""
     duration_multiple: float = 0.25
-    """Chinchilla multiple c of each sweep run, capped at the ladder's own (used when full_length)."""
+    """Chinchilla multiple c of each sweep run, at most the ladder's own c (full_length: the ladder's)."""
     full_length: bool = False
     early_stopping: Literal["asha", "median", "none"] = "asha"
     grace_fraction: float = 0.25

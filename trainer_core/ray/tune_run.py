@@ -113,6 +113,7 @@ def run_trials(
 ) -> TrialsRun:
     """Run every spec as a Tune trial (or restore the experiment)."""
     from ray import tune
+    from ray.tune.logger import JsonLoggerCallback
 
     exp_dir = exp_dir.resolve()
     trainable = tune.with_resources(trial_driver, {"CPU": DRIVER_CPUS})
@@ -139,6 +140,9 @@ def run_trials(
                 storage_path=str(exp_dir),
                 verbose=0,
                 failure_config=tune.FailureConfig(max_failures=0),
+                # Each trial's result.json, so the ResultGrid loaded later has its metrics
+                # (RAY_ENV turns off Tune's default loggers, TensorBoard among them).
+                callbacks=[JsonLoggerCallback()],
             ),
         )
     started = time.perf_counter()
