@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -109,3 +112,22 @@ def test_worker_sigkill_resumes_to_the_same_loss(reference_run, tmp_path):
     assert summary["status"] == "finished" and summary["last_step"] == 16
     assert summary["train/loss_last"] == pytest.approx(ref_summary["train/loss_last"], abs=1e-5)
     assert summary["eval/loss"] == pytest.approx(ref_summary["eval/loss"], abs=1e-5)
+
+
+def test_every_ray_worker_process_starts_with_ray_chatter_turned_down(no_local_ray):
+    """init_ray's setup hook runs in each worker process, Train's controller included, so the
+    traceback Ray Train logs when early stopping kills a trial never reaches the user."""
+    code = (
+        "import logging, ray\n"
+        "from trainer_core.ray.runtime import init_ray\n"
+        "init_ray('local')\n"
+        "level = ray.remote(lambda name: logging.getLogger(name).level)\n"
+        "names = ['ray.train.v2._internal.callbacks.backend_setup', 'ray.data']\n"
+        "print(ray.get([level.options(num_cpus=0).remote(n) for n in names]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == f"[{logging.ERROR}, {logging.WARNING}]"

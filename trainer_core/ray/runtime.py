@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 # Reports are barriers that wait for a controller poll; a short poll keeps them ~0.1 s instead of ~2 s.
@@ -15,6 +16,34 @@ RAY_ENV = {
     "TUNE_DISABLE_STRICT_METRIC_CHECKING": "1",
     "RAY_AIR_NEW_OUTPUT": "0",
 }
+
+
+EXPECTED_NOISE = (
+    "ray.data._internal.progress",
+    "ray.train.v2._internal.callbacks.backend_setup",
+)
+"""Loggers whose warnings are expected here: Ray Data says the progress bars RAY_ENV turned off
+are off; Ray Train prints a traceback when it cannot shut down the workers of a trial that Tune's
+early stopping has just killed."""
+
+
+def quiet_ray_loggers() -> None:
+    """Turn Ray Data / Train's per-dataset and per-report INFO lines down, in any Ray process.
+
+    Run at the start of every Ray worker process (``worker_process_setup_hook``) and again by the
+    train loop. Ray configures those loggers one by one, so each one is turned down, not just the
+    parents; some are named after their file (``logging.getLogger(__file__)``).
+    """
+    paths = tuple(f"{os.sep}ray{os.sep}{pkg}{os.sep}" for pkg in ("data", "train"))
+    names = [
+        n
+        for n in logging.root.manager.loggerDict
+        if n.startswith(("ray.data", "ray.train")) or any(p in n for p in paths)
+    ]
+    for name in ["ray.data", "ray.train", *names]:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for name in EXPECTED_NOISE:
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def init_ray(address: str = "") -> None:
@@ -32,5 +61,8 @@ def init_ray(address: str = "") -> None:
     ray.init(
         address=address or None,
         logging_config=ray.LoggingConfig(log_level="ERROR"),
-        runtime_env={"env_vars": {k: os.environ[k] for k in RAY_ENV}},
+        runtime_env={
+            "env_vars": {k: os.environ[k] for k in RAY_ENV},
+            "worker_process_setup_hook": "trainer_core.ray.runtime.quiet_ray_loggers",
+        },
     )

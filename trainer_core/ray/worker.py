@@ -8,14 +8,13 @@ datasets are rebuilt from that same step, so which checkpoint Ray itself tracks 
 
 from __future__ import annotations
 
-import logging
-import os
 from pathlib import Path
 from typing import Any
 
 from trainer_core.callbacks import BaseCallback
 from trainer_core.configio import from_dict
 from trainer_core.ray.config import RayTrainConfig
+from trainer_core.ray.runtime import quiet_ray_loggers
 
 
 def dataset_name(dp_rank: int) -> str:
@@ -48,22 +47,6 @@ class RayReporter(BaseCallback):
         )
 
 
-def quiet_ray_loggers() -> None:
-    """Ray Data / Train log every dataset start and every report at INFO on each worker; Ray
-    configures those loggers one by one, so each one is turned down, not just the parents.
-    Some are named after their file (``logging.getLogger(__file__)``), not their module."""
-    paths = tuple(f"{os.sep}ray{os.sep}{pkg}{os.sep}" for pkg in ("data", "train"))
-    names = [
-        n
-        for n in logging.root.manager.loggerDict
-        if n.startswith(("ray.data", "ray.train")) or any(p in n for p in paths)
-    ]
-    for name in ["ray.data", "ray.train", *names]:
-        logging.getLogger(name).setLevel(logging.WARNING)
-    # Warns once per process that the progress bars RAY_ENV turned off are off.
-    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
-
-
 def train_worker(config: dict[str, Any]) -> None:
     """The ``train_loop_per_worker`` of the TorchTrainer."""
     import ray.train
@@ -73,7 +56,7 @@ def train_worker(config: dict[str, Any]) -> None:
     from trainer_core.run import build_trainer
     from trainer_core.trainer import NonFiniteLossError
 
-    quiet_ray_loggers()
+    quiet_ray_loggers()  # again: Train and Data loggers created since process start
     cfg = from_dict(RayTrainConfig, config["train"])
     tp = cfg.parallel.tp
     dp_rank = ray.train.get_context().get_world_rank() // tp
