@@ -1,4 +1,4 @@
-"""Sweep early stopping compares LRs within a size, never a small model against a larger one."""
+"""Sweep scheduling: early stopping compares LRs within a size; wall time against the ideal."""
 
 from __future__ import annotations
 
@@ -42,3 +42,18 @@ def test_each_size_has_its_own_rungs():
 
 def test_one_shared_asha_would_cut_the_small_model_for_being_small():
     assert decisions(asha(), RESULTS)[2:] == [STOP, STOP, STOP]
+
+
+def test_concurrency_report_against_the_ideal_and_after_a_resume():
+    from ray.tune import Result
+
+    from trainer_core.ray.tune_run import TrialsRun
+
+    grid = [Result({"time_total_s": t}, None, None, "/tmp") for t in (100.0, 60.0, 40.0)]
+    report = TrialsRun(grid, concurrency=2, wall_s=110.0).concurrency_report()
+    assert report == (
+        "3 trials, 2 at a time: sum of trial times 200 s, ideal wall 100 s, "
+        "actual wall 110 s (1.10x ideal)"
+    )
+    resumed = TrialsRun(grid, concurrency=2, wall_s=30.0, restored=True).concurrency_report()
+    assert "ideal" not in resumed.split("(")[0] and "resumed" in resumed
