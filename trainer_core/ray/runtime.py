@@ -24,7 +24,13 @@ EXPECTED_NOISE = (
 )
 """Loggers whose warnings are expected here: Ray Data says the progress bars RAY_ENV turned off
 are off; Ray Train prints a traceback when it cannot shut down the workers of a trial that Tune's
-early stopping has just killed."""
+early stopping has just killed. They get a filter, not a level: Ray later configures their parent
+loggers with ``dictConfig``, which resets child levels but keeps filters."""
+
+
+class _ErrorsOnly(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
 
 
 def quiet_ray_loggers() -> None:
@@ -43,7 +49,9 @@ def quiet_ray_loggers() -> None:
     for name in ["ray.data", "ray.train", *names]:
         logging.getLogger(name).setLevel(logging.WARNING)
     for name in EXPECTED_NOISE:
-        logging.getLogger(name).setLevel(logging.ERROR)
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _ErrorsOnly) for f in logger.filters):
+            logger.addFilter(_ErrorsOnly())
 
 
 def init_ray(address: str = "") -> None:
