@@ -54,7 +54,8 @@ def test_sweep_stops_bad_lrs_flags_divergence_and_finds_interior_optimum(tmp_pat
     for chatter in ("Reporting training result", "Progress bars disabled", "Traceback"):
         assert chatter not in out.stdout + out.stderr, chatter
 
-    table = lr_sweep_table(load(tmp_path / "sweep")).sort_values("lr")
+    sweep_dir = tmp_path / "sweep-lr-sweep"  # beside the ladder dir the config names
+    table = lr_sweep_table(load(sweep_dir)).sort_values("lr")
     assert len(table) == 5
     diverged = table[table.diverged]
     assert list(diverged.lr) == [pytest.approx(table.lr.max())]
@@ -66,5 +67,5 @@ def test_sweep_stops_bad_lrs_flags_divergence_and_finds_interior_optimum(tmp_pat
     best = optimal_lr(table)
     grid = sorted(healthy.lr)
     assert grid[0] < best.lr < grid[-1]
-    runs = json.loads((tmp_path / "sweep" / "plan.json").read_text())
+    runs = json.loads((sweep_dir / "plan.json").read_text())
     assert runs[0]["size"] == "1M"

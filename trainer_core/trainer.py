@@ -226,7 +226,7 @@ class Trainer:
         permanent = kind == "permanent"
         if permanent and self.eval_batches_data and "eval/loss" not in metrics:
             metrics["eval/loss"] = self.evaluate()
-        saved = {**self.last_metrics, **metrics, "step": self.step, "tokens": self.tokens, "lr": lr}
+        saved = {**self.last_metrics, **metrics, "lr": lr}  # the checkpointer adds step and tokens
         path = self.checkpointer.save(
             self.step, self.app_state(), tokens=self.tokens, permanent=permanent, metrics=saved
         )

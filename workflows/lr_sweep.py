@@ -3,8 +3,8 @@
 Sweeps the peak LR for every ladder size on Ray Tune (size x LR trials, ASHA early stopping),
 then fits the optimum per size and LR*(N) = a * N^b across sizes. Feed the result back into a
 ladder with ``--lr.from_sweep=<this sweep's dir>``. A ladder config is a sweep config (its
-``sweep:`` section optional). No ``--config``: the CPU demo ladder's
-(workflows/configs/ladder-demo.yaml), written to runs/lr-sweep-demo.
+``sweep:`` section optional); the sweep writes to ``sweep.dir``, by default ``<ladder dir>-lr-sweep``.
+No ``--config``: the CPU demo ladder's (workflows/configs/ladder-demo.yaml).
 """
 
 from __future__ import annotations
@@ -15,11 +15,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainer_core.cli import exit_on_error, load_from_args, print_help, split_args  # noqa: E402
-from trainer_core.ray.sweep_run import SweepJobConfig  # noqa: E402
+from trainer_core.ray.sweep_run import SweepJobConfig, as_sweep  # noqa: E402
+from workflows.ladder import DEMO_CONFIG  # noqa: E402
 
-DEMO_CONFIG = Path(__file__).resolve().parent / "configs" / "ladder-demo.yaml"
-DEMO_OVERRIDES = ["--name=demo-lr-sweep", "--dir=runs/lr-sweep-demo"]
-"""The demo ladder's own dir holds its runs: a sweep of it writes beside it."""
 FLAGS = {"--config": True, "--dry-run": False, "--resume": False, "--sizes": True}
 
 
@@ -29,16 +27,14 @@ def main() -> int:
         print_help(__doc__.strip().splitlines()[0], SweepJobConfig)
         return 0
     own, overrides = split_args(argv, FLAGS)
-    if "--config" not in own:
-        own["--config"] = str(DEMO_CONFIG)
-        overrides = [*DEMO_OVERRIDES, *overrides]
-    job = load_from_args(SweepJobConfig, own, overrides)
+    own.setdefault("--config", str(DEMO_CONFIG))
+    job = as_sweep(load_from_args(SweepJobConfig, own, overrides))
     sizes = own["--sizes"].split(",") if "--sizes" in own else None
 
     from trainer_core.ray.sweep_run import run_sweep, sweep_plans, sweep_trials
 
     specs = sweep_trials(job, sweep_plans(job, sizes))
-    print(f"LR sweep {job.name}: {len(specs)} trials")
+    print(f"LR sweep {job.name} into {job.dir}: {len(specs)} trials")
     for spec in specs:
         print(f"  {spec.name}: lr {spec.config.optim.lr:.3e}, {spec.config.total_steps} steps")
     if "--dry-run" in own:

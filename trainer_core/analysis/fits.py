@@ -321,8 +321,6 @@ class ChinchillaFit:
 
 FRONTIER_MIN = 1e-6
 """Coefficients and exponents at or below this count as zero (fitted to the bound)."""
-CHINCHILLA_MIN_SIZES = 3
-"""Fewer sizes leave E + A/N^alpha undetermined."""
 
 
 def fit_chinchilla(
@@ -330,7 +328,7 @@ def fit_chinchilla(
 ) -> ChinchillaFit:
     """Chinchilla approach 3 on (N, D, L) points: >= 5 points from >= 3 sizes (several D per N help)."""
     n, d, loss = _as_arrays("fit_chinchilla", 5, N=N, D=D, L=L)
-    if np.unique(n).size < CHINCHILLA_MIN_SIZES or np.unique(d).size < 2:
+    if np.unique(n).size < 3 or np.unique(d).size < 2:
         raise AnalysisError(
             f"fit_chinchilla needs >= 3 model sizes and >= 2 token counts (got {np.unique(n).size} "
             f"and {np.unique(d).size}): E + A/N^alpha can't be pinned down otherwise"

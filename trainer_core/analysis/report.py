@@ -15,7 +15,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from trainer_core.analysis.fits import CHINCHILLA_MIN_SIZES, ChinchillaFit, PowerLawFit
+from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit
 from trainer_core.analysis.load import AnalysisError, ExperimentResults, load
 from trainer_core.analysis.lr import (
     LRPowerLawFit,
@@ -131,21 +131,19 @@ def _ladder_section(
     for fit in (report.chinchilla, report.compute_law):
         if fit is not None:
             console.print(str(fit))
-    # The held-out fit sees one size fewer: with too few left for L(N, D), extrapolate L(C).
-    sizes_left = points["N"].nunique() - 1
-    law = (
-        chinchilla_from_points
-        if report.chinchilla is not None and sizes_left >= CHINCHILLA_MIN_SIZES
-        else compute_law_from_points
-    )
-    report.extrapolation = _attempt(
-        report, "extrapolation check", lambda: extrapolation_check(points, law)
-    )
-    if report.extrapolation is not None:
-        name = "Chinchilla" if law is chinchilla_from_points else "L(C)"
-        console.print(
-            f"extrapolation check ({name} fit without the largest size): {report.extrapolation}"
+    # The held-out fit sees one size fewer; when L(N, D) can't be fitted on the rest, L(C) can.
+    laws = [("L(C)", compute_law_from_points)]
+    if report.chinchilla is not None:
+        laws.insert(0, ("Chinchilla", chinchilla_from_points))
+    for name, law in laws:
+        report.extrapolation = _attempt(
+            report, f"{name} extrapolation check", lambda f=law: extrapolation_check(points, f)
         )
+        if report.extrapolation is not None:
+            console.print(
+                f"extrapolation check ({name} fit without the largest size): {report.extrapolation}"
+            )
+            break
     wanted = []
     if report.chinchilla is not None:
         if target_params:

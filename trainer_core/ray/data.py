@@ -171,6 +171,7 @@ def batches_from_shard(
     import torch
 
     expected, first = expected_start_step, True
+    slot_pattern = np.arange(rows_per_batch)
     blocks = data_iterator.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=2)
     for rows in _whole_steps(blocks, rows_per_batch):
         for start in range(0, len(rows["step"]), rows_per_batch):
@@ -184,7 +185,7 @@ def batches_from_shard(
                     f"{expected}; build it with ray_train_dataset(start_step={expected})"
                 )
             first = False
-            if (steps != expected).any() or (slots != np.arange(rows_per_batch)).any():
+            if (steps != expected).any() or (slots != slot_pattern).any():
                 raise DataError(
                     f"Ray Data delivered rows of steps {sorted(set(steps.tolist()))} (slots "
                     f"{slots[:4].tolist()}...) where step {expected} (slots 0..{rows_per_batch - 1}) "

@@ -31,15 +31,21 @@ def ray_run_config(
     return from_dict(RayTrainConfig, data)
 
 
-def preflight(job: LadderJobConfig, kind: str = "ladder") -> None:
+def experiment_kind(record: dict) -> str:
+    """ "LR sweep" or "ladder", from a job's config as a dict (an experiment.yaml reads as one)."""
+    return "LR sweep" if "sweep" in record else "ladder"
+
+
+def preflight(job: LadderJobConfig) -> None:
     """Fail before any trial starts: unreadable data / tokenizer mismatch, unwritable output dir,
-    or a dir that already holds the other kind of experiment (``kind``: "ladder" or "LR sweep"),
-    whose runs and Tune state this one would mix with."""
+    or a dir that already holds the other kind of experiment, whose runs and Tune state this one
+    would mix with."""
     open_token_data(job.data, job.vocab_size)
     out = Path(job.dir)
     record = out / "experiment.yaml"
     if record.is_file():
-        found = "LR sweep" if "sweep" in (yaml.safe_load(record.read_text()) or {}) else "ladder"
+        found = experiment_kind(yaml.safe_load(record.read_text()) or {})
+        kind = experiment_kind(to_dict(job))
         if found != kind:
             raise ConfigError(
                 f"dir: {str(out)!r} already holds a different experiment ({found}, see its "

@@ -46,6 +46,9 @@ class SweepConfig:
     grace_fraction: float = 0.25
     """ASHA's first rung, as a fraction of the run's steps."""
     reduction_factor: int = 2
+    dir: str = ""
+    """Where the sweep writes; empty: beside the ladder's dir, ``<dir>-lr-sweep``, so one config
+    serves the sweep and then the ladder (feed it back with ``lr.from_sweep``)."""
 
     def __post_init__(self) -> None:
         require(
@@ -66,6 +69,11 @@ class SweepConfig:
 @dataclass
 class SweepJobConfig(LadderJobConfig):
     sweep: SweepConfig = field(default_factory=SweepConfig)
+
+
+def as_sweep(job: SweepJobConfig) -> SweepJobConfig:
+    """The job with the sweep's own dir and name: the ladder's dir holds the ladder's runs."""
+    return replace(job, dir=job.sweep.dir or f"{job.dir}-lr-sweep", name=f"{job.name}-lr-sweep")
 
 
 def sweep_lrs(plan: SizePlan, sweep: SweepConfig, seed: int) -> list[float]:
@@ -137,11 +145,11 @@ def early_stopper(job: SweepJobConfig, plans: list[SizePlan]):
 
 
 def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool) -> TrialsRun:
-    """Plan, check and run every size x LR trial."""
+    """Plan, check and run every size x LR trial of ``job`` (already :func:`as_sweep`)."""
     from trainer_core.ray.runtime import init_ray
 
     plans = sweep_plans(job, sizes)
-    preflight(job, kind="LR sweep")
+    preflight(job)
     exp_dir = Path(job.dir).resolve()
     write_experiment_record(job, plans, exp_dir)
     init_ray(job.ray.address)
