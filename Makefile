@@ -24,7 +24,9 @@ bench: setup
 	$(BIN)/python benchmarks/train_step.py --size 1M
 	$(BIN)/python benchmarks/train_step.py --size 5M
 	$(BIN)/python benchmarks/data.py
+	$(BIN)/python benchmarks/checkpoint.py
 	$(BIN)/python benchmarks/ray_overhead.py
+	$(BIN)/python benchmarks/fit_coverage.py
 
 lint: setup
 	$(BIN)/ruff check .

@@ -1,11 +1,16 @@
 """Data-layer speed: tokenization MB/s and loader tokens/s (Ray Data reader vs local pyarrow reader).
 
-    python benchmarks/data.py [--seq-len 512] [--batch 64] [--steps 3000]
+    python benchmarks/data.py [--seq-len 512] [--batch 64] [--steps 3000] [--decode-only]
 
 Uses the demo corpus (this Python's standard library) with the byte tokenizer. Tokenization is
 timed for the Ray Data pipeline (``datasets/tokenize.py``'s) and in-process; the loaders deliver
 the same batches to one consumer; the Ray reader is timed from dataset creation, once with fresh
 workers (their start-up counts) and once warm. The training loop's own token consumption is measured by benchmarks/train_step.py.
+
+The cost of checking what is read (page CRCs, token count, dtype, vocab) is timed on its own:
+every row group decoded once by the reader, against a bare pyarrow decode without those checks,
+in alternating rounds so that load on a shared machine hits both alike (``--decode-only``: this
+part alone, no Ray).
 """
 
 from __future__ import annotations
@@ -14,12 +19,15 @@ import argparse
 import itertools
 import logging
 import os
+import statistics
 import tempfile
 import time
 
+import pyarrow.parquet as pq
+
 from trainer_core.config import DataConfig
 from trainer_core.corpus import DEMO_READ, demo_files
-from trainer_core.data import TokenData, open_token_data
+from trainer_core.data import RowGroupCache, Split, TokenData, open_token_data
 from trainer_core.text_sources import TEXT, InputFile, write_shards
 from trainer_core.tokenizer import ByteTokenizer
 
@@ -30,12 +38,56 @@ def timed(fn):
     return result, time.perf_counter() - start
 
 
+def decode_unchecked(split: Split) -> int:
+    """Every row group of ``split`` decoded as the reader did before it checked pages, ids and
+    dtype: no page CRCs, the token count compared and nothing else. The groups are kept, as the
+    reader's cache keeps them (freed buffers would be reused, fresh ones cost page faults)."""
+    kept = []
+    for path, tokens in zip(split.paths, split.tokens.tolist(), strict=True):
+        file = pq.ParquetFile(path, memory_map=True)
+        for index in range(file.num_row_groups):
+            column = file.read_row_group(index, columns=["tokens"]).column("tokens")
+            kept.append(column.combine_chunks().flatten().to_numpy())
+            if kept[-1].size != min(split.group_tokens, tokens - index * split.group_tokens):
+                raise ValueError(f"{path}: row group {index} has {kept[-1].size} tokens")
+    return sum(k.size for k in kept)
+
+
+def decode_checked(split: Split) -> int:
+    """Every row group of ``split`` decoded by the training reader, every check on."""
+    cache, total = RowGroupCache(), 0
+    for path, tokens in zip(split.paths, split.tokens.tolist(), strict=True):
+        for index in range(-(-tokens // split.group_tokens)):
+            total += cache.group(path, index, tokens, split.layout).size
+    return total
+
+
+def decode_cost(split: Split, rounds: int = 15) -> None:
+    """Rates by CPU time (wall time on a shared machine mostly measures the neighbours)."""
+    rates: dict[str, list[float]] = {"unchecked": [], "checked": []}
+    for _ in range(rounds):
+        for name, decode in (("unchecked", decode_unchecked), ("checked", decode_checked)):
+            start = time.process_time()
+            tokens = decode(split)
+            rates[name].append(tokens / (time.process_time() - start) / 1e6)
+    plain, checked = (statistics.median(rates[k]) for k in ("unchecked", "checked"))
+    print(f"shard decode, every row group once ({tokens / 1e6:.1f}M tokens), median of {rounds}:")
+    print(f"  count check only (the reader before):          {plain:8.2f} M tokens/s CPU")
+    print(f"  reader: page CRCs + count/dtype/vocab checks:  {checked:8.2f} M tokens/s CPU")
+    print(f"  checked / before: {checked / plain:.3f}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--batch", type=int, default=64, help="sequences per step (one consumer)")
     p.add_argument("--steps", type=int, default=3000, help="~100M tokens: past start-up")
+    p.add_argument("--decode-only", action="store_true", help="only the cost of the read checks")
     args = p.parse_args()
+    data = open_token_data(DataConfig(), 320)
+    decode_cost(data.train[0])
+    if args.decode_only:
+        return
 
     import ray
     import ray.data
@@ -79,7 +131,6 @@ def main() -> None:
     print(f"  Ray Data pipeline, warm:      {mb / t_ray:8.1f} MB/s  ({t_ray:.1f} s)")
     print(f"  in-process (no Ray):          {mb / t_local:8.1f} MB/s  ({t_local:.1f} s)")
 
-    data = open_token_data(DataConfig(), 320)
     seq, batch, steps = args.seq_len, args.batch, args.steps
     tokens = steps * batch * (seq + 1)
 

@@ -20,8 +20,18 @@ sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 import argparse  # noqa: E402
 import logging  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
-from trainer_core.shards import DEFAULT_SHARD_TOKENS, DEFAULT_VAL_FRACTION, DataError, verify_shards  # noqa: E402
+from trainer_core.cli import exit_on_error  # noqa: E402
+from trainer_core.configio import ConfigError  # noqa: E402
+from trainer_core.paths import check_output_dir, staged_dir  # noqa: E402
+from trainer_core.shards import (  # noqa: E402
+    DEFAULT_SHARD_TOKENS,
+    DEFAULT_VAL_FRACTION,
+    MANIFEST,
+    read_manifest,
+    verify_shards,
+)
 from trainer_core.text_sources import (  # noqa: E402
     DECODE_POLICIES,
     ReadOptions,
@@ -41,7 +51,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--input", action="append", required=True, help="file, dir, quoted glob or URL (repeatable)"
     )
-    p.add_argument("--out", required=True, help="output shard dir (its old shards are replaced)")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="output shard dir (replaced whole, once the new one is complete)",
+    )
     p.add_argument(
         "--tokenizer", default="byte", help="'byte', a tokenizer.json, or a dir holding one"
     )
@@ -90,8 +104,23 @@ def start_ray(num_cpus: int | None) -> None:
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, logging_config=log)
 
 
+def check_out(out: str) -> Path:
+    """``--out``, checked before any work: writable (the swap renames in its parent too), and
+    new, empty or a shard dir, the only kind this command replaces, so that it never deletes
+    files it did not write."""
+    target = check_output_dir(out, "--out")
+    check_output_dir(target.parent, "--out")
+    if target.is_dir() and any(target.iterdir()) and not (target / MANIFEST).is_file():
+        raise ConfigError(
+            f"--out: {target} holds files but no {MANIFEST}, and only a shard dir is replaced; "
+            "choose a new or empty dir"
+        )
+    return target
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    out = check_out(args.out)
     opts = ReadOptions(args.text_field, args.parquet_column, args.on_decode_error)
     files = discover_inputs(args.input)
     if args.train_bpe:
@@ -114,28 +143,28 @@ def main(argv: list[str] | None = None) -> int:
         TimeElapsedColumn(),
     )
     start = time.perf_counter()
-    with Progress(*columns, transient=True) as progress:
-        task = progress.add_task("files", total=len(files), mb=0.0)
+    with staged_dir(out) as stage:
+        with Progress(*columns, transient=True) as progress:
+            task = progress.add_task("files", total=len(files), mb=0.0)
 
-        def on_file(stats: ReadStats) -> None:
-            progress.update(
-                task, advance=1, mb=progress.tasks[task].fields["mb"] + stats.text_bytes / 1e6
+            def on_file(stats: ReadStats) -> None:
+                progress.update(
+                    task, advance=1, mb=progress.tasks[task].fields["mb"] + stats.text_bytes / 1e6
+                )
+
+            _, totals = tokenize_to_shards(
+                files,
+                tokenizer,
+                stage,
+                opts,
+                val_fraction=args.val_fraction,
+                shard_tokens=args.shard_tokens,
+                on_file=on_file,
+                info={"inputs": args.input},
             )
-
-        manifest, totals = tokenize_to_shards(
-            files,
-            tokenizer,
-            args.out,
-            opts,
-            val_fraction=args.val_fraction,
-            shard_tokens=args.shard_tokens,
-            on_file=on_file,
-            info={"inputs": args.input},
-        )
-    seconds = time.perf_counter() - start
-    tokenizer.save(args.out)
-    verify_shards(args.out)
-    print_summary(manifest, totals, seconds)
+        tokenizer.save(stage)
+        verify_shards(stage)
+    print_summary(read_manifest(out), totals, time.perf_counter() - start)
     return 0
 
 
@@ -158,8 +187,4 @@ def print_summary(manifest, totals: ReadStats, seconds: float) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    exit_on_error(main)

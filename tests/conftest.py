@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
 
 os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
@@ -91,3 +96,25 @@ def random_texts():
         return ["".join(rng.choice(alphabet, int(rng.integers(low, high)))) for _ in range(n)]
 
     return make
+
+
+@pytest.fixture
+def run_script(monkeypatch, capsys):
+    """Run an entry script in this process as ``python <script> <args>`` would (its ``main``
+    under :func:`trainer_core.cli.exit_on_error`): ``(exit code, stdout, stderr)``. Loaded from
+    its file, since scripts are not a package and datasets/tokenize.py shadows a stdlib module."""
+    from trainer_core.cli import exit_on_error
+
+    def run(script: str, *args: str) -> tuple[int, str, str]:
+        path = ROOT / script
+        monkeypatch.setattr(sys, "path", list(sys.path))
+        monkeypatch.setattr(sys, "argv", [str(path), *args])
+        spec = importlib.util.spec_from_file_location(f"_script_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        with pytest.raises(SystemExit) as done:
+            exit_on_error(module.main)
+        out = capsys.readouterr()
+        return done.value.code, out.out, out.err
+
+    return run

@@ -22,6 +22,7 @@ from trainer_core.analysis import (
     fit_loss_vs_compute,
     fit_lr_power_law,
     fit_sweep_lr,
+    frontier_points,
     load,
     lr_sweep_table,
     optimal_lr,
@@ -95,7 +96,7 @@ def write_checkpoint(
     if metadata:
         (path / ".metadata").write_bytes(b"m")
     for r in ranks:
-        (path / f".done-rank{r}-of-{world}").write_text("")
+        (path / f".done-rank{r}-of-{world}").write_text('{"files": {}}')  # lists no files
     return path
 
 
@@ -383,9 +384,13 @@ def test_extrapolation_to_held_out_size_is_accurate(tmp_path: Path):
     assert check.held_out_size == "s6" and check.held_out_N == 200_000_000
     assert check.tokens == pts["tokens"].max()
     assert check.actual == pytest.approx(chinchilla_loss(2e8, check.tokens))
-    assert abs(check.rel_error) < 1e-3
+    chinchilla, frontier = check.predictions
+    assert chinchilla.law == "L(N, D)" and abs(chinchilla.rel_error) < 1e-3
+    # Each size's points lie near its compute-optimal tokens here, so the frontier predicts too.
+    assert frontier.law == "frontier L(C)" and abs(frontier.rel_error) < 0.01
     assert len(check.points) == len(FRACTIONS)
-    assert check.points["rel_error"].abs().max() < 1e-3
+    rel = check.points["L(N, D)"] / check.points["actual"] - 1
+    assert rel.abs().max() < 1e-3
 
 
 def test_predict_loss_modes():
@@ -433,6 +438,10 @@ def test_lr_sweep_table(sweep_dir: Path):
     mid = a.iloc[3]
     assert mid["steps_run"] == 100 and mid["final_eval_loss"] < mid["best_eval_loss"] + 1e-12
     assert mid["final_eval_loss"] == pytest.approx(mid["best_eval_loss"])
+    # Compared at step 50, the last eval the stopped trial reached; the diverged one is left out.
+    assert list(a["compared_step"]) == [50] * 7
+    assert mid["compared_loss"] == pytest.approx(mid["final_eval_loss"] + 0.2)
+    assert math.isnan(top["compared_loss"])
 
 
 def test_optimal_lr_interior_quadratic_and_diverged_excluded(sweep_dir: Path):
@@ -444,7 +453,8 @@ def test_optimal_lr_interior_quadratic_and_diverged_excluded(sweep_dir: Path):
         assert opt.method == "quadratic" and not opt.at_edge
         # the diverged trial's spurious 0.5 loss would otherwise be the minimum
         assert opt.lr == pytest.approx(true_lr(n), rel=1e-6)
-        assert opt.loss == pytest.approx(3.0 + 10 / math.log(n), rel=1e-6)
+        assert opt.step == 50
+        assert opt.loss == pytest.approx(3.2 + 10 / math.log(n), rel=1e-6)
         assert opt.lr_low <= opt.lr <= opt.lr_high
 
 
@@ -459,17 +469,17 @@ def test_optimal_lr_falls_back_to_grid_minimum_on_monotone_table():
             "diverged": False,
         }
     )
-    opt = optimal_lr(table)
+    opt = optimal_lr(table, loss="final_eval_loss")
     assert (opt.method, opt.lr, opt.loss, opt.at_edge) == ("grid", 8e-4, 3.1, True)
     # +- half a grid step (in log LR)
     assert opt.lr_low == pytest.approx(8e-4 / math.sqrt(2)) and opt.lr_high == pytest.approx(
         8e-4 * math.sqrt(2)
     )
     with pytest.raises(AnalysisError, match="no non-diverged trial"):
-        optimal_lr(table.assign(diverged=True))
+        optimal_lr(table.assign(diverged=True), loss="final_eval_loss")
     # a size whose every trial diverged is left out of the per-size optima
     dead = table.assign(size="y", N=4e6, diverged=True)
-    assert list(optimal_lrs(pd.concat([table, dead]))) == ["x"]
+    assert list(optimal_lrs(pd.concat([table, dead]), loss="final_eval_loss")) == ["x"]
 
 
 def test_lr_power_law_recovers_exponent_and_compares_to_ladder_default(sweep_dir: Path):
@@ -513,7 +523,9 @@ def test_plots_write_pngs(ladder_dir: Path, sweep_dir: Path, tmp_path: Path):
     lrs = [o.lr for o in optima.values()]
     paths = [
         plot_loss_curves(res, tmp_path / "curves.png"),
-        plot_loss_vs_compute(pts, law, tmp_path / "compute.png", held_out=check),
+        plot_loss_vs_compute(
+            pts, law, frontier_points(pts), tmp_path / "compute.png", held_out=check
+        ),
         plot_lr_sweep(table, optima, tmp_path / "sweep.png"),
         plot_lr_vs_size(n, lrs, fit_lr_power_law(n, lrs), tmp_path / "sub" / "lr_n.png"),
     ]
@@ -544,9 +556,10 @@ def test_analyze_script_on_ladder_and_sweep(ladder_dir: Path, sweep_dir: Path, t
     )
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
-    assert "L(N, D) = E + A / N^alpha + B / D^beta" in text and "L(C) = E + A * C^-alpha" in text
-    assert "extrapolation check" in text and "held out s6" in text
-    assert text.count("prediction:") == 3
+    assert "L(N, D) = E + A / N^alpha + B / D^beta" in text
+    assert "held out: s6" in text and "compute-optimal at C = 1e+21 FLOPs" in text
+    assert "frontier L(C) = E + A * C^-alpha" in text
+    assert text.count("prediction:") == 1
     assert _is_png(out / "loss_vs_compute.png") and _is_png(out / "loss_curves.png")
 
     proc = _analyze(str(sweep_dir), "--out", str(tmp_path / "sweep_plots"))
@@ -555,8 +568,8 @@ def test_analyze_script_on_ladder_and_sweep(ladder_dir: Path, sweep_dir: Path, t
     assert _is_png(tmp_path / "sweep_plots" / "lr_vs_size.png")
 
 
-def test_three_size_ladder_extrapolates_with_l_of_c(tmp_path: Path):
-    """Holding out one of three sizes leaves two, too few for L(N, D): the check uses L(C)."""
+def test_three_size_ladder_extrapolates_with_the_frontier(tmp_path: Path):
+    """Holding out one of three sizes leaves two, too few for L(N, D): the frontier predicts."""
     from io import StringIO
 
     from rich.console import Console
@@ -568,9 +581,12 @@ def test_three_size_ladder_extrapolates_with_l_of_c(tmp_path: Path):
     report = report_experiment(
         make_ladder(tmp_path, sizes=three), n_bootstrap=0, console=Console(file=text, width=200)
     )
-    assert report.chinchilla is not None and report.extrapolation.held_out_size == "s3"
-    assert "extrapolation check (L(C) fit without the largest size): held out s3" in text.getvalue()
-    assert abs(report.extrapolation.rel_error) < 0.05
+    check = report.extrapolation
+    assert report.chinchilla is not None and check.held_out_size == "s3"
+    assert [p.law for p in check.predictions] == ["frontier L(C)"]
+    assert check.skipped[0][0] == "L(N, D)" and ">= 3 model sizes" in check.skipped[0][1]
+    assert "skipped held-out L(N, D): fit_chinchilla needs >= 3 model sizes" in text.getvalue()
+    assert abs(check.predictions[0].rel_error) < 0.05
 
 
 def test_analyze_script_bad_dir_exits_2(tmp_path: Path):

@@ -7,6 +7,7 @@ import logging
 import pickle
 import random
 import socket
+import zlib
 from fractions import Fraction
 from pathlib import Path
 
@@ -21,9 +22,11 @@ from trainer_core.checkpoint import (
     Checkpointer,
     CheckpointError,
     CheckpointPolicy,
+    CorruptCheckpointError,
     ModelOptimState,
     latest_checkpoint,
     list_checkpoints,
+    listed_files,
     marker_name,
     restore_rng,
     rng_state,
@@ -170,6 +173,23 @@ def test_resume_is_exact_with_two_fsdp2_ranks(tmp_path):
     assert info.complete
     assert {".done-rank0-of-2", ".done-rank1-of-2"} <= {p.name for p in info.path.iterdir()}
     assert json.loads((info.path / "info.json").read_text())["world_size"] == 2
+    # Each rank lists the files it wrote; together they cover every file but the markers.
+    rank0, rank1 = (
+        set(json.loads((info.path / marker_name(r, 2)).read_text())["files"]) for r in (0, 1)
+    )
+    assert {".metadata", "info.json"} <= rank0 and all(n.startswith("__1_") for n in rank1)
+    assert rank0 | rank1 == {p.name for p in info.path.iterdir() if not p.name.startswith(".done")}
+
+
+def test_the_marker_lists_every_file_with_its_size_and_crc32(tmp_path):
+    path = Checkpointer(tmp_path, CheckpointConfig()).save(
+        1, tiny_state(1), tokens=10, permanent=True
+    )
+    listing = json.loads((path / marker_name(0, 1)).read_text())["files"]
+    assert set(listing) == {".metadata", "__0_0.distcp", "info.json"}
+    for name, entry in listing.items():
+        data = (path / name).read_bytes()
+        assert entry == {"size": len(data), "crc32": zlib.crc32(data)}
 
 
 def test_each_rank_gets_its_own_rng_state(tmp_path):
@@ -237,7 +257,7 @@ def test_latest_skips_incomplete_and_tmp_dirs_with_a_warning(tmp_path):
     tmp = step_dir(tmp_path, 3).with_name("step-00000003.tmp-deadbeef")
     tmp.mkdir()
     with pytest.warns(UserWarning) as caught:
-        found = ckpt.latest()
+        found = latest_checkpoint(tmp_path)
     messages = " ".join(str(w.message) for w in caught)
     assert found.step == 1
     assert str(step_dir(tmp_path, 2)) in messages and marker_name(0, 1) in messages
@@ -297,7 +317,7 @@ def test_a_swap_interrupted_between_renames_is_recovered_by_the_next_commit(tmp_
     path = ckpt.save(7, tiny_state(7), tokens=70, permanent=True)
     path.rename(path.with_name("step-00000007.old-12345678"))
     with pytest.warns(UserWarning, match="step-00000007.old-12345678"):
-        assert ckpt.latest().step == 6  # listing has no side effects
+        assert latest_checkpoint(tmp_path).step == 6  # listing has no side effects
     ckpt.save(8, tiny_state(8), tokens=80, permanent=False)
     assert [c.step for c in list_checkpoints(tmp_path)] == [6, 7, 8]
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir())[1] == "step-00000007"
@@ -347,6 +367,7 @@ def test_async_save_commits_only_when_finished(tmp_path):
     ckpt.close()
     assert ckpt.last_committed == path
     assert latest_checkpoint(tmp_path).path == path
+    assert set(listed_files(path)) == {".metadata", "__0_0.distcp", "info.json"}
     loaded = tiny_state(0)
     ckpt.load(path, loaded)
     assert torch.equal(loaded["weights"]["w"], before)
@@ -386,6 +407,88 @@ def test_async_save_with_two_ranks(tmp_path):
     spawn("async_saves_on_ranks", 2, tmp_path)
 
 
+# -- integrity: checksums verified on load -------------------------------------------------------
+
+
+def flip_bytes(path: Path, count: int = 64) -> None:
+    """Change ``count`` bytes in the middle of a file, keeping its size."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + count] = bytes(b ^ 0xFF for b in data[middle : middle + count])
+    path.write_bytes(bytes(data))
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def saved_steps(run_dir: Path, steps: tuple[int, ...], cfg: CheckpointConfig) -> Checkpointer:
+    ckpt = Checkpointer(run_dir, cfg)
+    for step in steps:
+        ckpt.save(step, tiny_state(step), tokens=10 * step, permanent=True)
+    return ckpt
+
+
+def test_a_corrupt_latest_checkpoint_is_named_set_aside_and_the_one_before_loaded(tmp_path, caplog):
+    ckpt = saved_steps(tmp_path, (1, 2, 3), CheckpointConfig())
+    flip_bytes(step_dir(tmp_path, 3) / "__0_0.distcp")
+    assert latest_checkpoint(tmp_path).step == 3  # listing checks sizes only
+    state = tiny_state(0)
+    with caplog.at_level(logging.WARNING, logger="trainer_core.checkpoint"):
+        assert ckpt.load_latest(state).step == 2
+    assert f"checkpoint {step_dir(tmp_path, 3)} is corrupt: __0_0.distcp has CRC32" in caplog.text
+    assert torch.equal(state["weights"]["w"], tiny_state(2)["weights"]["w"])
+    assert state["trainer"] == {"step": 2, "tokens": 20}
+    assert [c.step for c in list_checkpoints(tmp_path)] == [1, 2]
+    [aside] = (tmp_path / "checkpoints").glob("step-00000003.corrupt-*")
+    assert not (tmp_path / "checkpoints" / "step-00000003").exists() and aside.is_dir()
+
+
+def test_on_corrupt_fail_names_the_file_and_changes_nothing(tmp_path):
+    ckpt = saved_steps(tmp_path, (1, 2), CheckpointConfig(on_corrupt="fail"))
+    flip_bytes(step_dir(tmp_path, 2) / "info.json", count=1)
+    before = snapshot(tmp_path)
+    with pytest.raises(CorruptCheckpointError, match=r"step-00000002 is corrupt: info\.json has"):
+        ckpt.load_latest(tiny_state(0))
+    assert snapshot(tmp_path) == before
+
+
+def test_with_no_checkpoint_that_verifies_the_run_does_not_start_over(tmp_path):
+    ckpt = saved_steps(tmp_path, (1,), CheckpointConfig())
+    flip_bytes(step_dir(tmp_path, 1) / ".metadata", count=1)
+    before = snapshot(tmp_path)
+    with pytest.raises(CorruptCheckpointError, match="no checkpoint of .* passes its checksums"):
+        ckpt.load_latest(tiny_state(0))
+    assert snapshot(tmp_path) == before
+    assert Checkpointer(tmp_path / "new", CheckpointConfig()).load_latest(tiny_state(0)) is None
+
+
+def fallback_on_ranks(run_dir: Path, rank: int, world: int) -> None:
+    """Rank 1's file of the newest checkpoint is corrupt: both ranks see it (each verifies a
+    share of the files) and both load the checkpoint before."""
+    ckpt = Checkpointer(run_dir, CheckpointConfig(), rank, world)
+    for step in (1, 2):
+        seed_all(step)
+        ckpt.save(
+            step, {"w": {"x": torch.randn(3)}, "rng": rng_state(rank)}, tokens=step, permanent=True
+        )
+    if rank == 0:
+        flip_bytes(step_dir(run_dir, 2) / "__1_0.distcp", count=8)
+    dist.barrier()
+    state = {"w": {"x": torch.zeros(3)}, "rng": rng_state(rank)}
+    assert ckpt.load_latest(state).step == 1
+    seed_all(1)
+    assert torch.equal(state["w"]["x"], torch.randn(3))
+
+
+@pytest.mark.timeout(180)
+def test_two_ranks_agree_on_a_corrupt_file_only_one_of_them_wrote(tmp_path):
+    spawn("fallback_on_ranks", 2, tmp_path)
+    assert [c.step for c in list_checkpoints(tmp_path)] == [1]
+
+
 # -- errors ---------------------------------------------------------------------------------------
 
 
@@ -402,20 +505,24 @@ def test_load_errors_name_the_problem(tmp_path):
     with pytest.raises(CheckpointError, match="checkpoint .*step-00000009 does not exist"):
         ckpt.load(step_dir(tmp_path, 9), app_state(build(1), 0))
 
+    marker = (path / marker_name(0, 1)).read_bytes()
     (path / marker_name(0, 1)).unlink()
-    with pytest.raises(CheckpointError, match=r"incomplete \(missing \.done-rank0-of-1\)"):
+    with pytest.raises(CheckpointError, match=r"incomplete \(\.done-rank0-of-1 is missing\)"):
         ckpt.load(path, app_state(build(1), 0))
-    (path / marker_name(0, 1)).touch()
+    (path / marker_name(0, 1)).write_bytes(marker)
 
     shard = path / "__0_0.distcp"
     data = shard.read_bytes()
     shard.write_bytes(data[: len(data) // 2])
     with pytest.raises(CheckpointError) as err:
         ckpt.load(path, app_state(build(1), 0))
-    assert f"checkpoint {path} is corrupt: __0_0.distcp is {len(data) // 2} bytes" in str(err.value)
+    assert (
+        f"checkpoint {path} is incomplete (__0_0.distcp is {len(data) // 2} bytes, "
+        f"listed as {len(data)})"
+    ) in str(err.value)
 
-    shard.write_bytes(bytes(64) + data[64:])  # right size, garbage inside: the reader fails
-    with pytest.raises(CheckpointError, match=f"checkpoint {path} could not be read \\(rank 0: "):
+    shard.write_bytes(bytes(64) + data[64:])  # right size, other bytes inside
+    with pytest.raises(CorruptCheckpointError, match=f"checkpoint {path} is corrupt: __0_0.distcp"):
         ckpt.load(path, app_state(build(1), 0))
 
 
@@ -457,7 +564,13 @@ def test_loading_never_unpickles_arbitrary_objects(tmp_path):
         ckpt.load(path, {"trainer": {"step": 0, "ratio": 0}})
 
     path = ckpt.save(2, tiny_state(2), tokens=0, permanent=True)
-    (path / ".metadata").write_bytes(pickle.dumps(Fraction(1, 3)))
+    payload = pickle.dumps(Fraction(1, 3))
+    (path / ".metadata").write_bytes(payload)
+    # Checksums catch accidents, not an attacker, who can rewrite the listing too.
+    marker = path / marker_name(0, 1)
+    record = json.loads(marker.read_text())
+    record["files"][".metadata"] = {"size": len(payload), "crc32": zlib.crc32(payload)}
+    marker.write_text(json.dumps(record))
     with pytest.raises(
         CheckpointError, match="unreadable .metadata.*refusing to unpickle fractions.Fraction"
     ):

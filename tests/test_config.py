@@ -1,12 +1,18 @@
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import textwrap
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 from trainer_core.cli import split_args
 from trainer_core.config import TrainConfig
 from trainer_core.configio import ConfigError, from_dict, load_config, to_dict, to_yaml
+from trainer_core.paths import check_output_dir
 
 
 def write(path, text):
@@ -104,3 +110,144 @@ def test_cli_split_accepts_space_and_equals_forms():
 def test_to_dict_is_plain_data():
     data = to_dict(TrainConfig())
     assert data["model"]["size"] == "1M" and isinstance(data["checkpoint"]["keep"], list)
+
+
+def test_include_cycle_is_named_with_its_chain(tmp_path):
+    write(tmp_path / "a.yaml", "optim: !include b.yaml\n")
+    write(tmp_path / "b.yaml", "lr: !include sub/c.yaml\n")
+    (tmp_path / "sub").mkdir()
+    write(tmp_path / "sub" / "c.yaml", "x: !include ../b.yaml\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(TrainConfig, tmp_path / "a.yaml")
+    chain = " -> ".join(str(tmp_path / n) for n in ("a.yaml", "b.yaml", "sub/c.yaml", "b.yaml"))
+    assert str(err.value) == f"!include cycle: {chain}; remove one of these includes"
+
+
+def test_a_file_included_twice_without_a_cycle_is_fine(tmp_path):
+    write(tmp_path / "lr.yaml", "0.01\n")
+    write(tmp_path / "run.yaml", "optim: {lr: !include lr.yaml, eps: !include lr.yaml}\n")
+    cfg = load_config(TrainConfig, tmp_path / "run.yaml")
+    assert cfg.optim.lr == cfg.optim.eps == 0.01
+
+
+@pytest.mark.parametrize("text", [".inf", "-.inf", ".nan", "inf", "nan", "1e999"])
+def test_non_finite_numbers_are_rejected_naming_the_key(text):
+    with pytest.raises(ConfigError, match=r"^optim\.lr: .* is not a finite number$"):
+        load_config(TrainConfig, None, [f"--optim.lr={text}"])
+
+
+def test_non_finite_number_in_yaml_names_the_key(tmp_path):
+    write(tmp_path / "run.yaml", "schedule: {min_lr_ratio: .nan}\n")
+    with pytest.raises(ConfigError, match=r"^schedule\.min_lr_ratio: nan is not a finite number"):
+        load_config(TrainConfig, tmp_path / "run.yaml")
+
+
+@pytest.mark.parametrize("text", ["123", "1e3", "007", "0x1F", "3.50", "true", "null"])
+def test_a_string_field_takes_the_override_as_typed(text):
+    cfg = load_config(TrainConfig, None, [f"--tracking.name={text}"])
+    assert cfg.tracking.name == text
+
+
+def test_other_fields_still_read_the_override_as_yaml():
+    cfg = load_config(TrainConfig, None, ["--optim.lr=1e-3", "--checkpoint.resume_from=12"])
+    assert cfg.optim.lr == 1e-3 and cfg.checkpoint.resume_from == "12"
+    assert (
+        load_config(
+            TrainConfig, None, ["--trainer.max_steps=null", "--trainer.max_tokens=4096"]
+        ).trainer.max_steps
+        is None
+    )
+
+
+def test_a_number_in_yaml_for_a_string_field_says_to_quote_it(tmp_path):
+    write(tmp_path / "run.yaml", "tracking: {name: 123}\n")
+    with pytest.raises(ConfigError, match=r"^tracking\.name: expected a string, got 123; quote it"):
+        load_config(TrainConfig, tmp_path / "run.yaml")
+
+
+@contextmanager
+def unprivileged():
+    """Run the block as user 'nobody' when the tests run as root, whom no permission bit stops."""
+    if os.geteuid() != 0:
+        yield
+        return
+    os.seteuid(65534)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+
+
+def test_output_dir_check_names_the_key_and_creates_nothing(tmp_path):
+    regular = tmp_path / "file"
+    regular.write_text("x")
+    fix = "choose another trainer.run_dir"
+    with pytest.raises(ConfigError) as err:
+        check_output_dir(regular / "a" / "run", "trainer.run_dir")
+    assert str(err.value) == (
+        f"trainer.run_dir: {regular / 'a' / 'run'} can't be created, {regular} is a file; {fix}"
+    )
+    with pytest.raises(
+        ConfigError, match=f"^trainer.run_dir: {regular} is a file, not a directory"
+    ):
+        check_output_dir(regular, "trainer.run_dir")
+    assert check_output_dir(tmp_path / "new" / "run", "k") == tmp_path / "new" / "run"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_unwritable_output_dir_is_named():
+    base = Path(tempfile.mkdtemp())  # pytest's tmp_path sits in a dir only its owner may enter
+    base.chmod(0o755)
+    locked = base / "locked"
+    locked.mkdir(mode=0o555)
+    try:
+        with unprivileged(), pytest.raises(ConfigError) as err:
+            check_output_dir(locked / "run", "dir")
+        assert str(err.value) == (
+            f"dir: {locked / 'run'} can't be created, {locked} is not writable; choose another dir"
+        )
+        with unprivileged(), pytest.raises(ConfigError, match=f"^dir: {locked} is not writable"):
+            check_output_dir(locked, "dir")
+        assert check_output_dir(base / "fine", "dir") == base / "fine"
+    finally:
+        shutil.rmtree(base)
+
+
+@pytest.mark.parametrize(
+    "script, args, key",
+    [
+        ("trainer_core/train.py", ["--trainer.run_dir={target}"], "trainer.run_dir"),
+        ("workflows/train.py", ["--trainer.run_dir={target}"], "trainer.run_dir"),
+        ("workflows/ladder.py", ["--dry-run", "--dir={target}"], "dir"),
+        ("workflows/lr_sweep.py", ["--dry-run", "--sweep.dir={target}"], "sweep.dir"),
+        ("workflows/analyze.py", ["{tmp}", "--out", "{target}"], "--out"),
+        ("datasets/tokenize.py", ["--input", "{tmp}/none.txt", "--out", "{target}"], "--out"),
+    ],
+)
+def test_every_entry_point_checks_its_output_dir_first(run_script, tmp_path, script, args, key):
+    regular = tmp_path / "file"
+    regular.write_text("x")
+    target = regular / "out"
+    code, _, err = run_script(script, *(a.format(target=target, tmp=tmp_path) for a in args))
+    assert code == 2
+    assert (
+        err
+        == f"error: {key}: {target} can't be created, {regular} is a file; choose another {key}\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_entry_points_print_config_errors_in_one_line(run_script, tmp_path):
+    write(tmp_path / "a.yaml", "optim: !include a.yaml\n")
+    code, _, err = run_script("trainer_core/train.py", "--config", str(tmp_path / "a.yaml"))
+    assert (code, err) == (
+        2,
+        f"error: !include cycle: {tmp_path / 'a.yaml'} -> {tmp_path / 'a.yaml'}; remove one of these includes\n",
+    )
+    code, _, err = run_script("workflows/train.py", "--optim.lr=.inf")
+    assert (code, err) == (2, "error: optim.lr: inf is not a finite number\n")
+
+
+def test_analysis_errors_print_in_one_line_too(run_script, tmp_path):
+    code, _, err = run_script("workflows/analyze.py", str(tmp_path / "missing"))
+    assert code == 2 and err.startswith(f"error: {tmp_path / 'missing'}") and err.count("\n") == 1

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import io
 import itertools
+import re
+import warnings
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
 
 from trainer_core.config import DataConfig
-from trainer_core.data import MIX_BLOCK, TokenData, open_token_data
-from trainer_core.shards import DataError, read_manifest
+from trainer_core.data import MIX_BLOCK, RowGroupCache, TokenData, open_token_data
+from trainer_core.shards import (
+    DataError,
+    ShardError,
+    file_sha256,
+    read_manifest,
+    write_manifest,
+)
 
 SEQ = 16
 
@@ -199,3 +209,118 @@ def test_demo_corpus_by_default():
     batch = next(data.train_batches(128, 4, seed=0))
     assert batch.shape == (4, 129) and int(batch.max()) <= 256
     assert len(data.eval_batches(128, 4, 2)) == 2
+
+
+def read_everything(shards) -> np.ndarray:
+    """Every training window of epoch 0, through a fresh reader (no cache from a previous read)."""
+    data = open_token_data(DataConfig(shards=str(shards)), 320)
+    return data.read_slots(np.arange(data.train[0].num_windows(SEQ)), SEQ, seed=0)
+
+
+def rewrite_shard(shards, name: str, stream: np.ndarray, page_checksums: bool = True) -> None:
+    """Replace a training file with ``stream`` in the shards' layout and update the manifest to
+    match, as a tokenizer that produced these ids (or an older one) would have written it."""
+    manifest = read_manifest(shards)
+    offsets = np.append(np.arange(0, stream.size, manifest.row_tokens), stream.size)
+    column = pa.ListArray.from_arrays(
+        pa.array(offsets.astype(np.int32)), pa.array(stream.astype(manifest.dtype))
+    )
+    path = shards / name
+    pq.write_table(
+        pa.table({"tokens": column}),
+        path,
+        row_group_size=manifest.row_group_rows,
+        write_page_checksum=page_checksums,
+    )
+    entry = next(f for f in manifest.train if f.name == name)
+    entry.bytes, entry.sha256 = path.stat().st_size, file_sha256(path)
+    manifest.page_checksums = page_checksums
+    write_manifest(manifest)
+
+
+def decode_file(split, name: str) -> np.ndarray:
+    """Every token of one file of ``split``, decoded afresh by the reader (no cache)."""
+    f = [p.name for p in split.paths].index(name)
+    path, tokens, cache = split.paths[f], int(split.tokens[f]), RowGroupCache()
+    groups = range(-(-tokens // split.group_tokens))
+    return np.concatenate([cache.group(path, g, tokens, split.layout) for g in groups])
+
+
+def test_a_flipped_bit_anywhere_in_a_shard_is_caught_or_changes_nothing(make_shards, random_texts):
+    shards = make_shards(random_texts(10), shard_tokens=256)  # 4 row groups: ~1.2 KB to flip
+    split = open_token_data(DataConfig(shards=str(shards)), 320).train[0]
+    part = shards / "part-00001.parquet"
+    original, expected = part.read_bytes(), decode_file(split, part.name)
+    caught = []
+    flips = [(pos, bit) for pos in range(len(original)) for bit in {pos % 8, 7}]  # every byte
+    for pos, bit in flips:
+        flipped = bytearray(original)
+        flipped[pos] ^= 1 << bit
+        part.write_bytes(flipped)
+        try:
+            got = decode_file(split, part.name)
+        except ShardError as e:
+            assert str(e).startswith(f"{part}: ") and "\n" not in str(e), str(e)
+            caught.append(pos)
+        else:
+            assert got.dtype == expected.dtype and np.array_equal(got, expected), pos
+    meta = pq.ParquetFile(io.BytesIO(original)).metadata
+    for c in (meta.row_group(i).column(0) for i in range(meta.num_row_groups)):
+        page_end = c.data_page_offset + c.total_compressed_size
+        assert set(range(page_end - 16, page_end)) <= set(caught), "page data is CRC-checked"
+
+
+def test_the_training_reader_names_a_corrupt_shard(shards):
+    part = shards / "part-00001.parquet"
+    chunk = pq.ParquetFile(part).metadata.row_group(1).column(0)
+    raw = bytearray(part.read_bytes())
+    raw[chunk.data_page_offset + chunk.total_compressed_size - 5] ^= 0x04
+    part.write_bytes(raw)
+    with pytest.raises(ShardError, match=rf"^{part}: row group 1 is corrupt \(could not verify"):
+        read_everything(shards)
+
+
+def test_token_id_outside_the_vocab_names_file_and_row(shards):
+    stream = file_stream(shards, "part-00002.parquet")
+    stream[5 * 32 + 3] = 300
+    rewrite_shard(shards, "part-00002.parquet", stream)
+    with pytest.raises(
+        ShardError,
+        match=r"part-00002\.parquet: row 5 holds token id 300, outside the manifest's vocab size "
+        r"259 .*re-run datasets/tokenize\.py",
+    ):
+        read_everything(shards)
+
+
+def test_shards_without_page_checksums_are_read_with_a_warning(shards):
+    expected = read_everything(shards)
+    for f in read_manifest(shards).train:
+        rewrite_shard(shards, f.name, file_stream(shards, f.name), page_checksums=False)
+    with pytest.warns(UserWarning, match=r"shards written without page checksums.*re-run datasets"):
+        np.testing.assert_array_equal(read_everything(shards), expected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        open_token_data(DataConfig(shards=str(shards), verify_checksums=True), 320)
+
+
+def test_training_on_an_out_of_vocab_id_stops_in_one_line(shards, run_script, tmp_path):
+    for f in read_manifest(shards).train:
+        stream = file_stream(shards, f.name)
+        stream[32 + 7] = 400  # >= the model's vocab (320): an IndexError in the embedding
+        rewrite_shard(shards, f.name, stream)
+    code, _, err = run_script(
+        "trainer_core/train.py",
+        f"--data.shards={shards}",
+        f"--data.seq_len={SEQ}",
+        f"--trainer.global_batch_size={4 * SEQ}",
+        "--trainer.max_steps=20",
+        "--checkpoint.enabled=false",
+        "--trainer.progress=false",
+        f"--trainer.run_dir={tmp_path / 'run'}",
+    )
+    assert code == 2 and err.count("\n") == 1
+    assert re.fullmatch(
+        rf"error: {shards}/part-\d{{5}}\.parquet: row 1 holds token id 400, outside the "
+        r"manifest's vocab size 259 .*\n",
+        err,
+    )

@@ -15,10 +15,12 @@ from trainer_core.ladder import (
     beta2_for_batch,
     estimate_memory_bytes,
     peak_lr,
+    plan_ladder,
     plan_size,
     run_config,
     target_batch_tokens,
 )
+from trainer_core.schedule import decay_windows
 
 
 def test_olmo_default_formulas_at_reference_size():
@@ -122,3 +124,53 @@ def test_run_config_fills_the_planned_fields(tmp_path):
     assert cfg.checkpoint.keep_steps == p.checkpoint_steps
     assert cfg.trainer.run_dir == str(tmp_path / "runs" / "3M")
     assert cfg.tracking.group == "t"
+
+
+def demo_ladder() -> LadderConfig:
+    from pathlib import Path
+
+    from trainer_core.configio import load_config
+    from trainer_core.ray.ladder_run import LadderJobConfig
+
+    path = Path(__file__).resolve().parents[1] / "workflows" / "configs" / "ladder-demo.yaml"
+    return load_config(LadderJobConfig, path)
+
+
+def test_demo_ladder_is_designed_to_carry_a_scaling_law():
+    """Issue 11: >= 4 sizes, each >= 1x Chinchilla, one eval set size for all, and compute budgets
+    that three sizes' annealed points cover (what an isoFLOP parabola needs)."""
+    job = demo_ladder()
+    plans = plan_ladder(job)
+    assert len(plans) >= 4
+    eval_tokens = set()
+    ranges = []
+    for p in plans:
+        assert p.tokens >= 20 * p.num_params, p.size
+        assert p.num_params < 1_000_000
+        eval_tokens.add(p.eval_batches * p.batch_tokens)
+        assert run_config(p, job, p.size).trainer.eval_batches == p.eval_batches
+        ends = [end for _, end in decay_windows(p.steps, p.schedule)]
+        assert len(ends) >= 3 and ends[-1] == p.steps
+        flops = [p.flops_per_token * e * p.batch_tokens for e in ends]
+        ranges.append((min(flops), max(flops)))
+    assert max(eval_tokens) / min(eval_tokens) < 1.1
+    covered = [c for c, _ in ranges if sum(lo <= c <= hi for lo, hi in ranges) >= 3]
+    assert covered, ranges
+
+
+def test_multiple_by_size_overrides_the_duration_of_one_size():
+    job = from_dict(
+        LadderConfig,
+        {
+            "sizes": ["25K", "50K"],
+            "duration": {"chinchilla_multiple": 1, "multiple_by_size": {"25K": 4}},
+        },
+    )
+    small, large = plan_ladder(job)
+    assert small.chinchilla_multiple == 4 and large.chinchilla_multiple == 1
+    assert small.tokens == pytest.approx(4 * 20 * small.num_params, rel=0.01)
+    assert large.tokens == pytest.approx(20 * large.num_params, rel=0.02)
+    with pytest.raises(ConfigError, match="multiple_by_size.25K"):
+        from_dict(LadderConfig, {"duration": {"multiple_by_size": {"25K": 3}}})
+    with pytest.raises(ConfigError, match="multiple_by_size.*'9K'"):
+        from_dict(LadderConfig, {"duration": {"multiple_by_size": {"9K": 2}}})

@@ -1,4 +1,4 @@
-"""An LR sweep on Ray Tune with ASHA: early stops, a diverged trial, an interior optimum."""
+"""An LR sweep on Ray Tune with ASHA: early stops, a diverged trial, and a round of widening."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.ray
 
 
-def test_sweep_stops_bad_lrs_flags_divergence_and_finds_interior_optimum(tmp_path, no_local_ray):
+def test_sweep_stops_bad_lrs_flags_divergence_and_widens_past_an_edge(tmp_path, no_local_ray):
+    """The grid tops out (healthily) at 1/8 of the formula's LR, far below the optimum: one
+    widening round adds 1/2, a grid step (4x) further up."""
     cfg = tmp_path / "sweep.yaml"
     cfg.write_text(
         textwrap.dedent(
@@ -30,9 +32,10 @@ def test_sweep_stops_bad_lrs_flags_divergence_and_finds_interior_optimum(tmp_pat
             batch: {{coef: 20480.0}}
             duration: {{schedule: cosine}}
             sweep:
-              factors: [0.03125, 0.125, 0.5, 2.0, 1048576.0]
+              factors: [0.0078125, 0.03125, 0.125, 1048576.0]
               duration_multiple: 0.0009765625
               grace_fraction: 0.25
+              widen_rounds: 1
             run:
               trainer: {{log_interval: 1, eval_batches: 2}}
               train_module: {{max_grad_norm: null}}
@@ -54,8 +57,11 @@ def test_sweep_stops_bad_lrs_flags_divergence_and_finds_interior_optimum(tmp_pat
     for chatter in ("Reporting training result", "Progress bars disabled", "Traceback"):
         assert chatter not in out.stdout + out.stderr, chatter
 
+    assert "widening the LR grid, round 1" in out.stdout
+
     sweep_dir = tmp_path / "sweep-lr-sweep"  # beside the ladder dir the config names
-    table = lr_sweep_table(load(sweep_dir)).sort_values("lr")
+    res = load(sweep_dir)
+    table = lr_sweep_table(res).sort_values("lr")
     assert len(table) == 5
     diverged = table[table.diverged]
     assert list(diverged.lr) == [pytest.approx(table.lr.max())]
@@ -64,8 +70,13 @@ def test_sweep_stops_bad_lrs_flags_divergence_and_finds_interior_optimum(tmp_pat
     stopped, full = healthy[healthy.stopped_early], healthy[~healthy.stopped_early]
     assert len(stopped) >= 1 and len(full) >= 1
     assert stopped.steps_run.max() < full.steps_run.min()
-    best = optimal_lr(table)
-    grid = sorted(healthy.lr)
-    assert grid[0] < best.lr < grid[-1]
+    assert (table.compared_step.dropna() == healthy.last_eval_step.min()).all()
+
     runs = json.loads((sweep_dir / "plan.json").read_text())
     assert runs[0]["size"] == "1M"
+    formula = runs[0]["peak lr"]
+    widened = res.runs[res.runs["tag_round"] == 1]
+    assert list(widened["lr"]) == [pytest.approx(formula / 2)]
+    assert (sweep_dir / "tune-widen1").is_dir()
+    best = optimal_lr(table)
+    assert best.lr == pytest.approx(formula / 2) and best.at_edge

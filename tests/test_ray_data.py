@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -17,7 +18,7 @@ from trainer_core.config import DataConfig
 from trainer_core.data import open_token_data
 from trainer_core.ray import data as ray_data
 from trainer_core.ray.data import batches_from_shard, ray_train_dataset, tokenize_to_shards
-from trainer_core.shards import DataError, verify_shards
+from trainer_core.shards import DataError, ShardError, verify_shards
 from trainer_core.text_sources import ReadOptions, discover_inputs, write_shards
 from trainer_core.tokenizer import ByteTokenizer
 
@@ -54,6 +55,22 @@ def test_ray_reader_rows_equal_local_batches_per_rank(
                 expected_start_step=3,
             )
         )
+
+
+def test_corrupt_shard_stops_the_ray_reader_in_one_line(ray_session, make_shards, random_texts):
+    shards = make_shards(random_texts(60))
+    data = open_token_data(DataConfig(shards=str(shards)), 320)
+    part = shards / "part-00002.parquet"
+    chunk = pq.ParquetFile(part).metadata.row_group(0).column(0)
+    raw = bytearray(part.read_bytes())
+    raw[chunk.data_page_offset + chunk.total_compressed_size - 1] ^= 0x10
+    part.write_bytes(raw)
+    epoch_steps = data.train[0].num_windows(16) // 6 + 1
+    with pytest.raises(ShardError) as caught:
+        list(batches_from_shard(ray_train_dataset(data.spec, 16, 6, 0, 0, epoch_steps, 0, 1), 6))
+    assert type(caught.value) is ShardError
+    assert str(caught.value).startswith(f"{part}: row group 0 is corrupt (could not verify page")
+    assert "\n" not in str(caught.value)
 
 
 def test_blocks_are_regrouped_into_whole_steps():
@@ -139,3 +156,45 @@ def test_tokenize_script_reports_bad_input_in_one_line(tmp_path):
         result.stderr.strip().startswith("error: no input matched")
         and "Traceback" not in result.stderr
     )
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def test_failed_tokenize_leaves_every_dir_as_it_was(
+    ray_session, run_script, tmp_path, random_texts
+):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i, text in enumerate(random_texts(4)):
+        (corpus / f"{i}.txt").write_text(text)
+    (tmp_path / "bad.jsonl").write_text("not json\n")
+    out = tmp_path / "shards"
+    assert run_script("datasets/tokenize.py", "--input", str(corpus), "--out", str(out))[0] == 0
+    before, listing = snapshot(out), sorted(p.name for p in tmp_path.iterdir())
+    for target in (out, tmp_path / "new" / "shards"):
+        code, _, err = run_script(
+            "datasets/tokenize.py", "--input", str(tmp_path / "bad.jsonl"), "--out", str(target)
+        )
+        assert code == 2 and err.startswith("error: ") and "bad.jsonl line 1" in err
+        assert err.count("\n") == 1
+    assert snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == listing, "no stage or empty dir left"
+
+
+def test_tokenize_rerun_replaces_the_whole_dir(ray_session, run_script, tmp_path, random_texts):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i, text in enumerate(random_texts(20)):
+        (corpus / f"{i}.txt").write_text(text)
+    out = tmp_path / "shards"
+    args = ["--input", str(corpus), "--out", str(out), "--val-fraction", "0.2"]
+    assert run_script("datasets/tokenize.py", *args, "--train-bpe", "300")[0] == 0
+    assert (out / "tokenizer.json").is_file()
+    assert run_script("datasets/tokenize.py", *args, "--shard-tokens", "5000")[0] == 0
+    manifest = verify_shards(out)
+    written = {f.name for f in manifest.train + manifest.validation}
+    assert {p.name for p in out.iterdir()} == {*written, "manifest.json", "byte_tokenizer.json"}
+    assert manifest.tokenizer.kind == "byte" and manifest.page_checksums
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "shards"]

@@ -1,9 +1,12 @@
-"""Runs through Ray Train: equality with the plain loop, worker-failure recovery, W&B offline."""
+"""Runs through Ray Train: equality with the plain loop, worker-failure recovery, W&B offline,
+bad input failing at once (no retries) with one line."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import runpy
 import signal
 import subprocess
 import sys
@@ -13,10 +16,15 @@ from pathlib import Path
 
 import psutil
 import pytest
+import ray.train
 
-from trainer_core.configio import load_config
+from trainer_core.config import TrainConfig
+from trainer_core.configio import from_dict, load_config, to_dict
+from trainer_core.errors import RunFailedError
 from trainer_core.ray.config import RayTrainConfig
 from trainer_core.ray.train_run import run_training
+from trainer_core.run import build_trainer
+from trainer_core.shards import DataError
 
 pytestmark = pytest.mark.ray
 
@@ -51,16 +59,17 @@ def reference_run(ray_session, tmp_path_factory):
     return run_dir, summary
 
 
-def test_two_worker_run_matches_plain_loop(reference_run, tmp_path):
-    from trainer_core.config import TrainConfig
-    from trainer_core.configio import from_dict, to_dict
-    from trainer_core.run import build_trainer
+def without_ray(cfg: RayTrainConfig) -> TrainConfig:
+    """The same run without its ray section, for the plain (no Ray) loop."""
+    data = to_dict(cfg)
+    data.pop("ray")
+    return from_dict(TrainConfig, data)
 
+
+def test_two_worker_run_matches_plain_loop(reference_run, tmp_path):
     run_dir, summary = reference_run
     assert summary["status"] == "finished" and summary["last_step"] == 16
-    data = to_dict(config(tmp_path / "plain"))
-    data.pop("ray")
-    build_trainer(from_dict(TrainConfig, data)).fit()
+    build_trainer(without_ray(config(tmp_path / "plain"))).fit()
     ray_losses, plain = losses(run_dir), losses(tmp_path / "plain")
     assert sorted(ray_losses) == list(range(2, 17, 2))
     for step, value in plain.items():
@@ -137,3 +146,110 @@ def test_every_ray_worker_process_starts_with_ray_chatter_turned_down(no_local_r
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[False, True]"
+
+
+class CountFailures(ray.train.UserCallback):
+    """Appends a line per failed worker-group attempt (runs in Ray Train's controller, which
+    cannot import this test module: it gets the class by value)."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+
+    def after_exception(self, run_context, worker_exceptions) -> None:
+        with open(self.path, "a") as f:
+            f.write(f"{sorted(worker_exceptions)}\n")
+
+
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def interrupted_run(run_dir: Path, steps: int, keep: list[int]) -> None:
+    """A run dir left by a plain-loop run stopped after ``steps`` steps, with permanent
+    checkpoints at ``keep``."""
+    trainer = build_trainer(without_ray(config(run_dir, f"--checkpoint.keep_steps={keep}")))
+    batches = trainer.train_batches
+
+    def stop(start):
+        yield from itertools.islice(batches(start), steps - start)
+        raise KeyboardInterrupt
+
+    trainer.train_batches = stop
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()
+
+
+def our_files(run_dir: Path) -> dict[str, bytes]:
+    """The run dir's files that rayladder writes (Ray Train adds its own beside them)."""
+    names = ["config.yaml", "run.json", "metrics.jsonl"]
+    files = [run_dir / n for n in names] + sorted((run_dir / "checkpoints").rglob("*"))
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in files if p.is_file()}
+
+
+def test_a_refused_checkpoint_fails_at_once_in_one_line_and_changes_nothing(ray_session, tmp_path):
+    """No retry can make a 2-layer checkpoint fit a 3-layer model: one attempt, not four."""
+    run_dir = tmp_path / "run"
+    interrupted_run(run_dir, 4, [4])
+    before = our_files(run_dir)
+    failures = tmp_path / "failures.txt"
+    deeper = config(run_dir, "--model.n_layers=3", "--ray.max_failures=3")
+    with pytest.raises(RunFailedError) as err:
+        run_training(deeper, callbacks=[CountFailures(failures)])
+    assert len(failures.read_text().splitlines()) == 1
+    first, *rest = str(err.value).splitlines()
+    assert first == (
+        f"run run failed: checkpoint {run_dir / 'checkpoints' / 'step-00000004'} does not match "
+        "the current model/optimizer state (different config?):"
+    )
+    assert "Traceback" not in str(err.value) and rest[-1].startswith("  checkpoints and metrics")
+    assert our_files(run_dir) == before
+
+
+def test_a_corrupt_checkpoint_on_ray_resumes_from_the_one_before(reference_run, tmp_path):
+    """The newest checkpoint fails its checksums after Ray Data was set up to start at it: the
+    workers restart once, the data starts at the checkpoint before, and the run ends with the
+    reference run's losses."""
+    ref_dir, ref_summary = reference_run
+    run_dir = tmp_path / "run"
+    interrupted_run(run_dir, 8, [4, 8])
+    shard = run_dir / "checkpoints" / "step-00000008" / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    failures = tmp_path / "failures.txt"
+    summary = run_training(
+        config(run_dir, "--ray.max_failures=1"), callbacks=[CountFailures(failures)]
+    )
+    assert len(failures.read_text().splitlines()) == 1  # the one restart that moves the data
+    assert summary["status"] == "finished" and summary["last_step"] == 16
+    # the same tolerance as the plain-loop-against-Ray comparison above
+    assert summary["train/loss_last"] == pytest.approx(ref_summary["train/loss_last"], abs=1e-4)
+    assert list((run_dir / "checkpoints").glob("step-00000008.corrupt-*"))
+
+
+def test_workflows_train_prints_a_failure_as_one_line(ray_session, tmp_path, monkeypatch, capsys):
+    run_dir = tmp_path / "run"
+    interrupted_run(run_dir, 4, [4])
+    args = [*TINY, f"--trainer.run_dir={run_dir}", "--model.n_layers=3"]
+    monkeypatch.setattr(sys, "argv", ["workflows/train.py", *args])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(
+            str(Path(__file__).parents[1] / "workflows" / "train.py"), run_name="__main__"
+        )
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err  # Ray's own log lines from its processes come here too
+    ours = err[err.index("error: run run failed: ") :]
+    assert ours.startswith(
+        f"error: run run failed: checkpoint {run_dir / 'checkpoints' / 'step-00000004'} does not"
+    )
+    assert "Traceback" not in ours
+    # No traceback of the driver's error, and none of the worker's (the same message, whole).
+    assert "RunFailedError" not in err and "FatalRunError" not in err
+
+
+def test_unusable_shards_fail_in_the_driver_before_ray_train_starts(tmp_path):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    (shards / "manifest.json").write_text("{not json")
+    with pytest.raises(DataError, match=r"manifest\.json: unreadable manifest"):
+        run_training(config(tmp_path / "run", f"--data.shards={shards}"))
+    assert not (tmp_path / "run").exists()

@@ -256,7 +256,7 @@ def test_non_utf8_file_by_policy(tmp_path):
     assert shard_documents(tmp_path / "o") == ["caf\ufffd latin-1"]
     (tmp_path / "good.txt").write_text("fine")
     both = discover_inputs([str(tmp_path / "*.txt")])
-    _, stats = write_shards(both, BYTE, tmp_path / "o", ReadOptions(on_decode_error="skip"))
+    _, stats = write_shards(both, BYTE, tmp_path / "o2", ReadOptions(on_decode_error="skip"))
     assert (stats.skipped_documents, stats.documents) == (1, 1)
 
 
@@ -345,3 +345,35 @@ def test_missing_manifest(tmp_path):
         DataError, match=r"no shard manifest there; create shards with datasets/tokenize\.py"
     ):
         open_token_data(DataConfig(shards=str(tmp_path)), 320)
+
+
+def test_writer_never_deletes_what_its_dir_holds(tmp_path):
+    mine = tmp_path / "o" / "part-00000.parquet"
+    mine.parent.mkdir()
+    mine.write_text("not a shard")
+    with pytest.raises(
+        DataError, match=r"o: not empty; shards are written into a new or empty dir"
+    ):
+        write_shards(discover_inputs([str(mine)]), BYTE, tmp_path / "o", ReadOptions())
+    assert mine.read_text() == "not a shard"
+
+
+def test_tokenize_replaces_only_a_shard_dir(run_script, tmp_path):
+    (tmp_path / "doc.txt").write_text("text")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("mine")
+    code, _, err = run_script("datasets/tokenize.py", "--input", str(tmp_path), "--out", str(notes))
+    assert (code, err) == (
+        2,
+        f"error: --out: {notes} holds files but no manifest.json, and only a shard dir is "
+        "replaced; choose a new or empty dir\n",
+    )
+    assert [p.name for p in notes.iterdir()] == ["todo.txt"]
+    code, _, err = run_script(
+        "datasets/tokenize.py", "--input", str(tmp_path), "--out", str(notes / "todo.txt")
+    )
+    assert (code, err) == (
+        2,
+        f"error: --out: {notes / 'todo.txt'} is a file, not a directory; choose another --out\n",
+    )

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from trainer_core.checkpoint import CheckpointError
 from trainer_core.config import TrainConfig
 from trainer_core.configio import load_config
 from trainer_core.run import build_trainer
@@ -122,7 +123,9 @@ def test_non_finite_loss_names_the_step_and_keeps_checkpoints(tmp_path):
         "--trainer.max_steps=200",
         "--checkpoint.save_interval_steps=1",
     )
-    with pytest.raises(NonFiniteLossError, match=r"non-finite loss at step \d+") as err:
+    with pytest.raises(
+        NonFiniteLossError, match=r"non-finite (loss|gradient norm) at step \d+"
+    ) as err:
         build_trainer(cfg).fit()
     run = tmp_path / "run"
     info = json.loads((run / "run.json").read_text())
@@ -182,3 +185,132 @@ def test_activation_checkpointing_and_compile_give_the_same_losses(tmp_path, swi
     other = build_trainer(tiny(tmp_path / "b", *short, switch)).fit()
     assert other["train/loss_last"] == pytest.approx(plain["train/loss_last"], abs=tolerance)
     assert other["eval/loss"] == pytest.approx(plain["eval/loss"], abs=tolerance)
+
+
+def snapshot(root) -> dict[str, bytes]:
+    """Every file under ``root`` with its bytes: equal snapshots mean nothing changed on disk."""
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def crash_after(trainer, steps: int) -> None:
+    """Run ``trainer`` and stop it like a crash once ``steps`` batches were used."""
+    batches = trainer.train_batches
+
+    def stop(start):
+        it = batches(start)
+        for _ in range(steps - start):
+            yield next(it)
+        raise KeyboardInterrupt
+
+    trainer.train_batches = stop
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()
+
+
+def test_a_refused_resume_changes_nothing_on_disk(tmp_path):
+    cfg = tiny(tmp_path, "--trainer.max_steps=10", "--checkpoint.save_interval_steps=5")
+    crash_after(build_trainer(cfg), 5)
+    before = snapshot(tmp_path / "run")
+    deeper = tiny(tmp_path, "--trainer.max_steps=10", "--model.n_layers=3")
+    with pytest.raises(CheckpointError, match="does not match the current model"):
+        build_trainer(deeper).fit()
+    assert snapshot(tmp_path / "run") == before
+
+
+def flip_bytes(path, count: int = 64) -> None:
+    """Change ``count`` bytes in the middle of a file (inside tensor data), keeping its size."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + count] = bytes(b ^ 0xFF for b in data[middle : middle + count])
+    path.write_bytes(bytes(data))
+
+
+def test_a_corrupt_checkpoint_is_named_and_falls_back_or_fails_by_setting(tmp_path, caplog):
+    """The issue's case: 64 bytes changed inside a tensor file resumed silently (loss 2.85 ->
+    5.47). Now the resume names the file and goes back to the checkpoint before it, so the run
+    replays the same steps to the same losses; or it stops, changing nothing, when told to."""
+    args = ("--trainer.max_steps=15", "--checkpoint.keep_steps=[5, 10]")
+    crash_after(build_trainer(tiny(tmp_path, *args)), 10)
+    run = tmp_path / "run"
+    first = {r["step"]: r["train/loss_last"] for r in read_jsonl(run / "metrics.jsonl")}
+    assert sorted(first) == [5, 10]
+    flip_bytes(run / "checkpoints" / "step-00000010" / "__0_0.distcp")
+
+    before = snapshot(run)
+    strict = tiny(tmp_path, *args, "--checkpoint.on_corrupt=fail")
+    with pytest.raises(CheckpointError, match=r"step-00000010 is corrupt: __0_0\.distcp has CRC32"):
+        build_trainer(strict).fit()
+    assert snapshot(run) == before
+
+    with caplog.at_level("WARNING", logger="trainer_core.checkpoint"):
+        summary = build_trainer(tiny(tmp_path, *args)).fit()
+    assert "step-00000010" in caplog.text and "__0_0.distcp" in caplog.text
+    assert summary["steps"] == 15
+    lines = read_jsonl(run / "metrics.jsonl")
+    assert [r["step"] for r in lines] == [5, 10, 15]
+    assert {r["step"]: r["train/loss_last"] for r in lines if r["step"] <= 10} == first
+    assert list(run.glob("checkpoints/step-00000010.corrupt-*"))  # set aside, not deleted
+
+
+KILLER = """
+import os, sys
+from trainer_core.callbacks import BaseCallback
+from trainer_core.config import TrainConfig
+from trainer_core.configio import load_config
+from trainer_core.run import build_trainer
+
+hook, step = sys.argv[1], int(sys.argv[2])
+
+class Kill(BaseCallback):
+    pass
+
+def kill(s, *rest):
+    if s == step:
+        os._exit(9)
+
+setattr(Kill, hook, staticmethod(kill))
+build_trainer(load_config(TrainConfig, None, sys.argv[3:]), extra_callbacks=[Kill()]).fit()
+"""
+
+
+@pytest.mark.parametrize("hook", ["on_log", "on_checkpoint"])
+def test_a_kill_at_a_checkpoint_step_keeps_each_metrics_line_once(tmp_path, hook):
+    """A process killed right after the step's metrics line (before its checkpoint) or right
+    after the checkpoint commit: after the resume every step's line, eval included, is there
+    exactly once."""
+    args = [
+        f"--trainer.run_dir={tmp_path / 'run'}",
+        "--model.n_layers=2",
+        "--data.seq_len=64",
+        "--trainer.global_batch_size=512",
+        "--trainer.max_steps=15",
+        "--trainer.log_interval=5",
+        "--trainer.eval_interval=10",
+        "--trainer.eval_batches=2",
+        "--trainer.progress=false",
+        "--checkpoint.save_interval_minutes=null",
+        "--checkpoint.save_interval_steps=5",
+    ]
+    out = subprocess.run(
+        [sys.executable, "-c", KILLER, hook, "10", *args], capture_output=True, text=True
+    )
+    assert out.returncode == 9, out.stderr[-2000:]
+    build_trainer(load_config(TrainConfig, None, args)).fit()
+    lines = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in lines] == [5, 10, 15]
+    assert "eval/loss" in lines[1]
+
+
+def test_a_non_finite_gradient_norm_is_named_as_such(tmp_path):
+    trainer = build_trainer(tiny(tmp_path, "--trainer.max_steps=3"))
+    weight = trainer.module.model.embed.weight
+    weight.register_hook(lambda grad: grad * float("inf"))
+    with pytest.raises(NonFiniteLossError) as err:
+        trainer.fit()
+    message = str(err.value)
+    assert message.startswith("non-finite gradient norm at step 1 (loss=")
+    assert "loss=nan" not in message and "loss=inf" not in message
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert (info["status"], info["diverged_step"]) == ("diverged", 1)

@@ -2,6 +2,10 @@
 
 Callbacks run on rank 0 only (the trainer decides) and never touch the model, so adding one can't
 change a run's numbers. The Ray layer adds its own reporter the same way.
+
+At a step with something to say the trainer calls ``on_log`` (the step's metrics, before its
+checkpoint is written, so the record is durable first), then ``on_checkpoint`` if it saved, then
+``on_step_end``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ class Callback(Protocol):
     def on_start(self, info: dict[str, Any]) -> None: ...
     def on_log(self, step: int, metrics: dict[str, float]) -> None: ...
     def on_checkpoint(self, step: int, path: Path, permanent: bool) -> None: ...
+    def on_step_end(self, step: int) -> None: ...
     def on_end(self, summary: dict[str, Any]) -> None: ...
 
 
@@ -31,6 +36,9 @@ class BaseCallback:
         pass
 
     def on_checkpoint(self, step: int, path: Path, permanent: bool) -> None:
+        pass
+
+    def on_step_end(self, step: int) -> None:
         pass
 
     def on_end(self, summary: dict[str, Any]) -> None:
@@ -99,7 +107,8 @@ class JsonlMetrics(BaseCallback):
     """Appends every logged metrics dict to ``<run_dir>/metrics.jsonl`` (the record analysis reads).
 
     On resume, lines from steps after the resumed checkpoint are dropped first, so a replayed
-    stretch of training is not recorded twice.
+    stretch of training is not recorded twice; the file is replaced whole, so a kill during that
+    rewrite loses nothing either.
     """
 
     def __init__(self, run_dir: str | os.PathLike):
@@ -116,7 +125,9 @@ class JsonlMetrics(BaseCallback):
                 continue  # a line cut by a crash mid-write
             if record.get("step", 0) <= info["start_step"]:
                 keep.append(line)
-        self.path.write_text("".join(k + "\n" for k in keep))
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(k + "\n" for k in keep))
+        tmp.replace(self.path)
 
     def on_log(self, step: int, metrics: dict[str, float]) -> None:
         with self.path.open("a") as f:

@@ -7,6 +7,12 @@ and after a barrier rank 0 renames the dir. A checkpoint is complete iff it has 
 ``.metadata`` and all W markers, so a crash at any moment leaves the previous checkpoints plus at
 most a half-written dir that :func:`latest_checkpoint` skips, never a half-written "latest".
 
+Integrity, not only atomicity: each marker lists the files its rank wrote (rank 0: ``.metadata``
+and ``info.json`` too) with their sizes and CRC32s. Each rank lists only its own files, so the
+listing stays right however the files meet in one dir (a shared file system, or per-rank dirs
+merged by Ray). Listing a run checks presence and size (one ``stat`` per file); loading reads
+every byte against its CRC32 and, on a mismatch, names the file (see :meth:`Checkpointer.load_latest`).
+
 The app state is a dict of Stateful objects and plain dicts. DCP keeps a single copy of a key
 that several ranks save (it assumes replicated values), so everything except ``"rng"`` must be
 identical on all ranks; per-rank values live under ``"rng": {"rank<r>": ...}``.
@@ -44,6 +50,7 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorS
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
 
+from trainer_core.checksums import FileListing, checksum_problems, list_files, size_problems
 from trainer_core.config import CheckpointConfig
 
 log = logging.getLogger(__name__)
@@ -61,6 +68,10 @@ _MAX_LISTED = 20
 
 class CheckpointError(ValueError):
     """A checkpoint is missing, incomplete, corrupt, unsafe, or does not fit the current state."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A complete checkpoint whose files no longer match the checksums listed when it was saved."""
 
 
 @dataclass(frozen=True)
@@ -84,24 +95,58 @@ def marker_name(rank: int, world_size: int) -> str:
 def _read_info(path: Path) -> dict[str, Any]:
     try:
         return json.loads((path / "info.json").read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # absent, or not UTF-8 JSON (its listed CRC32 names it)
         return {}
 
 
-def missing_parts(path: Path) -> list[str]:
-    """What keeps ``path`` from being a complete checkpoint (empty: complete)."""
-    if not path.is_dir():
-        return ["the directory"]
-    missing = [] if (path / ".metadata").is_file() else [".metadata"]
-    markers = {m.name for m in path.glob(".done-rank*-of-*")}
+def _read_listing(marker: Path) -> FileListing | None:
+    """The files a rank's marker lists (None: no marker, or not one this code wrote)."""
+    try:
+        listing = json.loads(marker.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return listing if isinstance(listing, dict) else None
+
+
+def _world_size(path: Path) -> int | None:
     world = _read_info(path).get("world_size")
+    markers = sorted(m.name for m in path.glob(".done-rank*-of-*"))
     if world is None and markers:
-        world = int(next(iter(markers)).rsplit("-", 1)[1])
+        world = int(markers[0].rsplit("-", 1)[1])
+    return world
+
+
+def incomplete_parts(path: Path) -> list[str]:
+    """What keeps ``path`` from being a complete checkpoint, one phrase each (empty: complete).
+
+    Complete: DCP's ``.metadata``, a marker per rank, and every file a marker lists present with
+    its listed size. Checksums are left to loading: they read every byte.
+    """
+    if not path.is_dir():
+        return ["the directory is missing"]
+    problems = [] if (path / ".metadata").is_file() else [".metadata is missing"]
+    world = _world_size(path)
     if world is None:
-        return [*missing, "rank markers (.done-rank*-of-*)"]
-    return missing + [
-        marker_name(r, world) for r in range(world) if marker_name(r, world) not in markers
-    ]
+        return [*problems, "the rank markers (.done-rank*-of-*) are missing"]
+    for rank in range(world):
+        marker = path / marker_name(rank, world)
+        listing = _read_listing(marker)
+        if listing is not None:
+            problems += size_problems(path, listing)
+        elif marker.is_file():
+            problems.append(f"{marker.name} holds no file listing")
+        else:
+            problems.append(f"{marker.name} is missing")
+    return problems
+
+
+def listed_files(path: Path) -> FileListing:
+    """Every file the markers of a complete checkpoint list, with its size and CRC32."""
+    world = _world_size(path) or 0
+    listing: FileListing = {}
+    for rank in range(world):
+        listing.update(_read_listing(path / marker_name(rank, world)) or {})
+    return listing
 
 
 def list_checkpoints(run_dir: str | Path) -> list[CheckpointInfo]:
@@ -113,7 +158,7 @@ def list_checkpoints(run_dir: str | Path) -> list[CheckpointInfo]:
         if not match or not path.is_dir():
             continue
         step, info = int(match.group(1)), _read_info(path)
-        complete = not missing_parts(path)
+        complete = not incomplete_parts(path)
         metrics = Path(run_dir) / f"metrics_step{step}.json"
         found.append(
             CheckpointInfo(
@@ -129,22 +174,26 @@ def list_checkpoints(run_dir: str | Path) -> list[CheckpointInfo]:
     return sorted(found, key=lambda c: c.step)
 
 
-def latest_checkpoint(run_dir: str | Path) -> CheckpointInfo | None:
-    """The newest complete checkpoint; warns naming every incomplete or scratch dir it skips."""
+def complete_checkpoints(run_dir: str | Path) -> list[CheckpointInfo]:
+    """The complete checkpoints, oldest first; warns naming every incomplete or scratch dir."""
     root = Path(run_dir) / "checkpoints"
     for path in sorted(root.glob("step-*.*-*")) if root.is_dir() else []:
         if _SCRATCH_DIR.match(path.name):
-            warnings.warn(f"skipping unfinished checkpoint dir {path}", stacklevel=2)
-    best = None
+            warnings.warn(f"skipping unfinished checkpoint dir {path}", stacklevel=3)
+    complete = []
     for info in list_checkpoints(run_dir):
         if info.complete:
-            best = info
+            complete.append(info)
         else:
-            missing = ", ".join(missing_parts(info.path))
-            warnings.warn(
-                f"skipping incomplete checkpoint {info.path} (missing {missing})", stacklevel=2
-            )
-    return best
+            why = "; ".join(incomplete_parts(info.path))
+            warnings.warn(f"skipping incomplete checkpoint {info.path} ({why})", stacklevel=3)
+    return complete
+
+
+def latest_checkpoint(run_dir: str | Path) -> CheckpointInfo | None:
+    """The newest complete checkpoint (checksums unverified); warns like :func:`complete_checkpoints`."""
+    complete = complete_checkpoints(run_dir)
+    return complete[-1] if complete else None
 
 
 def _recover_interrupted_swaps(root: Path) -> None:
@@ -155,7 +204,7 @@ def _recover_interrupted_swaps(root: Path) -> None:
     """
     for old in sorted(root.glob("step-*.old-*")) if root.is_dir() else []:
         final = root / old.name.split(".", 1)[0]
-        if not final.exists() and not missing_parts(old):
+        if not final.exists() and not incomplete_parts(old):
             old.rename(final)
 
 
@@ -354,25 +403,6 @@ def read_metadata(path: str | Path) -> Metadata:
         raise CheckpointError(f"checkpoint {path} has an unreadable .metadata ({e})") from None
 
 
-def _check_files(path: Path, metadata: Metadata) -> None:
-    """Every shard file exists and is long enough for what the metadata says it holds."""
-    needed: dict[str, int] = {}
-    for info in metadata.storage_data.values():
-        needed[info.relative_path] = max(
-            needed.get(info.relative_path, 0), info.offset + info.length
-        )
-    problems = []
-    for name, size in sorted(needed.items()):
-        file = path / name
-        have = file.stat().st_size if file.is_file() else None
-        if have is None:
-            problems.append(f"{name} is missing")
-        elif have < size:
-            problems.append(f"{name} is {have} bytes, the metadata needs {size} (truncated?)")
-    if problems:
-        raise CheckpointError(f"checkpoint {path} is corrupt: {'; '.join(problems)}")
-
-
 def _reading_order(key: str) -> tuple[int, str]:
     """Non-layer and first-layer keys first, so a capped list shows one of each kind."""
     return max((int(part) for part in key.split(".") if part.isdigit()), default=0), key
@@ -447,6 +477,27 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
+class _ListingWriter(dcp.FileSystemWriter):
+    """DCP's file writer, remembering the files this rank wrote so its marker can list them.
+
+    The names come from DCP's own write results (and ``.metadata`` from the coordinator's
+    ``finish``), not from a guess at DCP's file naming.
+    """
+
+    def __init__(self, path: Path):
+        super().__init__(str(path))
+        self.written: list[str] = []
+
+    def write_data(self, plan, planner):
+        future = super().write_data(plan, planner)
+        self.written += sorted({r.storage_data.relative_path for r in future.wait()})
+        return future
+
+    def finish(self, metadata, results) -> None:
+        super().finish(metadata, results)
+        self.written.append(".metadata")
+
+
 @dataclass
 class _PendingSave:
     step: int
@@ -455,6 +506,7 @@ class _PendingSave:
     tokens: int
     permanent: bool
     metrics: dict[str, Any] | None
+    writer: _ListingWriter
     future: Future | None = None
 
 
@@ -497,11 +549,10 @@ class Checkpointer:
         self.wait()
         final = step_dir(self.run_dir, step)
         token = self._from_rank0(uuid.uuid4().hex[:8])
-        pending = _PendingSave(
-            step, final.with_name(f"{final.name}.tmp-{token}"), final, tokens, permanent, metrics
-        )
-        pending.tmp.mkdir(parents=True, exist_ok=True)
-        writer = dcp.FileSystemWriter(str(pending.tmp))
+        tmp = final.with_name(f"{final.name}.tmp-{token}")
+        tmp.mkdir(parents=True, exist_ok=True)
+        writer = _ListingWriter(tmp)
+        pending = _PendingSave(step, tmp, final, tokens, permanent, metrics, writer)
         if self.cfg.async_save:
             pending.future = self._async_save(app_state, writer)
             self._pending = pending
@@ -541,7 +592,7 @@ class Checkpointer:
         self.wait()
 
     def _commit(self, p: _PendingSave) -> None:
-        (p.tmp / marker_name(self.rank, self.world_size)).touch()
+        written = list(p.writer.written)
         if self.rank == 0:
             replaced = _read_info(p.final) if p.final.is_dir() else {}
             info = {
@@ -553,6 +604,8 @@ class Checkpointer:
                 "permanent": p.permanent or bool(replaced.get("permanent", False)),
             }
             (p.tmp / "info.json").write_text(json.dumps(info))
+            written.append("info.json")
+        self._write_marker(p.tmp, list_files(p.tmp, written))
         self._barrier()
         error = None
         if self.rank == 0:
@@ -569,10 +622,17 @@ class Checkpointer:
         if self.rank == 0:
             self._drop_superseded(p.final)
 
+    def _write_marker(self, tmp: Path, listing: FileListing) -> None:
+        """This rank's commit marker with its file listing, written whole (rename) or not at all."""
+        marker = tmp / marker_name(self.rank, self.world_size)
+        partial = tmp / f".listing-rank{self.rank}.partial"
+        partial.write_text(json.dumps({"rank": self.rank, "files": listing}))
+        partial.rename(marker)
+
     def _swap_into_place(self, p: _PendingSave) -> None:
-        missing = missing_parts(p.tmp)
-        if missing:
-            raise CheckpointError(f"still missing {', '.join(missing)} after every rank finished")
+        problems = incomplete_parts(p.tmp)
+        if problems:
+            raise CheckpointError(f"{'; '.join(problems)} after every rank finished")
         _recover_interrupted_swaps(self.root)
         if not p.final.exists():
             p.tmp.rename(p.final)
@@ -602,16 +662,41 @@ class Checkpointer:
 
     # -- loading --------------------------------------------------------------------------
 
-    def latest(self) -> CheckpointInfo | None:
-        """The newest complete checkpoint, as rank 0 sees it (collective with a process group).
+    def load_latest(self, app_state: dict[str, Any]) -> CheckpointInfo | None:
+        """Load the newest complete checkpoint whose files verify; None when the run has none.
 
-        Side-effect free, so it agrees with :func:`list_checkpoints` used elsewhere (e.g. where
-        the Ray layer decides which step the data restarts at).
+        A newer one that fails verification is named in a warning and, once an older one has
+        loaded, moved aside to ``step-N.corrupt-<token>`` (kept for inspection) so that every
+        later listing, the step the Ray layer restarts its data at included, agrees on where the
+        run resumed. With ``on_corrupt: fail``, when no older one verifies, or when the state
+        does not fit: CheckpointError, and nothing on disk has changed.
         """
-        return self._from_rank0(latest_checkpoint(self.run_dir) if self.rank == 0 else None)
+        candidates = self._from_rank0(
+            complete_checkpoints(self.run_dir) if self.rank == 0 else None
+        )
+        corrupt: list[Path] = []
+        for info in reversed(candidates):
+            problems = self._verify(info.path)
+            if not problems:
+                self._load(info.path, app_state)
+                self._set_aside(corrupt)
+                return info
+            message = f"checkpoint {info.path} is corrupt: {'; '.join(problems)}"
+            if self.cfg.on_corrupt == "fail":
+                raise CorruptCheckpointError(
+                    f"{message}; set checkpoint.on_corrupt=fallback to resume from the one before"
+                )
+            log.warning("%s; falling back to the checkpoint before it", message)
+            corrupt.append(info.path)
+        if corrupt:
+            raise CorruptCheckpointError(
+                f"no checkpoint of {self.run_dir} passes its checksums (see the warnings above); "
+                "move them away to start the run over"
+            )
+        return None
 
     def load(self, path: str | Path, app_state: dict[str, Any]) -> None:
-        """Load ``path`` into ``app_state`` in place, after checking it fits (see module doc).
+        """Load ``path`` into ``app_state`` in place, after checking it is whole and fits.
 
         ``app_state["rng"]`` is replaced by what the checkpoint holds for this rank (an empty
         dict when it was saved by a smaller world); pass it to :func:`restore_rng`.
@@ -619,14 +704,38 @@ class Checkpointer:
         path = Path(path)
         if not path.exists():
             raise CheckpointError(f"checkpoint {path} does not exist")
-        missing = missing_parts(path)
-        if missing:
+        incomplete = incomplete_parts(path)
+        if incomplete:
             raise CheckpointError(
-                f"checkpoint {path} is incomplete (missing {', '.join(missing)}); "
-                "it was interrupted while saving: resume from an earlier one"
+                f"checkpoint {path} is incomplete ({'; '.join(incomplete)}): it was interrupted "
+                "while saving or damaged since; resume from an earlier one"
             )
+        problems = self._verify(path)
+        if problems:
+            raise CorruptCheckpointError(f"checkpoint {path} is corrupt: {'; '.join(problems)}")
+        self._load(path, app_state)
+
+    def _verify(self, path: Path) -> list[str]:
+        """Checksum problems of a complete checkpoint; every rank reads a share of its files
+        and every rank gets the whole answer (collective with a process group)."""
+        listing = listed_files(path)
+        share = self.world_size if _distributed() else 1
+        mine = sorted(listing)[self.rank % share :: share]
+        problems = checksum_problems(path, {name: listing[name] for name in mine})
+        if share > 1:
+            parts: list[Any] = [None] * share
+            dist.all_gather_object(parts, problems)
+            problems = sorted(p for part in parts for p in part)
+        return problems
+
+    def _set_aside(self, paths: list[Path]) -> None:
+        if self.rank == 0:
+            for path in paths:
+                path.rename(path.with_name(f"{path.name}.corrupt-{uuid.uuid4().hex[:8]}"))
+        self._barrier()
+
+    def _load(self, path: Path, app_state: dict[str, Any]) -> None:
         metadata = read_metadata(path)
-        _check_files(path, metadata)
         resolved = {
             k: v.state_dict() if isinstance(v, Stateful) else v for k, v in app_state.items()
         }
@@ -681,14 +790,17 @@ class Checkpointer:
 __all__ = [
     "CheckpointError",
     "CheckpointInfo",
+    "CorruptCheckpointError",
     "CheckpointPolicy",
     "Checkpointer",
     "ModelOptimState",
     "check_compatible",
+    "complete_checkpoints",
+    "incomplete_parts",
     "latest_checkpoint",
     "list_checkpoints",
+    "listed_files",
     "marker_name",
-    "missing_parts",
     "read_metadata",
     "restore_rng",
     "rng_state",

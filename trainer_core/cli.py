@@ -51,12 +51,17 @@ def print_help(usage: str, cls: type) -> None:
 
 
 def exit_on_error(main: Callable[[], int | None]) -> None:
-    """Run ``main``; a ConfigError (or other expected user error) prints one line and exits 2."""
-    from trainer_core.errors import USER_ERRORS
-
+    """Run ``main``; a user error (bad config, data, dir, checkpoint, a failed run) prints one
+    line and exits 2. Every entry point ends with this, so they all fail the same way."""
     try:
         sys.exit(main() or 0)
-    except USER_ERRORS as e:
+    except Exception as e:
+        # Imported here: trainer_core.errors loads torch, which a tokenizer or analysis run
+        # that succeeds never needs.
+        from trainer_core.errors import is_user_error
+
+        if not is_user_error(e):
+            raise
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 

@@ -195,7 +195,8 @@ class DataConfig:
     """Tokenizer for the demo corpus: 'byte', a local tokenizer.json or a dir holding one. With
     shards/mix, a non-default value must be the tokenizer the shards were made with."""
     verify_checksums: bool = False
-    """Check every shard's sha256 when opening (reads all data once); sizes are always checked."""
+    """Also check every shard's whole-file sha256 when opening (reads all data once). Sizes are
+    always checked, and so is each parquet page's checksum as it is read."""
 
     def __post_init__(self) -> None:
         require(self.seq_len >= 2, "seq_len", self.seq_len, "must be >= 2")
@@ -225,6 +226,9 @@ class CheckpointConfig:
     async_save: bool = False
     resume_from: str = ""
     """A checkpoint dir to start from; empty = the latest complete one in the run dir, if any."""
+    on_corrupt: Literal["fallback", "fail"] = "fallback"
+    """A latest checkpoint whose files fail their checksums: set it aside and resume from the one
+    before ("fallback"), or stop naming the file and change nothing ("fail")."""
 
     def __post_init__(self) -> None:
         require(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from pathlib import Path
@@ -24,28 +25,46 @@ class ConfigError(ValueError):
     """A config value, key or file is invalid; the message says where and what is allowed."""
 
 
-def _include_loader(base_dir: Path) -> type[yaml.SafeLoader]:
+def _include_loader(chain: tuple[Path, ...]) -> type[yaml.SafeLoader]:
+    """A loader whose ``!include`` reads a file relative to ``chain[-1]``, the one being loaded."""
+
     class IncludeLoader(yaml.SafeLoader):
         pass
 
     def include(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
-        target = (base_dir / loader.construct_scalar(node)).resolve()
-        return load_yaml(target)
+        target = (chain[-1].parent / loader.construct_scalar(node)).resolve()
+        if target in chain:
+            cycle = " -> ".join(str(p) for p in (*chain, target))
+            raise ConfigError(f"!include cycle: {cycle}; remove one of these includes")
+        return load_yaml(target, chain)
 
     IncludeLoader.add_constructor("!include", include)
     return IncludeLoader
 
 
-def load_yaml(path: str | Path) -> Any:
-    """Read a YAML file, resolving ``!include`` relative to that file."""
+def load_yaml(path: str | Path, included_from: tuple[Path, ...] = ()) -> Any:
+    """Read a YAML file, resolving ``!include`` relative to that file.
+
+    ``included_from`` are the files whose includes led here, so a cycle is reported with its
+    chain instead of recursing until Python gives up."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
+    loader = _include_loader((*included_from, path.resolve()))
     try:
         with path.open() as f:
-            return yaml.load(f, Loader=_include_loader(path.parent))  # noqa: S506 (SafeLoader subclass)
+            return yaml.load(f, Loader=loader)  # noqa: S506 (SafeLoader subclass)
     except yaml.YAMLError as e:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class CliValue:
+    """An override as typed and as YAML reads it: a string field takes ``text``, so
+    ``--name=007`` names a run "007", not 7; every other field takes ``value``."""
+
+    text: str
+    value: Any
 
 
 def _type_name(tp: Any) -> str:
@@ -69,11 +88,14 @@ _FRIENDLY = {int: "integer", float: "number", str: "string", bool: "true/false"}
 def _coerce(value: Any, tp: Any, path: str) -> Any:
     """Check ``value`` against the annotation ``tp`` and convert it (int -> float, dict -> dataclass)."""
     origin = get_origin(tp)
+    if isinstance(value, CliValue) and origin not in (Union, types.UnionType):
+        return value.text if tp is str else _coerce(value.value, tp, path)
     if tp is Any:
         return value
     if origin in (Union, types.UnionType):
         args = get_args(tp)
-        if value is None and type(None) in args:
+        plain = value.value if isinstance(value, CliValue) else value
+        if plain is None and type(None) in args:
             return None
         # Try the most specific options first so "3" (an int) stays an int in ``int | float``.
         for arg in args:
@@ -83,7 +105,7 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
                 return _coerce(value, arg, path)
             except ConfigError:
                 continue
-        raise ConfigError(f"{path}: {value!r} is not a valid {_type_name(tp)}")
+        raise ConfigError(f"{path}: {plain!r} is not a valid {_type_name(tp)}")
     if origin is typing.Literal:
         if value in get_args(tp):
             return value
@@ -115,21 +137,34 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
             return int(value)
         raise ConfigError(f"{path}: expected an integer, got {value!r}")
     if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise ConfigError(f"{path}: expected a number, got {value!r}")
+        number = _as_float(value)
+        if number is None:
+            raise ConfigError(f"{path}: expected a number, got {value!r}")
+        if not math.isfinite(number):
+            raise ConfigError(f"{path}: {number} is not a finite number")
+        return number
     if tp is str:
         if isinstance(value, str):
             return value
-        raise ConfigError(f"{path}: expected a string, got {value!r}")
+        hint = "; quote it" if isinstance(value, (int, float)) else ""
+        raise ConfigError(f"{path}: expected a string, got {value!r}{hint}")
     if isinstance(value, tp):
         return value
     raise ConfigError(f"{path}: expected {_type_name(tp)}, got {value!r}")
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
 
 
 def suggest(key: str, options: list[str]) -> str:
@@ -204,7 +239,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             if not isinstance(child, dict):
                 raise ConfigError(f"override {item!r}: {k!r} is not a section")
             node = child
-        node[keys[-1]] = parse_override_value(raw)
+        node[keys[-1]] = CliValue(raw, parse_override_value(raw))
     return data
 
 

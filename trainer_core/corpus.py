@@ -27,7 +27,8 @@ DEMO_SHARD_TOKENS = 1 << 22
 EXCLUDED_DIRS = frozenset(
     {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
 )
-CORPUS_VERSION = "1"
+CORPUS_VERSION = "2"
+"""Bumped when the shard format changes (2: parquet page checksums), so old caches are rebuilt."""
 DEMO_READ = ReadOptions(on_decode_error="replace")
 
 

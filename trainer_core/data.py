@@ -20,6 +20,7 @@ gets exactly the batches of an uninterrupted one, and the Ray Data reader
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,14 @@ import torch
 import yaml
 
 from trainer_core.config import DataConfig
-from trainer_core.shards import RETOKENIZE, DataError, Manifest, ShardFile, verify_shards
+from trainer_core.shards import (
+    RETOKENIZE,
+    DataError,
+    Manifest,
+    ShardError,
+    ShardFile,
+    verify_shards,
+)
 
 MIX_BLOCK = 4096
 """Slots per mixing block: a source's share is its weight rounded to 1/MIX_BLOCK."""
@@ -116,6 +124,59 @@ def open_token_data(cfg: DataConfig, model_vocab_size: int) -> TokenData:
     return data
 
 
+def first_line(e: Exception) -> str:
+    """pyarrow's messages can run to several lines; a one-line error keeps the first."""
+    return (str(e).splitlines() or [type(e).__name__])[0]
+
+
+@dataclass(frozen=True)
+class ShardLayout:
+    """What a split's row groups must decode to, from its manifest."""
+
+    dtype: np.dtype
+    vocab_size: int
+    row_tokens: int
+    row_group_rows: int
+
+    @property
+    def group_tokens(self) -> int:
+        return self.row_tokens * self.row_group_rows
+
+
+def decode_group(
+    file: pq.ParquetFile, path: Path, index: int, file_tokens: int, layout: ShardLayout
+) -> np.ndarray:
+    """Decode one row group, its pages' CRCs verified, or raise a ShardError naming the file.
+
+    Page CRCs catch flipped bits in the data; the count, dtype and vocab checks catch what they
+    cannot (a damaged footer or page header, a manifest from another tokenizer) before the model
+    indexes its embedding with a bad id. One vectorised max per row group keeps that cheap.
+    """
+    try:
+        column = file.read_row_group(index, columns=["tokens"]).column("tokens").combine_chunks()
+        tokens = column.flatten().to_numpy() if pa.types.is_list(column.type) else None
+    except (OSError, ValueError, KeyError, pa.ArrowException) as e:
+        raise ShardError(
+            f"{path}: row group {index} is corrupt ({first_line(e)}); {RETOKENIZE}"
+        ) from None
+    expected = min(layout.group_tokens, file_tokens - index * layout.group_tokens)
+    if tokens is None or tokens.size != expected or tokens.dtype != layout.dtype:
+        found = column.type if tokens is None else f"{tokens.size} {tokens.dtype} tokens"
+        raise ShardError(
+            f"{path}: row group {index} decodes to {found}, the manifest implies {expected} "
+            f"{layout.dtype} tokens; {RETOKENIZE}"
+        )
+    if tokens.size and int(tokens.max()) >= layout.vocab_size:
+        at = int(np.argmax(tokens >= layout.vocab_size))
+        row = index * layout.row_group_rows + at // layout.row_tokens
+        raise ShardError(
+            f"{path}: row {row} holds token id {int(tokens[at])}, outside the manifest's vocab "
+            f"size {layout.vocab_size} (corrupt shard, or a manifest from another tokenizer); "
+            f"{RETOKENIZE}"
+        )
+    return tokens
+
+
 class RowGroupCache:
     """Decoded parquet row groups, least recently used first out, within a byte budget."""
 
@@ -125,21 +186,14 @@ class RowGroupCache:
         self._groups: OrderedDict[tuple[Path, int], np.ndarray] = OrderedDict()
         self._bytes = 0
 
-    def group(self, path: Path, index: int, expected: int) -> np.ndarray:
+    def group(self, path: Path, index: int, file_tokens: int, layout: ShardLayout) -> np.ndarray:
+        """Row group ``index`` of ``path`` (``file_tokens`` long), decoded and checked once."""
         key = (path, index)
         hit = self._groups.get(key)
         if hit is not None:
             self._groups.move_to_end(key)
             return hit
-        try:
-            column = self._file(path).read_row_group(index, columns=["tokens"]).column(0)
-            tokens = column.combine_chunks().flatten().to_numpy()
-        except (OSError, pa.ArrowException) as e:
-            raise DataError(f"{path}: can't read row group {index} ({e}); {RETOKENIZE}") from None
-        if tokens.size != expected:
-            raise DataError(
-                f"{path}: row group {index} has {tokens.size} tokens, expected {expected}; {RETOKENIZE}"
-            )
+        tokens = decode_group(self._file(path), path, index, file_tokens, layout)
         self._groups[key] = tokens
         self._bytes += tokens.nbytes
         while self._bytes > self.budget and len(self._groups) > 1:
@@ -149,7 +203,13 @@ class RowGroupCache:
     def _file(self, path: Path) -> pq.ParquetFile:
         handle = self._files.get(path)
         if handle is None:
-            handle = self._files[path] = pq.ParquetFile(path, memory_map=True)
+            try:
+                handle = pq.ParquetFile(path, memory_map=True, page_checksum_verification=True)
+            except (OSError, ValueError, pa.ArrowException) as e:
+                raise ShardError(
+                    f"{path}: not a readable parquet file ({first_line(e)}); {RETOKENIZE}"
+                ) from None
+            self._files[path] = handle
             if len(self._files) > OPEN_FILES:
                 self._files.popitem(last=False)[1].close()
         self._files.move_to_end(path)
@@ -163,7 +223,13 @@ class Split:
         self.manifest = manifest
         self.paths = [manifest.dir / f.name for f in files]
         self.tokens = np.array([f.tokens for f in files], dtype=np.int64)
-        self.group_tokens = manifest.row_tokens * manifest.row_group_rows
+        self.layout = ShardLayout(
+            np.dtype(manifest.dtype),
+            manifest.tokenizer.vocab_size,
+            manifest.row_tokens,
+            manifest.row_group_rows,
+        )
+        self.group_tokens = self.layout.group_tokens
         self._starts: dict[int, np.ndarray] = {}
 
     def window_starts(self, seq_len: int) -> np.ndarray:
@@ -194,7 +260,7 @@ class Split:
             end = start + seq_len + 1
             while pos < end:
                 index, within = divmod(pos, g)
-                group = cache.group(path, index, min(g, file_tokens - index * g))
+                group = cache.group(path, index, file_tokens, self.layout)
                 take = min(end - pos, g - within)
                 out[i, pos - start : pos - start + take] = group[within : within + take]
                 pos += take
@@ -304,7 +370,15 @@ class TokenData:
             raise DataError(
                 "no shard dirs to read; set data.shards or data.mix (or neither for the demo corpus)"
             )
-        return cls(spec, [verify_shards(d, checksums=spec.verify_checksums) for d in dirs])
+        manifests = [verify_shards(d, checksums=spec.verify_checksums) for d in dirs]
+        for m in manifests:
+            if not (m.page_checksums or spec.verify_checksums):
+                warnings.warn(
+                    f"{m.dir}: shards written without page checksums, so a corrupted page would "
+                    f"go unnoticed; {RETOKENIZE}, or set data.verify_checksums=true",
+                    stacklevel=2,
+                )
+        return cls(spec, manifests)
 
     @property
     def manifest(self) -> Manifest:

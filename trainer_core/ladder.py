@@ -83,12 +83,18 @@ class DurationFormula:
     """Where WSD-S decays end, as fractions of the run."""
     decay_fraction: float = 0.1
     min_lr_ratio: float = 0.0
+    multiple_by_size: dict[str, float] = field(default_factory=dict)
+    """Per-size c overriding ``chinchilla_multiple`` (e.g. ``{25K: 8}``): training the cheap small
+    sizes longer gives them annealed points at the budgets of the larger ones, so isoFLOP
+    (approach 2) budgets are covered by several sizes for little extra compute."""
 
     def __post_init__(self) -> None:
-        c = self.chinchilla_multiple
-        require(
-            c > 0 and math.log2(c).is_integer(), "chinchilla_multiple", c, "must be a power of two"
-        )
+        multiples = {"chinchilla_multiple": self.chinchilla_multiple}
+        multiples.update({f"multiple_by_size.{k}": v for k, v in self.multiple_by_size.items()})
+        for key, c in multiples.items():
+            require(c > 0 and math.log2(c).is_integer(), key, c, "must be a power of two")
+        for size in self.multiple_by_size:
+            check_size(size, "multiple_by_size")
         require(
             self.schedule in ("wsds", "cosine"), "schedule", self.schedule, "use 'wsds' or 'cosine'"
         )
@@ -130,6 +136,9 @@ class LadderConfig:
     seq_len: int = 128
     seed: int = 0
     vocab_size: int = 320
+    eval_tokens: int = 0
+    """Tokens per evaluation, the same for every size (rounded to whole batches); 0 = the run
+    template's ``trainer.eval_batches``. Equal eval sets keep the sizes' losses comparable."""
     batch: BatchFormula = field(default_factory=BatchFormula)
     lr: LRFormula = field(default_factory=LRFormula)
     duration: DurationFormula = field(default_factory=DurationFormula)
@@ -180,8 +189,12 @@ def peak_lr(n: int, f: LRFormula) -> float:
     return f.coef * (n / f.ref_params) ** f.exponent
 
 
-def train_tokens(n: int, f: DurationFormula) -> int:
-    return round(f.tokens_per_param * n * f.chinchilla_multiple)
+def chinchilla_multiple(size: str, f: DurationFormula) -> float:
+    return f.multiple_by_size.get(size, f.chinchilla_multiple)
+
+
+def train_tokens(n: int, multiple: float, f: DurationFormula) -> int:
+    return round(f.tokens_per_param * n * multiple)
 
 
 def beta2_for_batch(batch_tokens: int, f: OptimFormula) -> float:
@@ -228,6 +241,8 @@ class SizePlan:
     flops_per_token: int
     schedule: ScheduleConfig
     seq_len: int
+    chinchilla_multiple: float
+    eval_batches: int
     batch_warning: str = ""
 
     @property
@@ -258,6 +273,7 @@ class SizePlan:
             "peak lr": self.lr,
             "warmup": self.warmup_steps,
             "tokens": self.tokens,
+            "x Chinchilla": self.chinchilla_multiple,
             "steps": self.steps,
             "ckpt steps": ",".join(map(str, self.checkpoint_steps)),
             "FLOPs": self.total_flops,
@@ -329,7 +345,8 @@ def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
         if micro_seqs > 1:
             warning += "; a smaller max_micro_batch_seqs would get closer"
         warnings.warn(warning, stacklevel=2)
-    tokens_target = train_tokens(n, ladder.duration)
+    multiple = chinchilla_multiple(size, ladder.duration)
+    tokens_target = train_tokens(n, multiple, ladder.duration)
     steps = max(1, math.ceil(tokens_target / batch))
     warmup = max(1, round(ladder.duration.warmup_tokens_per_param * n / batch))
     warmup = min(warmup, max(1, steps // 10))
@@ -357,6 +374,12 @@ def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
         flops_per_token=num_flops_per_token(model, seq),
         schedule=schedule,
         seq_len=seq,
+        chinchilla_multiple=multiple,
+        eval_batches=(
+            max(1, round(ladder.eval_tokens / batch))
+            if ladder.eval_tokens
+            else ladder.run.trainer.eval_batches
+        ),
         batch_warning=warning,
     )
 
@@ -407,6 +430,7 @@ def run_config(
         global_batch_size=plan.batch_tokens,
         max_steps=plan.steps,
         max_tokens=None,
+        eval_batches=plan.eval_batches,
         device="cuda" if ladder.uses_gpu else "cpu",
     )
     data["checkpoint"]["keep_steps"] = plan.checkpoint_steps

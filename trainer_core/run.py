@@ -13,7 +13,7 @@ import torch
 
 from trainer_core.callbacks import Callback, ConsoleProgress, JsonlMetrics
 from trainer_core.config import TrainConfig
-from trainer_core.configio import ConfigError, to_yaml
+from trainer_core.configio import ConfigError
 from trainer_core.data import open_token_data
 from trainer_core.distributed import init_distributed, resolve_device
 from trainer_core.flops import peak_flops
@@ -96,7 +96,6 @@ def build_trainer(
     if dist_info.rank == 0:
         run_dir = Path(cfg.trainer.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(to_yaml(cfg))
         if cfg.trainer.progress:
             callbacks.append(ConsoleProgress(info.name))
         callbacks.append(JsonlMetrics(run_dir))

@@ -7,8 +7,10 @@ row groups (``row_group_rows`` rows). Fixed sizes make any token offset's file, 
 computable from the manifest alone, which is what lets the loader start at any step without
 reading what comes before. The manifest records the tokenizer's identity (so a mismatch with the
 model is caught before training) and each file's size and sha256 (so a truncated or altered file
-is caught too). Documents go to validation by a stable hash of their text, so the split does not
-depend on input order or parallelism.
+is caught too); every data page carries a CRC that the reader verifies, so a flipped bit is
+caught on the read that would have used it, without hashing whole files first. Documents go to
+validation by a stable hash of their text, so the split does not depend on input order or
+parallelism.
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ RETOKENIZE = "re-run datasets/tokenize.py to rebuild the shards"
 
 class DataError(ValueError):
     """Input data or shards are unusable; the message names the file/value and what to do."""
+
+
+class ShardError(DataError):
+    """A shard file's content is wrong (a page fails its checksum, an id is outside the vocab).
+
+    Re-reading cannot fix it, so a run stops at once instead of retrying."""
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -106,6 +114,8 @@ class Manifest:
     train: list[ShardFile]
     validation: list[ShardFile]
     info: dict = field(default_factory=dict)
+    page_checksums: bool = False
+    """Files carry parquet page CRCs; False in manifests written before they did."""
     dir: Path = Path(".")
 
     @property
@@ -139,6 +149,7 @@ class Manifest:
             "train": split(self.train),
             "validation": split(self.validation),
             "info": self.info,
+            "page_checksums": self.page_checksums,
         }
 
 
@@ -173,6 +184,7 @@ def read_manifest(directory: str | Path) -> Manifest:
             train=[ShardFile(**f) for f in raw["train"]["files"]],
             validation=[ShardFile(**f) for f in raw["validation"]["files"]],
             info=raw.get("info", {}),
+            page_checksums=raw.get("page_checksums", False) is True,
             dir=directory,
         )
     except (json.JSONDecodeError, KeyError, TypeError) as e:
@@ -282,6 +294,7 @@ class ShardWriter:
             compression=self.compression,
             use_dictionary=False,
             write_statistics=False,
+            write_page_checksum=True,
         )
         return ShardFile(
             name=name,
@@ -295,6 +308,9 @@ class ShardWriter:
 
 class DatasetWriter:
     """Routes documents to the train and validation writers and writes the manifest at the end.
+
+    It writes into a new or empty dir and never deletes: replacing an existing shard dir is the
+    caller's job, done only once the new one is complete (:func:`trainer_core.paths.staged_dir`).
 
     A document goes to validation when its :func:`split_key` is below ``val_fraction``. So that
     a small corpus still gets a validation split, the training document with the smallest key is
@@ -314,11 +330,11 @@ class DatasetWriter:
             raise DataError(f"val fraction {val_fraction} must be in [0, 1)")
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        for stale in [
-            *self.out_dir.glob("*-[0-9][0-9][0-9][0-9][0-9].parquet"),
-            self.out_dir / MANIFEST,
-        ]:
-            stale.unlink(missing_ok=True)
+        if any(self.out_dir.iterdir()):
+            raise DataError(
+                f"{self.out_dir}: not empty; shards are written into a new or empty dir "
+                "(datasets/tokenize.py --out builds the new shards beside the old and swaps)"
+            )
         self.tokenizer, self.val_fraction = tokenizer, val_fraction
         self.row_tokens, self.row_group_rows = row_tokens, row_group_rows
         shape = dict(
@@ -364,6 +380,7 @@ class DatasetWriter:
             train=train,
             validation=validation,
             info=info or {},
+            page_checksums=True,
             dir=self.out_dir,
         )
         write_manifest(manifest)

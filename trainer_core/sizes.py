@@ -21,6 +21,14 @@ class SizeSpec:
 
 
 MODEL_SIZES: dict[str, SizeSpec] = {
+    "15K": SizeSpec(24, 2, 2, 2, 64),
+    "25K": SizeSpec(32, 2, 2, 2, 96),
+    "50K": SizeSpec(48, 2, 3, 3, 128),
+    "100K": SizeSpec(64, 2, 4, 4, 176),
+    "200K": SizeSpec(64, 4, 4, 4, 176),
+    "300K": SizeSpec(80, 4, 5, 5, 224),
+    "400K": SizeSpec(96, 4, 6, 6, 240),
+    "600K": SizeSpec(96, 6, 6, 6, 240),
     "1M": SizeSpec(128, 4, 4, 4, 384),
     "3M": SizeSpec(192, 6, 6, 6, 512),
     "5M": SizeSpec(256, 6, 4, 4, 704),

@@ -12,6 +12,7 @@ import sys
 from trainer_core.cli import exit_on_error, load_from_args, print_help, split_args
 from trainer_core.config import TrainConfig
 from trainer_core.distributed import teardown
+from trainer_core.paths import check_output_dir
 from trainer_core.run import build_trainer
 
 USAGE = __doc__.strip().splitlines()[0]
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     own, overrides = split_args(argv, {"--config": True})
     cfg = load_from_args(TrainConfig, own, overrides)
+    check_output_dir(cfg.trainer.run_dir, "trainer.run_dir")
     try:
         build_trainer(cfg).fit()
     finally:

@@ -22,18 +22,24 @@ import torch.distributed as dist
 from trainer_core.callbacks import Callback
 from trainer_core.checkpoint import Checkpointer, CheckpointPolicy, restore_rng, rng_state
 from trainer_core.config import TrainConfig
+from trainer_core.configio import to_yaml
 from trainer_core.train_module import BatchStats, TrainModule
 
 
 class NonFiniteLossError(RuntimeError):
-    """Raised (on every rank) when the loss or gradient norm is NaN/inf; names the step."""
+    """Raised (on every rank) when the loss or gradient norm is NaN/inf; names which, and the step.
+
+    Every rank agrees: the gradient norm is global, and a non-finite loss on any rank makes it
+    non-finite too. The loss shown is this rank's mean over its tokens.
+    """
 
     def __init__(self, step: int, loss: float, grad_norm: float):
         self.step = step
+        what = "gradient norm" if math.isfinite(loss) else "loss"
         super().__init__(
-            f"non-finite loss at step {step} (loss={loss}, grad_norm={grad_norm}); the run "
-            "stopped before this update and no checkpoint was written after it. Lower optim.lr, "
-            "raise schedule.warmup or set train_module.max_grad_norm."
+            f"non-finite {what} at step {step} (loss={loss:.4g}, grad_norm={grad_norm:.4g}); the "
+            "run stopped before this update and no checkpoint was written after it. Lower "
+            "optim.lr, raise schedule.warmup or set train_module.max_grad_norm."
         )
 
 
@@ -103,17 +109,15 @@ class Trainer:
         }
 
     def restore(self) -> int:
-        """Load the checkpoint named by ``checkpoint.resume_from`` or the latest complete one."""
+        """Load the checkpoint named by ``checkpoint.resume_from`` (exactly that one) or the
+        latest complete one that verifies (see :meth:`Checkpointer.load_latest`)."""
         if self.checkpointer is None:
             return 0
-        path = self.cfg.checkpoint.resume_from
-        if not path:
-            latest = self.checkpointer.latest()
-            if latest is None:
-                return 0
-            path = latest.path
         state = self.app_state()
-        self.checkpointer.load(path, state)
+        if self.cfg.checkpoint.resume_from:
+            self.checkpointer.load(self.cfg.checkpoint.resume_from, state)
+        elif self.checkpointer.load_latest(state) is None:
+            return 0
         self.step = int(state["trainer"]["step"])
         self.tokens = int(state["trainer"]["tokens"])
         restore_rng(state["rng"], self.rank)
@@ -124,6 +128,8 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         start_step = self.restore()
         total = self.info.total_steps
+        # Only now, with the resume accepted: a refused one leaves the run dir as it was.
+        self._write_config()
         self._write_run_json("running")
         self._emit(
             "on_start", {**self.info.__dict__, "start_step": start_step, "total_steps": total}
@@ -139,7 +145,8 @@ class Trainer:
             loss_local = stats.ce_sum.item()
             if not (math.isfinite(norm.item()) and math.isfinite(loss_local)):
                 self._write_run_json("diverged", diverged_step=self.step + 1)
-                raise NonFiniteLossError(self.step + 1, loss_local, norm.item())
+                mean = loss_local / max(stats.num_tokens.item(), 1)
+                raise NonFiniteLossError(self.step + 1, mean, norm.item())
             self.step += 1
             self.tokens += self.info.global_batch_tokens
             self._accumulate(window, stats, norm)
@@ -151,11 +158,19 @@ class Trainer:
                 self.step % self.cfg.trainer.eval_interval == 0 or self.step == total
             ):
                 metrics["eval/loss"] = self.evaluate()
-            saved = self._maybe_checkpoint(metrics, lr)
-            if metrics or saved:
+            save = self._save_decision()
+            if save == "permanent" and self.eval_batches_data and "eval/loss" not in metrics:
+                metrics["eval/loss"] = self.evaluate()
+            if metrics or save != "none":
+                # The step's record goes out before its checkpoint commits: a kill after the
+                # commit cannot lose it, a kill before resumes earlier and drops it with the
+                # replayed steps (JsonlMetrics.on_start).
                 metrics["tokens"] = self.tokens
                 self.last_metrics.update(metrics)
                 self._emit("on_log", self.step, metrics)
+                if save != "none":
+                    self._checkpoint(save == "permanent", metrics, lr)
+                self._emit("on_step_end", self.step)
         if self.checkpointer is not None:
             self.checkpointer.close()
         summary = {
@@ -212,31 +227,35 @@ class Trainer:
             "throughput/mfu": flops_per_s / (self.peak_flops * self.world_size),
         }
 
-    def _maybe_checkpoint(self, metrics: dict[str, float], lr: float) -> bool:
-        """Save if the policy says so (permanent saves come with an eval); True if saved.
-
-        A permanent save's metrics file holds this step's eval, tokens and LR (whether the point
-        is annealed), over whatever the last log line said."""
+    def _save_decision(self) -> str:
+        """The save this step gets: none, temporary or permanent (which comes with an eval)."""
         if self.checkpointer is None:
-            return False
-        final = self.step == self.info.total_steps and self.cfg.checkpoint.save_final
-        kind = "permanent" if final else self.policy.decide_all_ranks(self.step, time.time())
-        if kind == "none":
-            return False
-        permanent = kind == "permanent"
-        if permanent and self.eval_batches_data and "eval/loss" not in metrics:
-            metrics["eval/loss"] = self.evaluate()
+            return "none"
+        if self.step == self.info.total_steps and self.cfg.checkpoint.save_final:
+            return "permanent"
+        return self.policy.decide_all_ranks(self.step, time.time())
+
+    def _checkpoint(self, permanent: bool, metrics: dict[str, float], lr: float) -> None:
+        """Save this step. A permanent save's metrics file holds this step's eval, tokens and LR
+        (whether the point is annealed), over whatever the last log line said."""
         saved = {**self.last_metrics, **metrics, "lr": lr}  # the checkpointer adds step and tokens
         path = self.checkpointer.save(
             self.step, self.app_state(), tokens=self.tokens, permanent=permanent, metrics=saved
         )
         self._emit("on_checkpoint", self.step, path, permanent)
-        return True
 
     def _emit(self, hook: str, *args: Any) -> None:
         """Call a hook on every callback of this rank (rank-0-only callbacks exist only there)."""
         for cb in self.callbacks:
             getattr(cb, hook)(*args)
+
+    def _write_config(self) -> None:
+        if self.rank != 0:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.run_dir / "config.yaml.tmp"
+        tmp.write_text(to_yaml(self.cfg))
+        tmp.replace(self.run_dir / "config.yaml")
 
     def _write_run_json(self, status: str, diverged_step: int | None = None) -> None:
         if self.rank != 0:

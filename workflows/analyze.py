@@ -13,7 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer_core.analysis import AnalysisError, report_experiment  # noqa: E402
+from trainer_core.analysis import report_experiment  # noqa: E402
+from trainer_core.cli import exit_on_error  # noqa: E402
+from trainer_core.paths import check_output_dir  # noqa: E402
 
 
 def main() -> int:
@@ -33,15 +35,10 @@ def main() -> int:
         "--bootstrap", type=int, default=200, help="bootstrap resamples for the CIs"
     )
     args = parser.parse_args()
-    try:
-        report_experiment(
-            args.exp_dir, args.out, args.target_params, args.target_flops, args.bootstrap
-        )
-    except AnalysisError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    check_output_dir(args.out or args.exp_dir / "analysis", "--out")
+    report_experiment(args.exp_dir, args.out, args.target_params, args.target_flops, args.bootstrap)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_on_error(main)

@@ -14,6 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainer_core.cli import exit_on_error, load_from_args, print_help, split_args  # noqa: E402
+from trainer_core.paths import check_output_dir  # noqa: E402
 from trainer_core.ray.ladder_run import LadderJobConfig  # noqa: E402
 
 DEMO_CONFIG = Path(__file__).resolve().parent / "configs" / "ladder-demo.yaml"
@@ -60,6 +61,7 @@ def main() -> int:
     own, overrides = split_args(argv, FLAGS)
     own.setdefault("--config", str(DEMO_CONFIG))
     job = load_from_args(LadderJobConfig, own, overrides)
+    check_output_dir(job.dir, "dir")
     sizes = own["--sizes"].split(",") if "--sizes" in own else None
 
     from trainer_core.ladder import plan_ladder

@@ -15,6 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainer_core.cli import exit_on_error, load_from_args, print_help, split_args  # noqa: E402
+from trainer_core.paths import check_output_dir  # noqa: E402
 from trainer_core.ray.sweep_run import SweepJobConfig, as_sweep  # noqa: E402
 from workflows.ladder import DEMO_CONFIG  # noqa: E402
 
@@ -29,12 +30,16 @@ def main() -> int:
     own, overrides = split_args(argv, FLAGS)
     own.setdefault("--config", str(DEMO_CONFIG))
     job = as_sweep(load_from_args(SweepJobConfig, own, overrides))
+    check_output_dir(job.dir, "sweep.dir")
     sizes = own["--sizes"].split(",") if "--sizes" in own else None
 
     from trainer_core.ray.sweep_run import run_sweep, sweep_plans, sweep_trials
 
     specs = sweep_trials(job, sweep_plans(job, sizes))
-    print(f"LR sweep {job.name} into {job.dir}: {len(specs)} trials")
+    print(
+        f"LR sweep {job.name} into {job.dir}: {len(specs)} trials, then up to "
+        f"{job.sweep.widen_rounds} rounds beyond the grid's edge where the best LR is at one"
+    )
     for spec in specs:
         print(f"  {spec.name}: lr {spec.config.optim.lr:.3e}, {spec.config.total_steps} steps")
     if "--dry-run" in own:
@@ -42,8 +47,8 @@ def main() -> int:
 
     from trainer_core.analysis import report_experiment
 
-    run = run_sweep(job, sizes, resume="--resume" in own)
-    print(run.concurrency_report())
+    for run in run_sweep(job, sizes, resume="--resume" in own):
+        print(run.concurrency_report())
     report_experiment(Path(job.dir))
     return 0
 

@@ -12,6 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainer_core.cli import exit_on_error, load_from_args, print_help, split_args  # noqa: E402
+from trainer_core.paths import check_output_dir  # noqa: E402
 from trainer_core.ray.config import RayTrainConfig  # noqa: E402
 
 
@@ -22,6 +23,7 @@ def main() -> int:
         return 0
     own, overrides = split_args(argv, {"--config": True})
     cfg = load_from_args(RayTrainConfig, own, overrides)
+    check_output_dir(cfg.trainer.run_dir, "trainer.run_dir")
 
     from trainer_core.ray.runtime import init_ray
     from trainer_core.ray.train_run import run_training

@@ -6,12 +6,15 @@ by ``ExperimentResults.result_grid()``.
 
 from __future__ import annotations
 
+from trainer_core.analysis.checks import fit_flags, isoflop_flags
 from trainer_core.analysis.fits import (
     ChinchillaFit,
     PowerLawFit,
     fit_chinchilla,
     fit_loss_vs_compute,
 )
+from trainer_core.analysis.frontier import fit_frontier, frontier_points
+from trainer_core.analysis.isoflop import IsoFLOPFit, fit_isoflop
 from trainer_core.analysis.load import AnalysisError, ExperimentResults, load
 from trainer_core.analysis.lr import (
     LADDER_LR_EXPONENT,
@@ -23,17 +26,14 @@ from trainer_core.analysis.lr import (
     optimal_lr,
     optimal_lrs,
 )
-from trainer_core.analysis.plots import (
-    plot_loss_curves,
-    plot_loss_vs_compute,
-    plot_lr_sweep,
-    plot_lr_vs_size,
-)
+from trainer_core.analysis.lr_grid import widen_lrs
+from trainer_core.analysis.plots import plot_loss_curves, plot_lr_sweep, plot_lr_vs_size
+from trainer_core.analysis.plots_scaling import plot_isoflops, plot_loss_vs_compute
 from trainer_core.analysis.predict import (
     ExtrapolationCheck,
+    HeldOutPrediction,
     LossPrediction,
     chinchilla_from_points,
-    compute_law_from_points,
     extrapolation_check,
     predict_loss,
 )
@@ -45,26 +45,34 @@ __all__ = [
     "ChinchillaFit",
     "ExperimentResults",
     "ExtrapolationCheck",
+    "HeldOutPrediction",
+    "IsoFLOPFit",
     "LRPowerLawFit",
     "LossPrediction",
     "OptimalLR",
     "PowerLawFit",
     "Report",
     "chinchilla_from_points",
-    "compute_law_from_points",
     "extrapolation_check",
     "fit_chinchilla",
+    "fit_flags",
+    "fit_frontier",
+    "fit_isoflop",
     "fit_loss_vs_compute",
     "fit_lr_power_law",
     "fit_sweep_lr",
+    "frontier_points",
+    "isoflop_flags",
     "load",
     "lr_sweep_table",
     "optimal_lr",
     "optimal_lrs",
+    "plot_isoflops",
     "plot_loss_curves",
     "plot_loss_vs_compute",
     "plot_lr_sweep",
     "plot_lr_vs_size",
     "predict_loss",
     "report_experiment",
+    "widen_lrs",
 ]

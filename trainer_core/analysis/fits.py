@@ -3,7 +3,9 @@
 Both laws are a sum of exponentials in log space, log L = logsumexp(theta . x_k), so one fitter
 serves both: Huber loss (delta 1e-3) on log L_pred - log L, summed over points (Hoffmann et al.
 2022, approach 3), a vectorised pass over a grid of initial values, then L-BFGS-B from the best
-grid points. Confidence intervals come from refitting on points resampled with replacement.
+grid points. Confidence intervals come from residual resamples (see ``bootstrap.py``), each
+refitted from its own best grid points: starting every resample at the full-data optimum would
+pull the resamples towards it and shrink the intervals.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
 
+from trainer_core.analysis.bootstrap import CI_LEVEL, percentile_interval, residual_resamples
 from trainer_core.analysis.load import AnalysisError
 
 HUBER_DELTA = 1e-3
-CI_LEVEL = 0.95
 LOCAL_STARTS = 16
 """L-BFGS-B runs per fit: from the best-scoring points of the initial-value grid."""
-BOOTSTRAP_STARTS = 1
-"""Per bootstrap resample: the full-data optimum plus this many of the resample's best grid points."""
+BOOTSTRAP_STARTS = 2
+"""L-BFGS-B runs per bootstrap resample, from that resample's best grid points."""
 
 ArrayLike = Sequence[float] | np.ndarray | pd.Series
 
@@ -68,8 +70,14 @@ class _Problem:
     def to_raw(self, theta: np.ndarray) -> np.ndarray:
         return self._shift(theta, 1.0)
 
-    def subset(self, idx: np.ndarray) -> _Problem:
-        return _Problem(self.terms[:, idx], self.log_loss[idx], self.grid, self.centres)
+    def log_pred(self, theta: np.ndarray) -> np.ndarray:
+        """log L_pred of every point for centred parameters ``theta``."""
+        z = self.terms @ theta
+        zmax = z.max(axis=0)
+        return zmax + np.log(np.exp(z - zmax).sum(axis=0))
+
+    def with_log_loss(self, log_loss: np.ndarray) -> _Problem:
+        return _Problem(self.terms, log_loss, self.grid, self.centres)
 
 
 def _huber(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -130,15 +138,22 @@ class _FitResult:
     samples: np.ndarray  # (n_bootstrap, P), empty without a bootstrap
 
 
-def _fit(prob: _Problem, n_bootstrap: int, seed: int) -> _FitResult:
+def _fit(prob: _Problem, n_bootstrap: int, seed: int, groups: np.ndarray | None) -> _FitResult:
     theta, value = _solve(prob, _best_grid_points(prob, LOCAL_STARTS))
-    rng = np.random.default_rng(seed)
     n = prob.log_loss.size
+    labels = np.arange(n) if groups is None else groups
+    resamples = residual_resamples(
+        prob.log_loss,
+        prob.log_pred(theta),
+        labels,
+        theta.size,
+        n_bootstrap,
+        np.random.default_rng(seed),
+    )
     samples = []
-    for _ in range(n_bootstrap):
-        sub = prob.subset(rng.integers(0, n, size=n))
-        starts = np.vstack([theta, _best_grid_points(sub, BOOTSTRAP_STARTS)])
-        samples.append(_solve(sub, starts)[0])
+    for log_loss in resamples:
+        sub = prob.with_log_loss(log_loss)
+        samples.append(_solve(sub, _best_grid_points(sub, BOOTSTRAP_STARTS))[0])
     samples_raw = prob.to_raw(np.array(samples).reshape(len(samples), theta.size))
     return _FitResult(prob.to_raw(theta), value, samples_raw)
 
@@ -147,16 +162,10 @@ def _uncertainty(
     samples: dict[str, np.ndarray],
 ) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
     """Std and percentile CI of each parameter's bootstrap values (NaN without a bootstrap)."""
-    std, ci = {}, {}
-    tail = 100 * (1 - CI_LEVEL) / 2
-    for name, values in samples.items():
-        if len(values) < 2:
-            std[name], ci[name] = math.nan, (math.nan, math.nan)
-        else:
-            std[name] = float(np.std(values, ddof=1))
-            lo, hi = np.percentile(values, [tail, 100 - tail])
-            ci[name] = (float(lo), float(hi))
-    return std, ci
+    std = {
+        name: float(np.std(v, ddof=1)) if len(v) >= 2 else math.nan for name, v in samples.items()
+    }
+    return std, {name: percentile_interval(v) for name, v in samples.items()}
 
 
 def _format(title: str, values: dict[str, float], fit: PowerLawFit | ChinchillaFit) -> str:
@@ -169,6 +178,16 @@ def _format(title: str, values: dict[str, float], fit: PowerLawFit | ChinchillaF
             line += f" ± {std[name]:.2g}   ({100 * CI_LEVEL:.0f}% CI {lo:.4g} .. {hi:.4g})"
         lines.append(line)
     return "\n".join(lines)
+
+
+def _groups(groups: ArrayLike | None, n: int, what: str) -> np.ndarray | None:
+    """Size labels that tie points into one run (resampled as a unit), or None."""
+    if groups is None:
+        return None
+    arr = np.asarray(groups).ravel()
+    if arr.size != n:
+        raise AnalysisError(f"{what}: groups has {arr.size} labels for {n} points")
+    return arr
 
 
 def _as_arrays(what: str, min_points: int, **columns: ArrayLike) -> list[np.ndarray]:
@@ -192,7 +211,7 @@ def _as_arrays(what: str, min_points: int, **columns: ArrayLike) -> list[np.ndar
 
 @dataclass
 class PowerLawFit:
-    """L(C) = E + A * C^(-alpha), C in FLOPs."""
+    """L(C) = E + A * C^(-alpha), C in FLOPs; ``samples``: the bootstrap refits' parameters."""
 
     E: float
     A: float
@@ -202,6 +221,34 @@ class PowerLawFit:
     std: dict[str, float] = field(default_factory=dict)
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)
     n_bootstrap: int = 0
+    samples: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    title: str = "L(C) = E + A * C^-alpha"
+
+    EXPONENTS = ("alpha",)
+
+    @classmethod
+    def from_samples(
+        cls, theta: np.ndarray, samples: np.ndarray, n_points: int, objective: float, title: str
+    ) -> PowerLawFit:
+        """From raw parameters (e, log A, alpha) and an (n_bootstrap, 3) array of refits."""
+        named = {"E": np.exp(samples[:, 0]), "A": np.exp(samples[:, 1]), "alpha": samples[:, 2]}
+        std, ci = _uncertainty(named)
+        e, a, alpha = theta
+        return cls(
+            math.exp(e),
+            math.exp(a),
+            float(alpha),
+            n_points,
+            objective,
+            std,
+            ci,
+            len(samples),
+            named,
+            title,
+        )
+
+    def params(self) -> dict[str, float]:
+        return {"E": self.E, "A": self.A, "alpha": self.alpha}
 
     def predict(self, C: ArrayLike | float) -> np.ndarray | float:
         c = np.asarray(C, dtype=float)
@@ -211,18 +258,18 @@ class PowerLawFit:
     def predict_frame(self, df: pd.DataFrame) -> np.ndarray:
         return np.asarray(self.predict(df["flops"].to_numpy(float)))
 
+    def predict_interval(self, C: float) -> tuple[float, float]:
+        """The bootstrap refits' CI_LEVEL interval of L(C) (NaNs without a bootstrap)."""
+        s = self.samples
+        if not s:
+            return math.nan, math.nan
+        return percentile_interval(s["E"] + s["A"] * float(C) ** (-s["alpha"]))
+
     def __str__(self) -> str:
-        values = {"E": self.E, "A": self.A, "alpha": self.alpha}
-        return _format("L(C) = E + A * C^-alpha", values, self)
+        return _format(self.title, self.params(), self)
 
 
-def fit_loss_vs_compute(
-    C: ArrayLike, L: ArrayLike, n_bootstrap: int = 200, seed: int = 0
-) -> PowerLawFit:
-    """Fit L(C) = E + A*C^-alpha (log-space parameters e, a, alpha); needs >= 3 points."""
-    c, loss = _as_arrays("fit_loss_vs_compute", 3, C=C, L=L)
-    if np.unique(c).size < 3:
-        raise AnalysisError("fit_loss_vs_compute needs >= 3 distinct compute values")
+def _power_law_problem(c: np.ndarray, loss: np.ndarray) -> _Problem:
     grid = np.array(
         list(
             itertools.product(
@@ -230,13 +277,36 @@ def fit_loss_vs_compute(
             )
         )
     )
-    prob = _Problem.build([np.log(c)], np.log(loss), grid)
-    fit = _fit(prob, n_bootstrap, seed)
-    e, a, alpha = fit.theta
-    s = fit.samples
-    std, ci = _uncertainty({"E": np.exp(s[:, 0]), "A": np.exp(s[:, 1]), "alpha": s[:, 2]})
-    return PowerLawFit(
-        math.exp(e), math.exp(a), float(alpha), c.size, fit.objective, std, ci, n_bootstrap
+    return _Problem.build([np.log(c)], np.log(loss), grid)
+
+
+def power_law_theta(C: np.ndarray, L: np.ndarray, starts: int = LOCAL_STARTS) -> np.ndarray:
+    """Raw parameters (log E, log A, alpha) of L(C) from ``starts`` grid starts, no checks.
+
+    For refits inside another bootstrap (the frontier's): few starts, no nested resampling.
+    """
+    prob = _power_law_problem(C, L)
+    return prob.to_raw(_solve(prob, _best_grid_points(prob, starts))[0])
+
+
+def fit_loss_vs_compute(
+    C: ArrayLike,
+    L: ArrayLike,
+    n_bootstrap: int = 200,
+    seed: int = 0,
+    groups: ArrayLike | None = None,
+) -> PowerLawFit:
+    """Fit L(C) = E + A*C^-alpha (log-space parameters e, a, alpha); needs >= 3 points.
+
+    ``groups``: one label per point (its size); points of a size then share a resampled offset.
+    """
+    c, loss = _as_arrays("fit_loss_vs_compute", 3, C=C, L=L)
+    if np.unique(c).size < 3:
+        raise AnalysisError("fit_loss_vs_compute needs >= 3 distinct compute values")
+    prob = _power_law_problem(c, loss)
+    fit = _fit(prob, n_bootstrap, seed, _groups(groups, c.size, "fit_loss_vs_compute"))
+    return PowerLawFit.from_samples(
+        fit.theta, fit.samples, c.size, fit.objective, PowerLawFit.title
     )
 
 
@@ -257,6 +327,12 @@ class ChinchillaFit:
     std: dict[str, float] = field(default_factory=dict)
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)
     n_bootstrap: int = 0
+    samples: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    EXPONENTS = ("alpha", "beta")
+
+    def params(self) -> dict[str, float]:
+        return {"E": self.E, "A": self.A, "B": self.B, "alpha": self.alpha, "beta": self.beta}
 
     def predict(self, N: ArrayLike | float, D: ArrayLike | float) -> np.ndarray | float:
         n, d = np.asarray(N, dtype=float), np.asarray(D, dtype=float)
@@ -266,14 +342,60 @@ class ChinchillaFit:
     def predict_frame(self, df: pd.DataFrame) -> np.ndarray:
         return np.asarray(self.predict(df["N"].to_numpy(float), df["tokens"].to_numpy(float)))
 
+    def predict_interval(self, N: float, D: float) -> tuple[float, float]:
+        """The bootstrap refits' CI_LEVEL interval of L(N, D) (NaNs without a bootstrap)."""
+        s = self.samples
+        if not s:
+            return math.nan, math.nan
+        return percentile_interval(
+            s["E"] + s["A"] * float(N) ** (-s["alpha"]) + s["B"] * float(D) ** (-s["beta"])
+        )
+
     @property
     def G(self) -> float:
         self._require_frontier()
         return (self.alpha * self.A / (self.beta * self.B)) ** (1 / (self.alpha + self.beta))
 
-    def _require_frontier(self) -> None:
+    @property
+    def a(self) -> float:
+        """N_opt grows as C^a on the compute-optimal frontier."""
+        return self.beta / (self.alpha + self.beta)
+
+    @property
+    def b(self) -> float:
+        """D_opt grows as C^b on the compute-optimal frontier (a + b = 1)."""
+        return self.alpha / (self.alpha + self.beta)
+
+    def optimal_intervals(self, C: float) -> dict[str, tuple[float, float]]:
+        """Bootstrap CIs of a, b and of N_opt, D_opt and the loss at C (NaNs without a bootstrap).
+
+        Refits without a frontier (an exponent or coefficient at zero) give no value and are
+        left out of the intervals.
+        """
+        s = self.samples
+        if not s:
+            return {k: (math.nan, math.nan) for k in ("a", "b", "N", "D", "loss")}
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            total = s["alpha"] + s["beta"]
+            g = (s["alpha"] * s["A"] / (s["beta"] * s["B"])) ** (1 / total)
+            n_opt = g * (float(C) / 6) ** (s["beta"] / total)
+            d_opt = float(C) / (6 * n_opt)
+            loss = s["E"] + s["A"] * n_opt ** -s["alpha"] + s["B"] * d_opt ** -s["beta"]
+        return {
+            "a": percentile_interval(s["beta"] / total),
+            "b": percentile_interval(s["alpha"] / total),
+            "N": percentile_interval(n_opt),
+            "D": percentile_interval(d_opt),
+            "loss": percentile_interval(loss),
+        }
+
+    @property
+    def has_frontier(self) -> bool:
         """A compute-optimal split exists only if loss falls with both N and D."""
-        flat = [
+        return not self._flat_terms()
+
+    def _flat_terms(self) -> list[str]:
+        return [
             f"{name}={value:.3g}"
             for name, value in (
                 ("A", self.A),
@@ -283,6 +405,9 @@ class ChinchillaFit:
             )
             if not value > FRONTIER_MIN
         ]
+
+    def _require_frontier(self) -> None:
+        flat = self._flat_terms()
         if flat:
             raise AnalysisError(
                 f"this L(N, D) fit has {', '.join(flat)}: loss does not fall with both N and D in "
@@ -295,28 +420,30 @@ class ChinchillaFit:
     ) -> tuple[np.ndarray | float, np.ndarray | float]:
         """(N*, D*) minimising L under C = 6 N D (Hoffmann et al. eq. 4)."""
         c6 = np.asarray(C, dtype=float) / 6
-        s = self.alpha + self.beta
-        n_opt = self.G * c6 ** (self.beta / s)
-        d_opt = c6 ** (self.alpha / s) / self.G
+        n_opt = self.G * c6**self.a
+        d_opt = c6**self.b / self.G
         if n_opt.ndim == 0:
             return float(n_opt), float(d_opt)
         return n_opt, d_opt
 
+    def frontier_loss(self, C: ArrayLike | float) -> np.ndarray | float:
+        """L at the compute-optimal N, D of each budget: the law's own frontier L(C)."""
+        n_opt, d_opt = self.compute_optimal(C)
+        return self.predict(n_opt, d_opt)
+
     def optimal_tokens(self, N: float) -> float:
         """D on the compute-optimal frontier for a model of N parameters."""
-        s = self.alpha + self.beta
-        c6 = (N / self.G) ** (s / self.beta)
+        c6 = (N / self.G) ** (1 / self.a)
         return float(c6 / N)
 
     def optimal_params(self, D: float) -> float:
         """N on the compute-optimal frontier for a budget of D tokens."""
-        c6 = (D * self.G) ** ((self.alpha + self.beta) / self.alpha)
+        c6 = (D * self.G) ** (1 / self.b)
         return float(c6 / D)
 
     def __str__(self) -> str:
-        values = {"E": self.E, "A": self.A, "B": self.B, "alpha": self.alpha, "beta": self.beta}
         title = "L(N, D) = E + A / N^alpha + B / D^beta"
-        return _format(title, values, self)
+        return _format(title, self.params(), self)
 
 
 FRONTIER_MIN = 1e-6
@@ -324,9 +451,18 @@ FRONTIER_MIN = 1e-6
 
 
 def fit_chinchilla(
-    N: ArrayLike, D: ArrayLike, L: ArrayLike, n_bootstrap: int = 200, seed: int = 0
+    N: ArrayLike,
+    D: ArrayLike,
+    L: ArrayLike,
+    n_bootstrap: int = 200,
+    seed: int = 0,
+    groups: ArrayLike | None = None,
 ) -> ChinchillaFit:
-    """Chinchilla approach 3 on (N, D, L) points: >= 5 points from >= 3 sizes (several D per N help)."""
+    """Chinchilla approach 3 on (N, D, L) points: >= 5 points from >= 3 sizes (several D per N help).
+
+    ``groups``: one label per point (its size or run); points of a group then share a resampled
+    offset in the bootstrap, as points of one training run share its seed.
+    """
     n, d, loss = _as_arrays("fit_chinchilla", 5, N=N, D=D, L=L)
     if np.unique(n).size < 3 or np.unique(d).size < 2:
         raise AnalysisError(
@@ -337,18 +473,17 @@ def fit_chinchilla(
     logs = np.arange(0, 26, 5.0)
     grid = np.array(list(itertools.product(np.arange(-1, 1.6, 0.5), logs, exps, logs, exps)))
     prob = _Problem.build([np.log(n), np.log(d)], np.log(loss), grid)
-    fit = _fit(prob, n_bootstrap, seed)
+    fit = _fit(prob, n_bootstrap, seed, _groups(groups, n.size, "fit_chinchilla"))
     e, a, alpha, b, beta = fit.theta
     s = fit.samples
-    std, ci = _uncertainty(
-        {
-            "E": np.exp(s[:, 0]),
-            "A": np.exp(s[:, 1]),
-            "B": np.exp(s[:, 3]),
-            "alpha": s[:, 2],
-            "beta": s[:, 4],
-        }
-    )
+    named = {
+        "E": np.exp(s[:, 0]),
+        "A": np.exp(s[:, 1]),
+        "B": np.exp(s[:, 3]),
+        "alpha": s[:, 2],
+        "beta": s[:, 4],
+    }
+    std, ci = _uncertainty(named)
     return ChinchillaFit(
         math.exp(e),
         math.exp(a),
@@ -360,4 +495,5 @@ def fit_chinchilla(
         std,
         ci,
         n_bootstrap,
+        named,
     )

@@ -2,6 +2,11 @@
 
 Shared by ``workflows/analyze.py`` and the ladder's ``lr.from_sweep`` feedback, so the LR a ladder
 trains with is exactly the one the sweep report prints.
+
+Trials of a size are compared at a common step: the last eval step every (non-diverged) trial
+of the size reached. Early stopping leaves stopped trials with an early, un-annealed loss; set
+beside finished trials' final losses it reads as "this LR is bad" whatever the LR, and puts
+the optimum wherever the finished trials happen to be.
 """
 
 from __future__ import annotations
@@ -20,10 +25,40 @@ LADDER_LR_EXPONENT = -1 / 3
 """The ladder's default LR exponent (trainer_core.ladder.LRFormula.exponent, OLMo-core's rule)."""
 QUADRATIC_HALF_WINDOW = 2
 """Grid points on each side of the grid minimum used by the quadratic fit."""
+COMPARED = "compared_loss"
+"""The loss column optima use: each trial's eval loss at its size's common step."""
+
+
+def _eval_history(results: ExperimentResults) -> pd.DataFrame:
+    """(name, step, eval_loss) of every eval a run logged, checkpoint evals included."""
+    cols = ["name", "step", "eval_loss"]
+    evals = pd.concat([results.metrics[cols], results.points[cols]]).dropna(subset=["eval_loss"])
+    return evals.drop_duplicates(["name", "step"], keep="last").sort_values(["name", "step"])
+
+
+def _compare_at_common_step(table: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
+    """Add last_eval_step, compared_step (the size's common step) and compared_loss."""
+    by_name = {name: g for name, g in evals.groupby("name")}
+    last = {name: int(g["step"].iloc[-1]) for name, g in by_name.items()}
+    table["last_eval_step"] = table["name"].map(last).astype("Int64")
+    usable = table[~table["diverged"] & table["last_eval_step"].notna()]
+    common = usable.groupby("size")["last_eval_step"].min()
+    table["compared_step"] = table["size"].map(common).astype("Int64")
+    losses = []
+    for row in table.itertuples(index=False):
+        g = by_name.get(row.name)
+        if row.diverged or g is None or pd.isna(row.compared_step):
+            losses.append(math.nan)
+            continue
+        upto = g[g["step"] <= row.compared_step]
+        losses.append(float(upto["eval_loss"].iloc[-1]) if len(upto) else math.nan)
+    table[COMPARED] = losses
+    return table
 
 
 def lr_sweep_table(results: ExperimentResults) -> pd.DataFrame:
-    """One row per trial: size, N, lr, final/best eval loss, steps run, early stop, divergence."""
+    """One row per trial: size, N, lr, final/best eval loss, steps run, early stop, divergence,
+    and the loss the optimum compares (``compared_loss`` at the size's ``compared_step``)."""
     final = results.final().set_index("name")
     rows = []
     for run in results.runs.itertuples(index=False):
@@ -46,6 +81,7 @@ def lr_sweep_table(results: ExperimentResults) -> pd.DataFrame:
         )
     table = pd.DataFrame(rows)
     table["diverged_step"] = table["diverged_step"].astype("Int64")
+    table = _compare_at_common_step(table, _eval_history(results))
     return table.sort_values(["N", "lr"], kind="stable").reset_index(drop=True)
 
 
@@ -61,16 +97,19 @@ class OptimalLR:
     at_edge: bool
     """The grid minimum is the smallest or largest LR tried: the optimum may lie outside."""
     n_trials: int
+    step: int | None = None
+    """The common step the trials were compared at (None: another loss column was used)."""
 
     def __str__(self) -> str:
         edge = "  (at the edge of the grid: widen it)" if self.at_edge else ""
+        at = f" at step {self.step}" if self.step is not None else ""
         return (
-            f"lr* = {self.lr:.3e} [{self.lr_low:.3e}, {self.lr_high:.3e}], loss {self.loss:.4f} "
-            f"({self.method}, {self.n_trials} trials){edge}"
+            f"lr* = {self.lr:.3e} [{self.lr_low:.3e}, {self.lr_high:.3e}], loss {self.loss:.4f}"
+            f"{at} ({self.method}, {self.n_trials} trials){edge}"
         )
 
 
-def optimal_lr(table: pd.DataFrame, loss: str = "final_eval_loss") -> OptimalLR:
+def optimal_lr(table: pd.DataFrame, loss: str = COMPARED) -> OptimalLR:
     """Fit loss vs log(lr) with a quadratic around the grid minimum (diverged trials excluded).
 
     The quadratic is used only if it is convex with its vertex inside the fitted LRs; its
@@ -82,9 +121,10 @@ def optimal_lr(table: pd.DataFrame, loss: str = "final_eval_loss") -> OptimalLR:
             f"optimal_lr: pass one size's rows, got sizes {sorted(table['size'].unique())}"
         )
     ok = table[~table["diverged"].astype(bool) & np.isfinite(table[loss].astype(float))]
-    ok = ok.groupby("lr", as_index=False)[loss].min().sort_values("lr")
     if ok.empty:
         raise AnalysisError(f"optimal_lr: no non-diverged trial with a finite {loss}")
+    step = int(ok["compared_step"].max()) if loss == COMPARED else None
+    ok = ok.groupby("lr", as_index=False)[loss].min().sort_values("lr")
     lrs = ok["lr"].to_numpy(float)
     x = np.log(lrs)
     y = ok[loss].to_numpy(float)
@@ -102,6 +142,7 @@ def optimal_lr(table: pd.DataFrame, loss: str = "final_eval_loss") -> OptimalLR:
             math.exp(xv + sigma),
             at_edge,
             len(x),
+            step,
         )
     left = x[i] - x[i - 1] if i > 0 else None
     right = x[i + 1] - x[i] if i + 1 < len(x) else None
@@ -115,6 +156,7 @@ def optimal_lr(table: pd.DataFrame, loss: str = "final_eval_loss") -> OptimalLR:
         lrs[i] * math.exp(half_up),
         at_edge,
         len(x),
+        step,
     )
 
 
@@ -141,7 +183,7 @@ def _quadratic_vertex(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float
     return float(xv), float(c0 - c1**2 / (4 * c2)), sigma
 
 
-def optimal_lrs(table: pd.DataFrame, loss: str = "final_eval_loss") -> dict[str, OptimalLR]:
+def optimal_lrs(table: pd.DataFrame, loss: str = COMPARED) -> dict[str, OptimalLR]:
     """optimal_lr of every size with a usable trial, smallest size first.
 
     A size whose trials all diverged (or have no eval yet) is left out, so one bad size doesn't
@@ -210,7 +252,7 @@ def fit_lr_power_law(
     return LRPowerLawFit(math.exp(coef[0]), float(coef[1]), b_se, log_a_se, len(x))
 
 
-def fit_sweep_lr(sweep_dir: str | Path, loss: str = "final_eval_loss") -> LRPowerLawFit:
+def fit_sweep_lr(sweep_dir: str | Path, loss: str = COMPARED) -> LRPowerLawFit:
     """Load an LR-sweep experiment dir and fit lr*(N) to its per-size optima."""
     table = lr_sweep_table(load(sweep_dir))
     optima = optimal_lrs(table, loss)

@@ -1,4 +1,4 @@
-"""PNG plots of an experiment: loss curves, loss vs compute, LR sweeps, LR* vs size.
+"""PNG plots of an experiment: loss curves, LR sweeps, LR* vs size (scaling laws: plots_scaling).
 
 Figures are built with ``matplotlib.figure.Figure`` (Agg canvas), never pyplot, so plotting works
 headless and leaves no global state behind in a notebook or a long-lived driver.
@@ -12,20 +12,18 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from trainer_core.analysis.fits import PowerLawFit
 from trainer_core.analysis.load import ExperimentResults
-from trainer_core.analysis.lr import LADDER_LR_EXPONENT, LRPowerLawFit, OptimalLR
-from trainer_core.analysis.predict import ExtrapolationCheck
+from trainer_core.analysis.lr import COMPARED, LADDER_LR_EXPONENT, LRPowerLawFit, OptimalLR
 
 
-def _colors(n: int) -> list:
+def colors(n: int) -> list:
     from matplotlib import colormaps
 
     cmap = colormaps["viridis"]
     return [cmap(i / max(n - 1, 1) * 0.9) for i in range(n)]
 
 
-def _save(fig: Figure, path: str | Path) -> Path:
+def save(fig: Figure, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -38,7 +36,7 @@ def plot_loss_curves(results: ExperimentResults, path: str | Path, which: str = 
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
     sizes = list(results.runs.drop_duplicates("size")["size"])
-    colors = dict(zip(sizes, _colors(len(sizes)), strict=True))
+    by_size = dict(zip(sizes, colors(len(sizes)), strict=True))
     labelled: set[str] = set()
     for _, m in results.metrics.groupby("name", sort=False):
         size = m["size"].iloc[0]
@@ -47,13 +45,13 @@ def plot_loss_curves(results: ExperimentResults, path: str | Path, which: str = 
         if which in ("train", "both"):
             t = m.dropna(subset=["train_loss"])
             ax.plot(
-                t["tokens"], t["train_loss"], lw=0.8, alpha=0.6, color=colors[size], label=label
+                t["tokens"], t["train_loss"], lw=0.8, alpha=0.6, color=by_size[size], label=label
             )
             label = None
         if which in ("eval", "both"):
             e = m.dropna(subset=["eval_loss"])
             ax.plot(
-                e["tokens"], e["eval_loss"], "o-", ms=3, lw=1.2, color=colors[size], label=label
+                e["tokens"], e["eval_loss"], "o-", ms=3, lw=1.2, color=by_size[size], label=label
             )
     ax.set_xscale("log")
     ax.set_xlabel("tokens")
@@ -63,83 +61,48 @@ def plot_loss_curves(results: ExperimentResults, path: str | Path, which: str = 
             which
         ]
     )
-    ax.legend(title="size", fontsize=8)
+    if labelled:
+        ax.legend(title="size", fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    return _save(fig, path)
-
-
-def plot_loss_vs_compute(
-    points: pd.DataFrame,
-    fit: PowerLawFit | None,
-    path: str | Path,
-    held_out: ExtrapolationCheck | None = None,
-) -> Path:
-    """Eval loss vs FLOPs per size, the fitted L(C), and the held-out size's actual vs predicted."""
-    fig = Figure(figsize=(7, 4.5))
-    ax = fig.add_subplot()
-    sizes = list(points.sort_values("N").drop_duplicates("size")["size"])
-    for size, color in zip(sizes, _colors(len(sizes)), strict=True):
-        p = points[points["size"] == size]
-        ax.scatter(p["flops"], p["eval_loss"], s=18, color=color, label=size, zorder=3)
-    if fit is not None:
-        lo, hi = points["flops"].min(), points["flops"].max()
-        if held_out is not None:
-            hi = max(hi, held_out.points["flops"].max())
-        c = np.logspace(np.log10(lo) - 0.1, np.log10(hi) + 0.3, 200)
-        ax.plot(
-            c,
-            fit.predict(c),
-            "k--",
-            lw=1,
-            label=f"fit: {fit.E:.3g} + {fit.A:.3g} C^-{fit.alpha:.3f}",
-        )
-    if held_out is not None:
-        h = held_out.points
-        ax.scatter(
-            h["flops"],
-            h["actual"],
-            s=70,
-            facecolors="none",
-            edgecolors="red",
-            lw=1.5,
-            label=f"held out {held_out.held_out_size}",
-            zorder=4,
-        )
-        ax.scatter(
-            h["flops"],
-            h["predicted"],
-            marker="*",
-            s=90,
-            color="red",
-            label=f"predicted ({100 * held_out.rel_error:+.2f}% at the end)",
-            zorder=5,
-        )
-    ax.set_xscale("log")
-    ax.set_xlabel("training FLOPs")
-    ax.set_ylabel("eval loss")
-    ax.set_title("loss vs compute")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, which="both")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_lr_sweep(
     table: pd.DataFrame,
     optima: dict[str, OptimalLR],
     path: str | Path,
-    loss: str = "final_eval_loss",
+    loss: str = COMPARED,
 ) -> Path:
-    """Loss vs peak LR per size (log x); optimum as a star, diverged trials as x at the top."""
-    fig = Figure(figsize=(7, 4.5))
+    """Loss vs peak LR per size (log x) at the size's common step; the optimum as a star,
+    trials stopped early as hollow markers labelled with their last step, diverged as x."""
+    fig = Figure(figsize=(7.5, 5))
     ax = fig.add_subplot()
     sizes = list(table.sort_values("N").drop_duplicates("size")["size"])
     finite = table.loc[~table["diverged"], loss].astype(float)
     finite = finite[np.isfinite(finite)]
     top = finite.max() if len(finite) else 1.0
-    for size, color in zip(sizes, _colors(len(sizes)), strict=True):
+    for size, color in zip(sizes, colors(len(sizes)), strict=True):
         t = table[table["size"] == size].sort_values("lr")
         ok = t[~t["diverged"]]
-        ax.plot(ok["lr"], ok[loss], "o-", ms=4, color=color, label=size)
+        step = ok["compared_step"].max() if loss == COMPARED else None
+        label = f"{size} (at step {step})" if step is not None and pd.notna(step) else size
+        ax.plot(ok["lr"], ok[loss], "-", lw=1, color=color, label=label)
+        done = ok[~ok["stopped_early"]]
+        ax.scatter(done["lr"], done[loss], s=22, color=color, zorder=3)
+        stopped = ok[ok["stopped_early"]]
+        ax.scatter(
+            stopped["lr"], stopped[loss], s=40, facecolors="white", edgecolors=color, zorder=3
+        )
+        for row in stopped.itertuples(index=False):
+            ax.annotate(
+                f"stopped@{row.steps_run}",
+                (row.lr, getattr(row, loss)),
+                textcoords="offset points",
+                xytext=(0, 7),
+                ha="center",
+                fontsize=6,
+                color=color,
+            )
         bad = t[t["diverged"]]
         if len(bad):
             ax.scatter(bad["lr"], np.full(len(bad), top), marker="x", s=50, color=color, zorder=4)
@@ -157,11 +120,12 @@ def plot_lr_sweep(
             )
     ax.set_xscale("log")
     ax.set_xlabel("peak learning rate")
-    ax.set_ylabel(loss.replace("_", " "))
-    ax.set_title("LR sweep (star: optimum, x: diverged)")
+    what = "eval loss at the common step" if loss == COMPARED else loss.replace("_", " ")
+    ax.set_ylabel(what)
+    ax.set_title("LR sweep (star: optimum, hollow: stopped early, x: diverged)")
     ax.legend(title="size", fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_lr_vs_size(
@@ -198,4 +162,4 @@ def plot_lr_vs_size(
     ax.set_ylabel("optimal peak LR")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    return _save(fig, path)
+    return save(fig, path)

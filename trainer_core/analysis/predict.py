@@ -1,79 +1,149 @@
-"""Using the scaling-law fits: fitting from a points table, extrapolation checks, predictions."""
+"""Using the scaling-law fits: fitting from a points table, the held-out check, predictions."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import pandas as pd
 
-from trainer_core.analysis.fits import (
-    ChinchillaFit,
-    PowerLawFit,
-    fit_chinchilla,
-    fit_loss_vs_compute,
-)
+from trainer_core.analysis.checks import fit_flags
+from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit, fit_chinchilla
+from trainer_core.analysis.frontier import fit_frontier
 from trainer_core.analysis.load import AnalysisError
+
+LAW_CHINCHILLA = "L(N, D)"
+LAW_FRONTIER = "frontier L(C)"
 
 
 def chinchilla_from_points(
     points: pd.DataFrame, n_bootstrap: int = 0, seed: int = 0
 ) -> ChinchillaFit:
-    return fit_chinchilla(points["N"], points["tokens"], points["eval_loss"], n_bootstrap, seed)
+    """Approach 3 on a points table; the points of one size share a bootstrap offset."""
+    return fit_chinchilla(
+        points["N"], points["tokens"], points["eval_loss"], n_bootstrap, seed, points["size"]
+    )
 
 
-def compute_law_from_points(
-    points: pd.DataFrame, n_bootstrap: int = 0, seed: int = 0
-) -> PowerLawFit:
-    return fit_loss_vs_compute(points["flops"], points["eval_loss"], n_bootstrap, seed)
+@dataclass
+class HeldOutPrediction:
+    """One law's prediction of the held-out size's final loss, with its bootstrap interval."""
+
+    law: str
+    at: str
+    predicted: float
+    interval: tuple[float, float]
+    actual: float
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def rel_error(self) -> float:
+        return (self.predicted - self.actual) / self.actual
+
+    @property
+    def covers(self) -> bool:
+        lo, hi = self.interval
+        return lo <= self.actual <= hi
+
+    def __str__(self) -> str:
+        lo, hi = self.interval
+        ci = f" (95% {lo:.4f} .. {hi:.4f})" if math.isfinite(lo) else " (no interval)"
+        return (
+            f"{self.law} at {self.at}: predicted {self.predicted:.4f}{ci}, measured "
+            f"{self.actual:.4f}, error {100 * self.rel_error:+.2f}%"
+        )
 
 
 @dataclass
 class ExtrapolationCheck:
-    """A fit without the largest size, scored on that size's points (headline: its last point)."""
+    """Both laws fitted without the largest size, scored on that size's final (annealed) eval."""
 
     held_out_size: str
     held_out_N: int
     tokens: int
-    predicted: float
+    flops: float
     actual: float
-    rel_error: float
+    predictions: list[HeldOutPrediction]
+    skipped: list[str]
+    """Laws that could not be fitted on the smaller sizes, with the reason."""
     points: pd.DataFrame
-    """Every held-out point: tokens, flops, actual, predicted, rel_error."""
+    """Every held-out point: tokens, flops, actual, and one predicted column per law."""
+    fits: dict[str, ChinchillaFit | PowerLawFit] = field(default_factory=dict)
+    """The laws fitted without the held-out size, by law name."""
+
+    def prediction(self, law: str) -> HeldOutPrediction | None:
+        return next((p for p in self.predictions if p.law == law), None)
 
     def __str__(self) -> str:
-        return (
-            f"held out {self.held_out_size} (N={self.held_out_N:,}) at {self.tokens:,} tokens: "
-            f"predicted {self.predicted:.4f}, actual {self.actual:.4f}, "
-            f"error {100 * self.rel_error:+.2f}%"
-        )
+        lines = [
+            f"held out {self.held_out_size} (N={self.held_out_N:,}), final eval at "
+            f"{self.tokens:,} tokens, {self.flops:.3g} FLOPs:"
+        ]
+        lines += [f"  {p}" for p in self.predictions]
+        lines += [f"  {law}: skipped ({why})" for law, why in self.skipped]
+        return "\n".join(lines)
 
 
 def extrapolation_check(
-    points: pd.DataFrame,
-    fit_fn: Callable[[pd.DataFrame], ChinchillaFit | PowerLawFit] = chinchilla_from_points,
+    points: pd.DataFrame, n_bootstrap: int = 0, seed: int = 0
 ) -> ExtrapolationCheck:
-    """Refit without the largest N and predict its losses; rel_error = (pred - actual) / actual."""
+    """Fit L(N, D) and the frontier L(C) without the largest N and predict its final loss.
+
+    L(N, D) predicts at the held-out size's N and final D, the frontier at its final compute
+    (its own compute-optimal claim). Either law may be skipped (too few sizes left), not both.
+    """
     if points["N"].nunique() < 2:
         raise AnalysisError("extrapolation_check needs points from at least 2 sizes")
     largest = points["N"].max()
     held = points[points["N"] == largest].sort_values("tokens")
-    fit = fit_fn(points[points["N"] != largest])
-    predicted = fit.predict_frame(held)
-    actual = held["eval_loss"].to_numpy(float)
-    table = (
-        held[["tokens", "flops"]].assign(actual=actual, predicted=predicted).reset_index(drop=True)
-    )
-    table["rel_error"] = (table["predicted"] - table["actual"]) / table["actual"]
-    last = table.iloc[-1]
+    rest = points[points["N"] != largest]
+    last = held.iloc[-1]
+    table = held[["tokens", "flops"]].assign(actual=held["eval_loss"]).reset_index(drop=True)
+    predictions, skipped, fits = [], [], {}
+    chinchilla = None
+    try:
+        chinchilla = fits[LAW_CHINCHILLA] = chinchilla_from_points(rest, n_bootstrap, seed)
+        table[LAW_CHINCHILLA] = chinchilla.predict_frame(held)
+        predictions.append(
+            HeldOutPrediction(
+                LAW_CHINCHILLA,
+                f"N={largest:.3g}, D={last['tokens']:.3g}",
+                float(chinchilla.predict(largest, last["tokens"])),
+                chinchilla.predict_interval(largest, last["tokens"]),
+                float(last["eval_loss"]),
+                fit_flags(chinchilla, rest["eval_loss"].min()),
+            )
+        )
+    except AnalysisError as e:
+        skipped.append((LAW_CHINCHILLA, str(e)))
+    try:
+        frontier = fits[LAW_FRONTIER] = fit_frontier(rest, n_bootstrap, seed, smoother=chinchilla)
+        table[LAW_FRONTIER] = frontier.predict_frame(held)
+        predictions.append(
+            HeldOutPrediction(
+                LAW_FRONTIER,
+                f"C={last['flops']:.3g}",
+                float(frontier.predict(last["flops"])),
+                frontier.predict_interval(last["flops"]),
+                float(last["eval_loss"]),
+                fit_flags(frontier, rest["eval_loss"].min()),
+            )
+        )
+    except AnalysisError as e:
+        skipped.append((LAW_FRONTIER, str(e)))
+    if not predictions:
+        reasons = "; ".join(f"{law}: {why}" for law, why in skipped)
+        raise AnalysisError(f"held-out check: no law fits the smaller sizes ({reasons})")
     return ExtrapolationCheck(
-        held_out_size=str(held["size"].iloc[-1]),
+        held_out_size=str(last["size"]),
         held_out_N=int(largest),
         tokens=int(last["tokens"]),
-        predicted=float(last["predicted"]),
-        actual=float(last["actual"]),
-        rel_error=float(last["rel_error"]),
+        flops=float(last["flops"]),
+        actual=float(last["eval_loss"]),
+        predictions=predictions,
+        skipped=skipped,
         points=table,
+        fits=fits,
     )
 
 

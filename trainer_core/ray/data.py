@@ -155,6 +155,7 @@ def ray_train_dataset(
     )
     ds.context.execution_options.preserve_order = True
     ds.context.print_on_execution_start = False
+    ds.context.raise_original_map_exception = True  # keeps a ShardError's type for the consumer
     return ds
 
 
@@ -173,7 +174,7 @@ def batches_from_shard(
     expected, first = expected_start_step, True
     slot_pattern = np.arange(rows_per_batch)
     blocks = data_iterator.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=2)
-    for rows in _whole_steps(blocks, rows_per_batch):
+    for rows in _whole_steps(_unwrapped_errors(blocks), rows_per_batch):
         for start in range(0, len(rows["step"]), rows_per_batch):
             steps = rows["step"][start : start + rows_per_batch]
             slots = rows["slot"][start : start + rows_per_batch]
@@ -194,6 +195,16 @@ def batches_from_shard(
             window = rows["tokens"][start : start + rows_per_batch]
             yield torch.from_numpy(window.astype(np.int64))
             expected += 1
+
+
+def _unwrapped_errors(blocks: Iterator[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
+    """A read task's DataError (a corrupt shard, ...) raised as itself, one line: Ray hands it
+    over wrapped, with the remote traceback and retry advice appended to its message."""
+    try:
+        yield from blocks
+    except DataError as e:
+        cause = getattr(e, "cause", e)
+        raise type(cause)(str(cause).splitlines()[0]) from None
 
 
 def _whole_steps(

@@ -3,6 +3,8 @@
 Each size's LRs are log-spaced multiples of the ladder formula's LR (or log-uniform random draws);
 runs are short by default (a fraction of the ladder's duration, the schedule compressed with it).
 ASHA (or median stopping) on eval loss at the eval steps frees the resources of clearly worse LRs.
+A size whose best LR is at the edge of its grid gets more rounds of trials beyond that edge
+(``sweep.widen_rounds``), each a Tune experiment of its own beside the first.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import random
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
+
+import pandas as pd
 
 from trainer_core.config import require
 from trainer_core.configio import replace as replace_config
@@ -46,6 +50,9 @@ class SweepConfig:
     grace_fraction: float = 0.25
     """ASHA's first rung, as a fraction of the run's steps."""
     reduction_factor: int = 2
+    widen_rounds: int = 2
+    """Rounds of extra trials beyond the edge of the grid while a size's best LR is at an edge
+    (one LR a round, a grid step further out; 0: never widen)."""
     dir: str = ""
     """Where the sweep writes; empty: beside the ladder's dir, ``<dir>-lr-sweep``, so one config
     serves the sweep and then the ladder (feed it back with ``lr.from_sweep``)."""
@@ -64,6 +71,7 @@ class SweepConfig:
         require(
             self.reduction_factor >= 2, "reduction_factor", self.reduction_factor, "must be >= 2"
         )
+        require(self.widen_rounds >= 0, "widen_rounds", self.widen_rounds, "must be >= 0")
 
 
 @dataclass
@@ -99,27 +107,53 @@ def rung_steps(plan: SizePlan, sweep: SweepConfig) -> int:
 def sweep_plans(job: SweepJobConfig, sizes: list[str] | None) -> list[SizePlan]:
     if not job.sweep.full_length:
         multiple = min(job.sweep.duration_multiple, job.duration.chinchilla_multiple)
-        job = replace(job, duration=replace(job.duration, chinchilla_multiple=multiple))
+        job = replace(
+            job,
+            duration=replace(job.duration, chinchilla_multiple=multiple, multiple_by_size={}),
+        )
     return plan_ladder(job, sizes)
+
+
+def trial_spec(job: SweepJobConfig, plan: SizePlan, lr: float, round_: int = 0) -> TrialSpec:
+    """One size x LR trial; ``round_`` > 0: a trial added by widening the grid."""
+    name = f"{plan.size}-lr{fmt_lr(lr)}"
+    tags = {"sweep": job.name, "size": plan.size, "lr_factor": lr / plan.lr, "round": round_}
+    return TrialSpec(
+        name=name,
+        config=replace_config(
+            ray_run_config(plan, job, name, lr=lr),
+            [f"trainer.eval_interval={rung_steps(plan, job.sweep)}"],
+        ),
+        tags=tags,
+    )
 
 
 def sweep_trials(job: SweepJobConfig, plans: list[SizePlan]) -> list[TrialSpec]:
     """Every size x LR trial: sizes costliest first, each size's LRs centre out."""
-    specs = []
-    for plan in costliest_first(plans):
-        for lr in sweep_lrs(plan, job.sweep, job.seed):
-            name = f"{plan.size}-lr{fmt_lr(lr)}"
-            specs.append(
-                TrialSpec(
-                    name=name,
-                    config=replace_config(
-                        ray_run_config(plan, job, name, lr=lr),
-                        [f"trainer.eval_interval={rung_steps(plan, job.sweep)}"],
-                    ),
-                    tags={"sweep": job.name, "size": plan.size, "lr_factor": lr / plan.lr},
-                )
-            )
-    return specs
+    return [
+        trial_spec(job, plan, lr)
+        for plan in costliest_first(plans)
+        for lr in sweep_lrs(plan, job.sweep, job.seed)
+    ]
+
+
+def widening_trials(
+    job: SweepJobConfig, plans: list[SizePlan], exp_dir: Path, round_: int
+) -> list[TrialSpec]:
+    """The trials beyond the grid's edge that the earlier rounds' results call for (none: every
+    best LR is interior). Later rounds' runs already on disk (a resumed sweep) are left out, so
+    a round is the same whether it runs now or is restored."""
+    from trainer_core.analysis import load, lr_sweep_table, widen_lrs
+
+    results = load(exp_dir)
+    rounds = results.runs.set_index("name").get("tag_round", pd.Series(dtype=float))
+    table = lr_sweep_table(results)
+    wanted = widen_lrs(table[table["name"].map(rounds).fillna(0) < round_])
+    return [
+        trial_spec(job, plan, lr, round_)
+        for plan in costliest_first(plans)
+        for lr in wanted.get(plan.size, [])
+    ]
 
 
 def early_stopper(job: SweepJobConfig, plans: list[SizePlan]):
@@ -144,8 +178,13 @@ def early_stopper(job: SweepJobConfig, plans: list[SizePlan]):
     return PerSizeScheduler({plan.size: for_size(plan) for plan in plans})
 
 
-def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool) -> TrialsRun:
-    """Plan, check and run every size x LR trial of ``job`` (already :func:`as_sweep`)."""
+def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool) -> list[TrialsRun]:
+    """Plan, check and run every size x LR trial of ``job`` (already :func:`as_sweep`), then the
+    widening rounds; one TrialsRun per round that ran.
+
+    Round k's Tune state is ``tune-widen<k>/``; a resumed sweep recomputes each round's trials
+    from the results on disk, so it restores the same rounds.
+    """
     from trainer_core.ray.runtime import init_ray
 
     plans = sweep_plans(job, sizes)
@@ -154,4 +193,13 @@ def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool) -> Tri
     write_experiment_record(job, plans, exp_dir)
     init_ray(job.ray.address)
     settings = TuneSettings(scheduler=early_stopper(job, plans))
-    return run_trials(sweep_trials(job, plans), exp_dir, settings, resume)
+    runs = [run_trials(sweep_trials(job, plans), exp_dir, settings, resume)]
+    for round_ in range(1, job.sweep.widen_rounds + 1):
+        specs = widening_trials(job, plans, exp_dir, round_)
+        if not specs:
+            break
+        lrs = ", ".join(f"{s.tags['size']} {s.config.optim.lr:.3e}" for s in specs)
+        print(f"widening the LR grid, round {round_}: best LR at an edge; adding {lrs}")
+        settings = TuneSettings(scheduler=early_stopper(job, plans), name=f"tune-widen{round_}")
+        runs.append(run_trials(specs, exp_dir, settings, resume))
+    return runs

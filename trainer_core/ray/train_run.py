@@ -15,6 +15,7 @@ from typing import Any
 from trainer_core.checkpoint import list_checkpoints
 from trainer_core.configio import ConfigError, to_dict
 from trainer_core.data import open_token_data
+from trainer_core.errors import RunFailedError
 from trainer_core.ray.config import RayTrainConfig
 from trainer_core.ray.worker import dataset_name, train_worker
 
@@ -54,7 +55,8 @@ def build_torch_trainer(
 ):
     import ray.data
     import ray.train
-    from ray.train.torch import TorchTrainer
+
+    from trainer_core.ray.failures import FailFastTorchTrainer
 
     cfg = with_absolute_run_dir(cfg)
     rc = cfg.ray
@@ -70,7 +72,7 @@ def build_torch_trainer(
     datasets = {
         dataset_name(r): functools.partial(_rank_dataset, cfg, r, dp_size) for r in range(dp_size)
     }
-    return TorchTrainer(
+    return FailFastTorchTrainer(
         train_worker,
         train_loop_config={"train": to_dict(cfg), "tags": tags or {}},
         scaling_config=ray.train.ScalingConfig(
@@ -114,7 +116,9 @@ def run_training(
     """Run (or resume) one training run on Ray Train and return its summary.
 
     Idempotent: a run whose run.json says finished/diverged returns its summary at once, which
-    is what makes a restored Tune experiment safe to re-run trials.
+    is what makes a restored Tune experiment safe to re-run trials. A failure raises
+    :class:`RunFailedError` with the reason: at once for bad input (no retry can fix it), after
+    ``ray.max_failures`` restarts for anything else.
     """
     import ray.train
 
@@ -122,23 +126,29 @@ def run_training(
     done = run_summary(run_dir)
     if done.get("status") in FINAL_STATUSES:
         return done
+    # Unusable shards fail here, as one line, before any Ray Train process starts (in the
+    # controller they would fail too, but under Ray's logged traceback).
+    open_token_data(cfg.data, cfg.model.vocab_size)
     try:
         build_torch_trainer(cfg, tags, callbacks).fit()
     except ray.train.TrainingFailedError as e:
-        raise RunFailedError(run_dir, e) from None
+        raise RunFailedError(failure_message(run_dir, e)) from None
     return run_summary(run_dir)
 
 
 FINAL_STATUSES = ("finished", "diverged")
 
 
-class RunFailedError(RuntimeError):
-    """A Ray Train run gave up after ``ray.max_failures`` restarts; its checkpoints are kept."""
+def failure_message(run_dir: Path, error: Exception) -> str:
+    """What stopped the run (the user error's message whole, else the last line of Ray's
+    report, not its tracebacks) and where its work so far is."""
+    from trainer_core.ray.failures import fatal_reason
 
-    def __init__(self, run_dir: Path, cause: Exception):
-        first = str(cause).strip().splitlines()
-        reason = next((line for line in reversed(first) if line.strip()), type(cause).__name__)
-        super().__init__(
-            f"run {run_dir.name} failed: {reason}\n  checkpoints and metrics so far are kept in "
-            f"{run_dir}; fix the cause and re-run the same command to resume"
-        )
+    reason = fatal_reason(error)
+    if reason is None:
+        lines = [line for line in str(error).splitlines() if line.strip()]
+        reason = lines[-1].strip() if lines else type(error).__name__
+    return (
+        f"run {run_dir.name} failed: {reason}\n  checkpoints and metrics so far are kept in "
+        f"{run_dir}; fix the cause and re-run the same command to resume"
+    )

@@ -58,6 +58,8 @@ class TuneSettings:
     scheduler: Any = None
     max_concurrent: int = 0
     """0: as many trials at once as the cluster's CPUs/GPUs hold worker groups."""
+    name: str = "tune"
+    """The Tune experiment's dir under the experiment dir (an LR sweep's widening rounds)."""
 
 
 def costliest_first(plans: list) -> list:
@@ -124,7 +126,7 @@ def run_trials(
 
     exp_dir = exp_dir.resolve()
     trainable = tune.with_resources(trial_driver, {"CPU": DRIVER_CPUS})
-    tune_dir = exp_dir / "tune"
+    tune_dir = exp_dir / settings.name
     concurrency = settings.max_concurrent or max_concurrent_trials(specs)
     restored = resume and tune.Tuner.can_restore(str(tune_dir))
     if restored:
@@ -144,7 +146,7 @@ def run_trials(
                 trial_dirname_creator=_trial_name,
             ),
             run_config=tune.RunConfig(
-                name="tune",
+                name=settings.name,
                 storage_path=str(exp_dir),
                 verbose=0,
                 failure_config=tune.FailureConfig(max_failures=0),

@@ -8,6 +8,7 @@ datasets are rebuilt from that same step, so which checkpoint Ray itself tracks 
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -22,24 +23,30 @@ def dataset_name(dp_rank: int) -> str:
 
 
 class RayReporter(BaseCallback):
-    """Reports metrics (every rank: ``ray.train.report`` is a barrier) at eval and checkpoint steps."""
+    """Reports metrics (every rank: ``ray.train.report`` is a barrier) at eval and checkpoint
+    steps, once the step's checkpoint (if any) is committed, so the report can carry it."""
 
     def __init__(self, report_on_log: bool):
         self.report_on_log = report_on_log
-        self.pending: Path | None = None
-
-    def on_checkpoint(self, step: int, path: Path, permanent: bool) -> None:
-        self.pending = path
+        self.metrics: dict[str, float] | None = None
+        self.checkpoint: Path | None = None
 
     def on_log(self, step: int, metrics: dict[str, float]) -> None:
+        self.metrics = metrics
+
+    def on_checkpoint(self, step: int, path: Path, permanent: bool) -> None:
+        self.checkpoint = path
+
+    def on_step_end(self, step: int) -> None:
         import ray.train
 
-        if not (self.report_on_log or self.pending or "eval/loss" in metrics):
+        metrics, path = self.metrics or {}, self.checkpoint
+        self.metrics, self.checkpoint = None, None
+        if not (self.report_on_log or path or "eval/loss" in metrics):
             return
         checkpoint = None
-        if self.pending is not None and ray.train.get_context().get_world_rank() == 0:
-            checkpoint = ray.train.Checkpoint(str(self.pending.resolve()))
-        self.pending = None
+        if path is not None and ray.train.get_context().get_world_rank() == 0:
+            checkpoint = ray.train.Checkpoint(str(path.resolve()))
         ray.train.report(
             {"step": step, **metrics},
             checkpoint=checkpoint,
@@ -47,12 +54,52 @@ class RayReporter(BaseCallback):
         )
 
 
+class DataPositionChanged(RuntimeError):
+    """The resume fell back past a corrupt checkpoint after Ray Data was set up to start at it.
+
+    Retriable on purpose: the restarted worker group's datasets are built from the new latest
+    checkpoint (the corrupt one has been moved aside), so the retry resumes exactly.
+    """
+
+
+RAY_TRAIN_FN_ERRORS = "ray.train.v2._internal.util"
+"""The logger Ray Train writes every training-function error to, traceback included."""
+
+
+class _NoFatalTraceback(logging.Filter):
+    """Drops Ray's traceback of a :class:`FatalRunError`: its message reaches the user whole
+    from the driver, in one line; the traceback (of this module) would only bury it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "FatalRunError" not in record.getMessage()
+
+
 def train_worker(config: dict[str, Any]) -> None:
-    """The ``train_loop_per_worker`` of the TorchTrainer."""
+    """The ``train_loop_per_worker`` of the TorchTrainer.
+
+    Input errors (config, data, checkpoint) leave as :class:`FatalRunError`, which Ray does not
+    retry; divergence is reported as a result; anything else is Ray's to retry.
+    """
+    from trainer_core.ray.failures import FatalRunError, user_error_in
+
+    errors = logging.getLogger(RAY_TRAIN_FN_ERRORS)
+    if not any(isinstance(f, _NoFatalTraceback) for f in errors.filters):
+        errors.addFilter(_NoFatalTraceback())
+    try:
+        _train(config)
+    except Exception as e:
+        cause = user_error_in(e)
+        if cause is None:
+            raise
+        raise FatalRunError(str(cause)) from None
+
+
+def _train(config: dict[str, Any]) -> None:
     import ray.train
 
     from trainer_core.distributed import teardown
     from trainer_core.ray.data import batches_from_shard
+    from trainer_core.ray.train_run import resume_step
     from trainer_core.run import build_trainer
     from trainer_core.trainer import NonFiniteLossError
 
@@ -62,8 +109,19 @@ def train_worker(config: dict[str, Any]) -> None:
     dp_rank = ray.train.get_context().get_world_rank() // tp
     rows_per_rank = cfg.trainer.global_batch_size // cfg.data.seq_len // (cfg.ray.num_workers // tp)
     shard = ray.train.get_dataset_shard(dataset_name(dp_rank))
+    # Where this worker group's datasets start (built from the same listing just before the
+    # workers started; read before the first collective, so before any rank can change it).
+    data_start = resume_step(Path(cfg.trainer.run_dir))
 
     def train_batches(start_step: int):
+        # Only a fallback moves the start (checkpoint.resume_from, which these datasets do not
+        # follow, stays the data layer's error below: a retry would not change it).
+        if start_step != data_start and not cfg.checkpoint.resume_from:
+            raise DataPositionChanged(
+                f"resumed at step {start_step}, not {data_start}: the checkpoint of step "
+                f"{data_start} failed its checksums; restarting the workers so the data "
+                f"starts at step {start_step}"
+            )
         return batches_from_shard(shard, rows_per_rank, expected_start_step=start_step)
 
     trainer = build_trainer(

@@ -1,0 +1,112 @@
+"""The per-size optimal LR under early stopping, and widening a grid whose optimum is at an edge."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from trainer_core.analysis import load, lr_sweep_table, optimal_lr, plot_lr_sweep, widen_lrs
+
+LR0 = 1e-2
+LR_STAR = 4e-3
+FACTORS = (0.25, 0.5, 1.0, 2.0)
+TOTAL = 100
+BATCH = 4096
+
+
+def loss_at(lr: float, step: int) -> float:
+    """Loss falls with steps; at every step the best LR is LR_STAR."""
+    return 2.6 + 50 / (step + 60) + 0.05 * math.log(lr / LR_STAR) ** 2
+
+
+def write_trial(root: Path, lr: float, last_step: int, status: str) -> None:
+    name = f"1M-lr{lr:.3e}"
+    run = root / "runs" / name
+    run.mkdir(parents=True)
+    record = {
+        "name": name,
+        "size": "1M",
+        "num_params": 1_000_000,
+        "flops_per_token": 6e6,
+        "lr": lr,
+        "global_batch_tokens": BATCH,
+        "seq_len": 128,
+        "total_steps": TOTAL,
+        "status": status,
+        "last_step": last_step,
+    }
+    (run / "run.json").write_text(json.dumps(record))
+    evals = [s for s in (20, 40, 100) if s <= last_step]
+    lines = [{"step": s, "tokens": s * BATCH, "eval/loss": loss_at(lr, s)} for s in evals]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+
+@pytest.fixture
+def asha_sweep(tmp_path: Path) -> Path:
+    """The issue's sweep: ASHA let only the top LR finish; the others stopped at steps 20-40."""
+    for factor, last in zip(FACTORS, (20, 20, 40, TOTAL), strict=True):
+        write_trial(tmp_path, LR0 * factor, last, "finished" if last == TOTAL else "stopped")
+    return tmp_path
+
+
+def test_final_losses_favour_the_finished_trial(asha_sweep: Path):
+    """The bias, reproduced: stopped trials' early losses look worse than any final loss."""
+    table = lr_sweep_table(load(asha_sweep))
+    biased = optimal_lr(table, loss="final_eval_loss")
+    assert biased.lr == pytest.approx(LR0 * 2.0) and biased.at_edge
+
+
+def test_trials_are_compared_at_their_common_step(asha_sweep: Path, tmp_path: Path):
+    table = lr_sweep_table(load(asha_sweep)).sort_values("lr")
+    assert list(table["compared_step"]) == [20] * 4
+    assert list(table["last_eval_step"]) == [20, 20, 40, 100]
+    assert list(table["stopped_early"]) == [True, True, True, False]
+    for row in table.itertuples(index=False):
+        assert row.compared_loss == pytest.approx(loss_at(row.lr, 20))
+    best = optimal_lr(table)
+    assert best.step == 20 and not best.at_edge
+    assert best.lr == pytest.approx(LR_STAR, rel=1e-6)
+    assert "at step 20" in str(best)
+    png = plot_lr_sweep(table, {"1M": best}, tmp_path / "sweep.png")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def _table(rows: list[tuple[str, float, float, bool]]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["size", "lr", "compared_loss", "diverged"])
+
+
+def test_widen_beyond_the_edge_by_the_grid_step():
+    table = _table(
+        [
+            ("top", 1e-3, 3.0, False),
+            ("top", 2e-3, 2.9, False),
+            ("top", 4e-3, 2.8, False),
+            ("low", 1e-3, 2.7, False),
+            ("low", 4e-3, 2.8, False),
+            ("low", 1.6e-2, 2.9, False),
+            ("mid", 1e-3, 3.0, False),
+            ("mid", 2e-3, 2.8, False),
+            ("mid", 4e-3, 2.9, False),
+        ]
+    )
+    wanted = widen_lrs(table)
+    assert wanted.keys() == {"top", "low"}
+    assert wanted["top"] == [pytest.approx(8e-3)]
+    assert wanted["low"] == [pytest.approx(2.5e-4)]
+
+
+def test_widening_stops_below_divergence_and_skips_tried_lrs():
+    capped = _table([("s", 1e-3, 3.0, False), ("s", 2e-3, 2.9, False), ("s", 4e-3, math.nan, True)])
+    assert widen_lrs(capped) == {}
+    far = _table([("s", 1e-3, 3.0, False), ("s", 2e-3, 2.9, False), ("s", 1.0, math.nan, True)])
+    assert widen_lrs(far) == {"s": [pytest.approx(4e-3)]}
+    tried = _table([("s", 1e-3, 3.0, False), ("s", 2e-3, 2.9, False), ("s", 4e-3, math.nan, False)])
+    assert widen_lrs(tried) == {}
+    dead = _table([("s", 1e-3, math.nan, True), ("s", 4e-3, math.nan, True)])
+    assert widen_lrs(dead) == {"s": [pytest.approx(5e-4)]}
+    single = _table([("s", 1e-3, 3.0, False)])
+    assert widen_lrs(single) == {"s": [pytest.approx(5e-4), pytest.approx(2e-3)]}

@@ -1,0 +1,215 @@
+"""Known answers for the compute-optimal analysis: points drawn from Hoffmann et al.'s L(N, D)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from trainer_core.analysis import (
+    ChinchillaFit,
+    PowerLawFit,
+    extrapolation_check,
+    fit_flags,
+    fit_frontier,
+    fit_isoflop,
+    fit_loss_vs_compute,
+    frontier_points,
+    isoflop_flags,
+    plot_isoflops,
+)
+from trainer_core.analysis.bootstrap import residual_resamples
+from trainer_core.analysis.synthetic import CHINCHILLA, SyntheticLadder
+
+ROOT = Path(__file__).resolve().parents[1]
+LAW = CHINCHILLA
+ALPHA_C = LAW.alpha * LAW.beta / (LAW.alpha + LAW.beta)
+"""The exponent of the law's own frontier: L*(C) = E + K C^-alpha_C exactly."""
+
+
+@pytest.fixture(scope="module")
+def noisy() -> pd.DataFrame:
+    return SyntheticLadder(noise=0.005).points(seed=1)
+
+
+def test_chinchilla_frontier_is_a_power_law_in_compute():
+    c = np.logspace(18, 24, 7)
+    n_opt, d_opt = LAW.compute_optimal(c)
+    assert np.allclose(6 * n_opt * d_opt, c)
+    k = (LAW.frontier_loss(c) - LAW.E) * c**ALPHA_C
+    assert np.allclose(k, k[0], rtol=1e-9)
+
+
+def test_frontier_fit_matches_closed_form(noisy: pd.DataFrame):
+    fit = fit_frontier(noisy, n_bootstrap=0)
+    front = frontier_points(noisy)
+    c = front["flops"].to_numpy()
+    truth = LAW.frontier_loss(c)
+    assert np.max(np.abs(fit.predict(c) / truth - 1)) < 0.005
+    assert fit.alpha == pytest.approx(ALPHA_C, abs=0.005)
+    assert abs(fit.E / LAW.E - 1) < 0.03
+    # The envelope never lies below the true frontier by more than the noise.
+    assert np.all(front["eval_loss"] / truth > 1 - 3 * 0.005)
+
+
+def test_frontier_beats_a_fit_to_every_point(noisy: pd.DataFrame):
+    """Over- and under-trained points sit above the frontier: fitted to all of them, L(C) is off."""
+    every = fit_loss_vs_compute(noisy["flops"], noisy["eval_loss"], n_bootstrap=0)
+    front = fit_frontier(noisy, n_bootstrap=0)
+    c = np.logspace(np.log10(noisy["flops"].min()) + 1, np.log10(noisy["flops"].max()) + 1, 20)
+    truth = LAW.frontier_loss(c)
+    err_every = np.max(np.abs(every.predict(c) / truth - 1))
+    err_front = np.max(np.abs(front.predict(c) / truth - 1))
+    assert err_front < 0.01 < err_every
+
+
+def test_frontier_ends_drop_single_size_budgets():
+    pts = SyntheticLadder(noise=0.0, n_sizes=4).points()
+    front = frontier_points(pts)
+    by_size = pts.groupby("size")["flops"]
+    assert front["flops"].min() >= by_size.min()["s1"] * (1 - 1e-9)
+    assert front["flops"].max() <= by_size.max()["s2"] * (1 + 1e-9)
+    whole = frontier_points(pts, trim_ends=False)
+    assert whole["flops"].min() < front["flops"].min() and len(whole) > len(front)
+
+
+def test_isoflop_recovers_compute_optimal_exponent(noisy: pd.DataFrame, tmp_path: Path):
+    fit = fit_isoflop(noisy, n_bootstrap=40, seed=0)
+    assert fit.a == pytest.approx(LAW.a, abs=0.03)
+    assert fit.b == pytest.approx(1 - fit.a)
+    lo, hi = fit.ci["a"]
+    assert lo < fit.a < hi and hi - lo < 0.2
+    n_opt, d_opt = fit.compute_optimal(1e21)
+    assert 6 * n_opt * d_opt == pytest.approx(1e21)
+    assert n_opt == pytest.approx(LAW.compute_optimal(1e21)[0], rel=0.3)
+    for p in fit.parabolas:
+        assert len(p.N) >= 3
+    assert isoflop_flags(fit) == []
+    png = plot_isoflops(fit, LAW, tmp_path / "iso.png")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_isoflop_without_an_interior_minimum_says_so():
+    """Every size heavily over-trained: each budget's optimum is larger than the sizes there."""
+    pts = SyntheticLadder(noise=0.0, multiples=(16, 32, 64, 128, 256, 512, 1024)).points()
+    from trainer_core.analysis import AnalysisError
+
+    with pytest.raises(AnalysisError, match=r"isoFLOP: \d+ budgets covered by 3 sizes, 0 with"):
+        fit_isoflop(pts, n_bootstrap=0)
+
+
+def test_held_out_size_predicted_by_both_laws_with_intervals(noisy: pd.DataFrame):
+    check = extrapolation_check(noisy, n_bootstrap=30)
+    assert check.held_out_size == "s6" and check.skipped == []
+    assert [p.law for p in check.predictions] == ["L(N, D)", "frontier L(C)"]
+    final = noisy[noisy["size"] == "s6"].sort_values("tokens").iloc[-1]
+    assert check.actual == final["eval_loss"] and check.flops == final["flops"]
+    for p in check.predictions:
+        lo, hi = p.interval
+        assert lo < p.predicted < hi and hi - lo < 0.1
+        assert abs(p.rel_error) < 0.02
+        assert p.flags == []
+    text = str(check)
+    assert "L(N, D) at N=6.4e+08" in text and "frontier L(C) at C=" in text and "95%" in text
+
+
+def test_degenerate_fits_are_flagged():
+    healthy = ChinchillaFit(**LAW.params(), n_points=9, objective=0)
+    assert fit_flags(healthy, min_loss=2.0) == []
+    broken = ChinchillaFit(
+        E=8.2e-85,
+        A=1.0,
+        B=1.0,
+        alpha=4.0,
+        beta=0.01,
+        n_points=9,
+        objective=0,
+        ci={"E": (0.0, 1.0), "A": (1.7e-18, math.inf)},
+        n_bootstrap=10,
+    )
+    flags = fit_flags(broken, min_loss=2.0)
+    assert any("E = 8.2e-85 is zero" in f for f in flags)
+    assert any("alpha = 4 is outside 0.05 .. 2" in f for f in flags)
+    assert any("beta = 0.01 is outside" in f for f in flags)
+    assert any("non-finite 95% CI of A" in f for f in flags)
+    high_e = PowerLawFit(E=3.0, A=10.0, alpha=0.2, n_points=5, objective=0)
+    assert fit_flags(high_e, min_loss=2.5) == ["E = 3 is not below the smallest observed loss 2.5"]
+
+
+def test_residual_resamples_keep_the_design_and_share_size_offsets():
+    rng = np.random.default_rng(0)
+    fitted = np.log(np.linspace(3, 4, 6))
+    groups = np.array(["a", "a", "a", "b", "b", "b"])
+    # Residuals constant within a size: a pure size offset, no scatter.
+    observed = fitted + np.array([0.01, 0.01, 0.01, -0.02, -0.02, -0.02])
+    draws = residual_resamples(observed, fitted, groups, 0, 200, rng)
+    shift = draws - fitted
+    assert np.allclose(shift[:, :3], shift[:, :1]) and np.allclose(shift[:, 3:], shift[:, 3:4])
+    assert set(np.round(np.unique(shift), 6)) == {0.01, -0.02}
+    # Without groups, every point draws its own residual.
+    draws = residual_resamples(observed, fitted, np.arange(6), 0, 200, rng)
+    assert not np.allclose(draws[:, 0], draws[:, 1])
+
+
+def _write_ladder(root: Path, points: pd.DataFrame) -> Path:
+    """A ladder experiment dir whose annealed checkpoint evals are ``points``."""
+    for size, g in points.groupby("size"):
+        run = root / "runs" / str(size)
+        run.mkdir(parents=True)
+        n = float(g["N"].iloc[0])
+        steps = len(g)
+        record = {
+            "name": size,
+            "size": size,
+            "num_params": n,
+            "flops_per_token": 6 * n,
+            "lr": 1e-3,
+            "global_batch_tokens": 1,
+            "seq_len": 128,
+            "total_steps": steps,
+            "status": "finished",
+            "last_step": steps,
+        }
+        (run / "run.json").write_text(json.dumps(record))
+        for step, row in enumerate(g.sort_values("tokens").itertuples(index=False), start=1):
+            point = {"step": step, "tokens": row.tokens, "eval/loss": row.eval_loss, "lr": 1e-4}
+            (run / f"metrics_step{step}.json").write_text(json.dumps(point))
+    return root
+
+
+def test_analyze_prints_approaches_side_by_side_and_both_held_out_predictions(
+    noisy: pd.DataFrame, tmp_path: Path
+):
+    exp = _write_ladder(tmp_path / "exp", noisy)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "workflows" / "analyze.py"),
+            str(exp),
+            "--target-flops",
+            "1e21",
+            "--bootstrap",
+            "10",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert "compute-optimal at C = 1e+21 FLOPs" in text
+    assert "approach 2 (isoFLOP)" in text and "approach 3 (L(N, D))" in text
+    a_row = next(line for line in text.splitlines() if "a: N_opt ~ C^a" in line)
+    a2, a3 = (float(cell.split()[0]) for cell in a_row.split("│")[2:4])
+    assert a2 == pytest.approx(LAW.a, abs=0.03) and a3 == pytest.approx(LAW.a, abs=0.03)
+    held = text[text.index("held out: s6") :]
+    assert "│ L(N, D)" in held and "│ frontier L(C)" in held
+    assert "DEGENERATE" not in text
+    assert (exp / "analysis" / "isoflops.png").is_file()
+    assert (exp / "analysis" / "loss_vs_compute.png").is_file()

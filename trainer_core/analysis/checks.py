@@ -1,0 +1,54 @@
+"""Is a fit usable? The signs of a degenerate fit, as lines a reader sees beside the numbers.
+
+A fit can converge and still say nothing: E pushed to zero or above every observed loss (the
+other terms absorbed it), an exponent at a bound, intervals that did not come out finite.
+"""
+
+from __future__ import annotations
+
+import math
+
+from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit
+from trainer_core.analysis.isoflop import IsoFLOPFit
+
+EXPONENT_RANGE = (0.05, 2.0)
+"""Exponents outside this range are not scaling laws a ladder can support."""
+E_ZERO_FRACTION = 1e-3
+"""E is fitted in log space, so it never reaches 0: below this fraction of the smallest observed
+loss it counts as zero."""
+
+
+def fit_flags(fit: ChinchillaFit | PowerLawFit, min_loss: float) -> list[str]:
+    """Why ``fit`` (fitted to losses no lower than ``min_loss``) is degenerate; empty if it isn't."""
+    flags = []
+    e = fit.E
+    if e <= E_ZERO_FRACTION * min_loss:
+        flags.append(f"E = {e:.3g} is zero in effect (the irreducible loss was not identified)")
+    elif e >= min_loss:
+        flags.append(f"E = {e:.4g} is not below the smallest observed loss {min_loss:.4g}")
+    lo, hi = EXPONENT_RANGE
+    for name in fit.EXPONENTS:
+        value = getattr(fit, name)
+        if not lo <= value <= hi:
+            flags.append(f"{name} = {value:.3g} is outside {lo} .. {hi}")
+    flags.extend(_ci_flags(fit.ci, fit.n_bootstrap))
+    return flags
+
+
+def isoflop_flags(fit: IsoFLOPFit) -> list[str]:
+    flags = []
+    if not 0 < fit.a < 1:
+        flags.append(f"a = {fit.a:.3g}: N_opt and D_opt do not both grow with compute")
+    flags.extend(_ci_flags(fit.ci, fit.n_bootstrap))
+    return flags
+
+
+def _ci_flags(ci: dict[str, tuple[float, float]], n_bootstrap: int) -> list[str]:
+    if n_bootstrap == 0:
+        return []
+    bad = [name for name, bounds in ci.items() if not all(math.isfinite(v) for v in bounds)]
+    return [f"non-finite 95% CI of {', '.join(bad)}"] if bad else []
+
+
+def format_flags(flags: list[str]) -> str:
+    return "\n".join(f"  DEGENERATE: {flag}" for flag in flags)

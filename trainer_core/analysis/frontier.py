@@ -1,0 +1,115 @@
+"""The compute-optimal frontier: the lower envelope of the annealed points over compute, and
+L(C) = E + A C^-alpha fitted to it.
+
+Fitting L(C) to every point mixes in over-trained small models and under-trained early points,
+which sit above the frontier at their compute and bend the law. The envelope keeps, at each
+budget, the lowest loss any size reaches there. Its two ends are left out: below the second
+smallest size's first point only the smallest size was trained, too large for those budgets,
+and above the second largest size's last point only the largest, over-trained there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from trainer_core.analysis.bootstrap import residual_resamples
+from trainer_core.analysis.curves import budget_grid, size_curves
+from trainer_core.analysis.fits import (
+    BOOTSTRAP_STARTS,
+    ChinchillaFit,
+    PowerLawFit,
+    fit_chinchilla,
+    fit_loss_vs_compute,
+    power_law_theta,
+)
+from trainer_core.analysis.load import AnalysisError
+
+MIN_FRONTIER_POINTS = 3
+
+
+def frontier_points(
+    points: pd.DataFrame, trim_ends: bool = True, loss: np.ndarray | None = None
+) -> pd.DataFrame:
+    """(flops, eval_loss, size) of the envelope at every budget some size covers, without the
+    single-size ends when ``trim_ends``; ``loss`` replaces ``points.eval_loss`` (resamples)."""
+    curves = size_curves(points, loss)
+    budgets = budget_grid(curves, 1, "frontier")
+    if trim_ends and len(curves) >= 2:
+        lo, hi = curves[1].log_c[0], curves[-2].log_c[-1]
+        budgets = budgets[(budgets >= lo) & (budgets <= hi)]
+    rows = []
+    for x in budgets:
+        loss_at, size = min((c.loss(x), c.size) for c in curves if c.covers(x))
+        rows.append({"flops": float(np.exp(x)), "eval_loss": loss_at, "size": size})
+    return pd.DataFrame(rows, columns=["flops", "eval_loss", "size"])
+
+
+def _envelope(points: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
+    """The trimmed envelope, or the whole one when trimming leaves too few budgets."""
+    front = frontier_points(points)
+    if len(front) >= MIN_FRONTIER_POINTS:
+        return front, True
+    return frontier_points(points, trim_ends=False), False
+
+
+def fit_frontier(
+    points: pd.DataFrame,
+    n_bootstrap: int = 200,
+    seed: int = 0,
+    smoother: ChinchillaFit | None = None,
+) -> PowerLawFit:
+    """L(C) fitted to the envelope of ``points`` (annealed N, tokens, flops, eval_loss, size).
+
+    Bootstrap: each resample redraws the points' noise around ``smoother`` (an L(N, D) fit of the
+    same points, fitted here when not given) and rebuilds the envelope before refitting. Without
+    3 sizes there is no L(N, D) to resample around and the fit has no intervals.
+    """
+    if points["size"].nunique() < 2:
+        raise AnalysisError("frontier needs annealed points from >= 2 sizes")
+    front, trimmed = _envelope(points)
+    if len(front) < MIN_FRONTIER_POINTS:
+        raise AnalysisError(
+            f"frontier: only {len(front)} compute budgets on the envelope, need "
+            f"{MIN_FRONTIER_POINTS}; add annealed points (more decays or longer runs)"
+        )
+    title = "frontier L(C) = E + A * C^-alpha"
+    if not trimmed:
+        title += "   (envelope with its single-size ends: the sizes barely overlap in compute)"
+    full = fit_loss_vs_compute(front["flops"], front["eval_loss"], n_bootstrap=0)
+    theta = np.array([np.log(full.E), np.log(full.A), full.alpha])
+    samples = np.empty((0, 3))
+    if n_bootstrap > 0:
+        smoother = smoother or chinchilla_smoother(points)
+        if smoother is not None:
+            samples = _bootstrap(points, smoother, trimmed, n_bootstrap, seed)
+    return PowerLawFit.from_samples(theta, samples, len(front), full.objective, title)
+
+
+def chinchilla_smoother(points: pd.DataFrame) -> ChinchillaFit | None:
+    """The L(N, D) fit that bootstrap resamples are drawn around, None when it can't be fitted."""
+    try:
+        return fit_chinchilla(points["N"], points["tokens"], points["eval_loss"], n_bootstrap=0)
+    except AnalysisError:
+        return None
+
+
+def _bootstrap(
+    points: pd.DataFrame, smoother: ChinchillaFit, trimmed: bool, n: int, seed: int
+) -> np.ndarray:
+    log_loss = np.log(points["eval_loss"].to_numpy(float))
+    fitted = np.log(np.asarray(smoother.predict_frame(points), dtype=float))
+    resamples = residual_resamples(
+        log_loss, fitted, points["size"].to_numpy(), 5, n, np.random.default_rng(seed)
+    )
+    samples = []
+    for log_resample in resamples:
+        front = frontier_points(points, trimmed, np.exp(log_resample))
+        samples.append(
+            power_law_theta(
+                front["flops"].to_numpy(float),
+                front["eval_loss"].to_numpy(float),
+                BOOTSTRAP_STARTS,
+            )
+        )
+    return np.array(samples)

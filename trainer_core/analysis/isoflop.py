@@ -1,0 +1,153 @@
+"""Chinchilla approach 2: isoFLOP parabolas give N_opt(C); N_opt ~ C^a and D_opt ~ C^b.
+
+At each compute budget that >= 3 sizes cover, each size's annealed loss is read off its curve
+(``curves.py``), a parabola in log N is fitted through those losses, and its vertex is that
+budget's compute-optimal size. Budgets whose vertex falls outside the sizes that cover them are
+not used: the optimum there is an extrapolation, not a measurement. A line through
+(log C, log N_opt) gives a; D_opt = C / 6 N_opt, so b = 1 - a.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from trainer_core.analysis.bootstrap import CI_LEVEL, percentile_interval, residual_resamples
+from trainer_core.analysis.curves import budget_grid, size_curves
+from trainer_core.analysis.fits import ChinchillaFit
+from trainer_core.analysis.frontier import chinchilla_smoother
+from trainer_core.analysis.load import AnalysisError
+
+MIN_SIZES = 3
+MIN_BUDGETS = 3
+
+
+@dataclass
+class IsoFLOPParabola:
+    """One budget: the covering sizes' losses and loss = c2 x^2 + c1 x + c0 in x = ln N."""
+
+    flops: float
+    N: np.ndarray
+    loss: np.ndarray
+    coef: np.ndarray
+    n_opt: float
+    """The vertex; NaN when the parabola is not convex or its vertex is outside the sizes."""
+    loss_opt: float
+
+    @property
+    def valid(self) -> bool:
+        return math.isfinite(self.n_opt)
+
+
+def isoflop_parabolas(
+    points: pd.DataFrame, loss: np.ndarray | None = None
+) -> list[IsoFLOPParabola]:
+    """A parabola per budget covered by >= 3 sizes; ``loss`` replaces ``points.eval_loss``."""
+    curves = size_curves(points, loss)
+    out = []
+    for x in budget_grid(curves, MIN_SIZES, "isoFLOP"):
+        covering = [c for c in curves if c.covers(x)]
+        n = np.array([c.N for c in covering])
+        values = np.array([c.loss(x) for c in covering])
+        log_n = np.log(n)
+        coef = np.polyfit(log_n, values, 2)
+        n_opt = loss_opt = math.nan
+        if coef[0] > 0:
+            vertex = -coef[1] / (2 * coef[0])
+            if log_n.min() <= vertex <= log_n.max():
+                n_opt, loss_opt = math.exp(vertex), float(np.polyval(coef, vertex))
+        out.append(IsoFLOPParabola(float(np.exp(x)), n, values, coef, n_opt, loss_opt))
+    return out
+
+
+def _slope(parabolas: list[IsoFLOPParabola]) -> tuple[float, float]:
+    """(a, ln k) of ln N_opt = a ln C + ln k over the valid budgets (NaNs with fewer than 2)."""
+    ok = [p for p in parabolas if p.valid]
+    if len(ok) < 2:
+        return math.nan, math.nan
+    a, log_k = np.polyfit(np.log([p.flops for p in ok]), np.log([p.n_opt for p in ok]), 1)
+    return float(a), float(log_k)
+
+
+@dataclass
+class IsoFLOPFit:
+    """N_opt = k C^a and D_opt = C / (6 N_opt) ~ C^b from the valid isoFLOP parabolas."""
+
+    a: float
+    log_k: float
+    parabolas: list[IsoFLOPParabola]
+    ci: dict[str, tuple[float, float]] = field(default_factory=dict)
+    samples: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    n_bootstrap: int = 0
+
+    @property
+    def b(self) -> float:
+        return 1.0 - self.a
+
+    @property
+    def n_budgets(self) -> int:
+        return sum(p.valid for p in self.parabolas)
+
+    def compute_optimal(self, C: float) -> tuple[float, float]:
+        n_opt = math.exp(self.log_k) * float(C) ** self.a
+        return n_opt, float(C) / (6 * n_opt)
+
+    def optimal_intervals(self, C: float) -> dict[str, tuple[float, float]]:
+        """Bootstrap CIs of N_opt and D_opt at C (NaNs without a bootstrap)."""
+        s = self.samples
+        if not s:
+            return {"N": (math.nan, math.nan), "D": (math.nan, math.nan)}
+        n_opt = np.exp(s["log_k"]) * float(C) ** s["a"]
+        return {"N": percentile_interval(n_opt), "D": percentile_interval(float(C) / (6 * n_opt))}
+
+    def __str__(self) -> str:
+        lines = [
+            f"isoFLOP (Chinchilla approach 2): N_opt ~ C^a, D_opt ~ C^b   ({self.n_budgets} of "
+            f"{len(self.parabolas)} budgets with the minimum inside the sizes, "
+            f"{self.n_bootstrap} bootstrap resamples)"
+        ]
+        for name, value in (("a", self.a), ("b", self.b)):
+            line = f"  {name:<6}= {value:.4g}"
+            lo, hi = self.ci.get(name, (math.nan, math.nan))
+            if math.isfinite(lo):
+                line += f"   ({100 * CI_LEVEL:.0f}% CI {lo:.4g} .. {hi:.4g})"
+            lines.append(line)
+        return "\n".join(lines)
+
+
+def fit_isoflop(
+    points: pd.DataFrame,
+    n_bootstrap: int = 200,
+    seed: int = 0,
+    smoother: ChinchillaFit | None = None,
+) -> IsoFLOPFit:
+    """Approach 2 on annealed points (N, tokens, flops, eval_loss, size).
+
+    Bootstrap: each resample redraws the points' noise around ``smoother`` (an L(N, D) fit of the
+    same points, fitted here when not given) and redoes every parabola and the line.
+    """
+    parabolas = isoflop_parabolas(points)
+    a, log_k = _slope(parabolas)
+    valid = sum(p.valid for p in parabolas)
+    if valid < MIN_BUDGETS:
+        raise AnalysisError(
+            f"isoFLOP: {len(parabolas)} budgets covered by {MIN_SIZES} sizes, {valid} with the "
+            f"loss minimum inside the sizes' range; need {MIN_BUDGETS} (add sizes around the "
+            "optimum or train the smaller ones longer)"
+        )
+    fit = IsoFLOPFit(a, log_k, parabolas)
+    smoother = smoother or (chinchilla_smoother(points) if n_bootstrap > 0 else None)
+    if n_bootstrap > 0 and smoother is not None:
+        log_loss = np.log(points["eval_loss"].to_numpy(float))
+        fitted = np.log(np.asarray(smoother.predict_frame(points), dtype=float))
+        resamples = residual_resamples(
+            log_loss, fitted, points["size"].to_numpy(), 5, n_bootstrap, np.random.default_rng(seed)
+        )
+        slopes = np.array([_slope(isoflop_parabolas(points, np.exp(r))) for r in resamples])
+        fit.samples = {"a": slopes[:, 0], "b": 1 - slopes[:, 0], "log_k": slopes[:, 1]}
+        fit.ci = {name: percentile_interval(fit.samples[name]) for name in ("a", "b")}
+        fit.n_bootstrap = n_bootstrap
+    return fit

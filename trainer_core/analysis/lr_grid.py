@@ -1,0 +1,53 @@
+"""Widening an LR grid: which LRs a sweep runs next when a size's best LR is at an edge.
+
+A best LR at the edge of the grid is a bound, not an optimum. The next round tries one LR
+beyond that edge, a grid step further out, until the optimum is interior. Upwards it stops
+below the smallest LR that diverged: the optimum is then the largest stable LR, and the
+report says it is at the edge.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from trainer_core.analysis.lr import COMPARED
+
+DEFAULT_STEP = 2.0
+"""Factor between LRs when a size has only one usable LR to take the grid spacing from."""
+
+
+def _tried(lr: float, tried: np.ndarray) -> bool:
+    return bool(np.any(np.isclose(tried, lr, rtol=1e-6)))
+
+
+def widen_lrs(table: pd.DataFrame, loss: str = COMPARED) -> dict[str, list[float]]:
+    """Per size whose best (non-diverged) LR is the smallest or largest tried: the LR beyond.
+
+    A size whose every trial diverged gets the LR below its smallest. Sizes with an interior
+    optimum, or whose next LR up would reach a diverged one, get nothing.
+    """
+    out: dict[str, list[float]] = {}
+    for size, rows in table.groupby("size", sort=False):
+        tried = rows["lr"].to_numpy(float)
+        diverged = rows["diverged"].astype(bool).to_numpy()
+        ok = rows[~diverged & np.isfinite(rows[loss].astype(float))]
+        lrs = np.sort(ok["lr"].unique().astype(float))
+        if lrs.size == 0:
+            candidates = [tried.min() / DEFAULT_STEP]
+        else:
+            best = float(ok.loc[ok[loss].astype(float).idxmin(), "lr"])
+            step_low = lrs[1] / lrs[0] if lrs.size > 1 else DEFAULT_STEP
+            step_high = lrs[-1] / lrs[-2] if lrs.size > 1 else DEFAULT_STEP
+            candidates = []
+            if math.isclose(best, lrs[0]):
+                candidates.append(lrs[0] / step_low)
+            ceiling = tried[diverged].min() if diverged.any() else math.inf
+            if math.isclose(best, lrs[-1]) and lrs[-1] * step_high < ceiling:
+                candidates.append(lrs[-1] * step_high)
+        new = [float(lr) for lr in candidates if not _tried(lr, tried)]
+        if new:
+            out[str(size)] = new
+    return out

@@ -1,0 +1,60 @@
+"""The LR-sweep half of the report: every trial, the optimum per size and LR*(N)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from trainer_core.analysis.lr import COMPARED, fit_lr_power_law, lr_sweep_table, optimal_lrs
+from trainer_core.analysis.plots import plot_lr_sweep, plot_lr_vs_size
+from trainer_core.analysis.report import Report, fmt_loss
+
+
+def _status(row) -> str:
+    if row.diverged:
+        return f"diverged at {row.diverged_step}"
+    if row.stopped_early:
+        return f"stopped at step {row.steps_run}"
+    return row.status
+
+
+def sweep_section(report: Report, console: Console) -> None:
+    table = lr_sweep_table(report.results)
+    shown = Table(
+        title="LR sweep: trials compared at a common step, the last eval step every trial of the "
+        "size reached (stopped trials are not read as final)"
+    )
+    for col in ("size", "lr", "compared at", "loss there", "final eval", "steps", "status"):
+        shown.add_column(col, justify="left" if col in ("size", "status") else "right")
+    for row in table.itertuples(index=False):
+        shown.add_row(
+            row.size,
+            f"{row.lr:.3e}",
+            "-" if pd.isna(row.compared_step) else f"step {row.compared_step}",
+            fmt_loss(getattr(row, COMPARED)),
+            fmt_loss(row.final_eval_loss),
+            f"{row.steps_run}/{row.total_steps}",
+            _status(row),
+        )
+    console.print(shown)
+    order = table.groupby("size")["N"].first().sort_values()
+    report.optima = optimal_lrs(table)
+    for size in order.index:
+        if size in report.optima:
+            console.print(f"{size}: {report.optima[size]}")
+        else:
+            report.skipped.append(f"optimal LR of {size}: no trial evaluated without diverging")
+    sizes = list(report.optima)
+    n = np.array([order[s] for s in sizes], dtype=float)
+    lrs = np.array([report.optima[s].lr for s in sizes])
+    report.lr_law = report.attempt("LR*(N) fit", lambda: fit_lr_power_law(n, lrs))
+    if report.lr_law is not None:
+        console.print(str(report.lr_law))
+    report.plots.append(plot_lr_sweep(table, report.optima, report.out_dir / "lr_sweep.png"))
+    if len(sizes) >= 2:
+        err = ([report.optima[s].lr_low for s in sizes], [report.optima[s].lr_high for s in sizes])
+        report.plots.append(
+            plot_lr_vs_size(n, lrs, report.lr_law, report.out_dir / "lr_vs_size.png", err)
+        )

@@ -1,0 +1,84 @@
+"""Which failures Ray Train may retry: a lost worker or node, yes; bad input, never.
+
+Ray Train retries every worker error up to ``FailureConfig.max_failures`` times from the latest
+checkpoint. That is right for a killed worker and useless for a config, checkpoint or shard that
+will be just as wrong on the next try (a refused checkpoint took 61 s and five tracebacks to
+fail). So the worker wraps those errors (:data:`trainer_core.errors.USER_ERRORS`, found anywhere
+in the exception's chain) in :class:`FatalRunError`, and :class:`FailFastTorchTrainer` gives Ray's
+controller a failure policy that stops the run at once on one of those.
+
+Ray 2.60 has no public switch for this: the policy goes in through ``TorchTrainer``'s own
+controller set-up and Ray's failure-policy base class (tests pin the behaviour, so an upgrade
+that moves them fails loudly in ``tests/test_ray_train.py``).
+"""
+
+from __future__ import annotations
+
+from ray.train import ControllerError, WorkerGroupError
+from ray.train.torch import TorchTrainer
+from ray.train.v2._internal.execution.failure_handling import (
+    DefaultFailurePolicy,
+    FailureDecision,
+)
+
+from trainer_core.errors import USER_ERRORS
+
+
+class FatalRunError(RuntimeError):
+    """A worker error that no retry can fix; the message is the user error's, whole."""
+
+
+def user_error_in(error: BaseException) -> BaseException | None:
+    """The user error (config, data, checkpoint) that caused ``error``, if any."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, (FatalRunError, *USER_ERRORS)):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _original(error: BaseException) -> BaseException:
+    """The exception a worker or the controller raised, out of Ray Train's wrappers.
+
+    Ray keeps a worker's exception in a wrapper that carries its formatted traceback; that
+    wrapper has no public accessor for the exception, hence the attribute lookup.
+    """
+    while True:
+        if isinstance(error, ControllerError):
+            error = error.controller_failure
+        elif hasattr(error, "_base_exc"):
+            error = error._base_exc
+        else:
+            return error
+
+
+def fatal_reason(error: BaseException) -> str | None:
+    """The message of the non-retriable error that failed a Ray Train run (None: none did)."""
+    if isinstance(error, WorkerGroupError):
+        causes = list(error.worker_failures.values())
+    else:
+        causes = [error]
+    for cause in causes:
+        found = user_error_in(_original(cause))
+        if found is not None:
+            return str(found)
+    return None
+
+
+class FailFastPolicy(DefaultFailurePolicy):
+    """Ray's default policy, except that a fatal error stops the run at once."""
+
+    def make_decision(self, training_failed_error) -> FailureDecision:
+        if fatal_reason(training_failed_error) is not None:
+            return FailureDecision.RAISE
+        return super().make_decision(training_failed_error)
+
+
+class FailFastTorchTrainer(TorchTrainer):
+    """A ``TorchTrainer`` whose controller uses :class:`FailFastPolicy`."""
+
+    def _initialize_and_run_controller(self, **controller_init_kwargs):
+        controller_init_kwargs["failure_policy"] = FailFastPolicy(self.run_config.failure_config)
+        return super()._initialize_and_run_controller(**controller_init_kwargs)
