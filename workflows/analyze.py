@@ -1,8 +1,10 @@
 """``python workflows/analyze.py <exp_dir> [--out DIR] [--target-params 1e9] [--target-flops 1e21]``
 
-Analyses a ladder or LR-sweep experiment dir (or one run dir): per-size losses, the Chinchilla
-and loss-vs-compute fits with bootstrap uncertainty, an extrapolation check on the largest size,
-predicted losses at the targets, the optimal LR per size and LR*(N) for sweeps, and PNG plots.
+Analyses a ladder or LR-sweep experiment dir (or one run dir). A ladder: per-size losses; L(N, D)
+(Chinchilla approach 3), the frontier L(C) and the isoFLOP line (approach 2) with bootstrap
+intervals and degenerate-fit flags; the compute-optimal N, D and loss at --target-flops (default
+10x the largest run's compute) by each approach; the largest size held out and predicted by both
+laws. A sweep: every trial compared at a common step, the optimal LR per size and LR*(N). PNGs.
 """
 
 from __future__ import annotations
