@@ -39,7 +39,7 @@ def print_plan(job: LadderJobConfig, plans) -> None:
         table.add_column(key, justify="left" if key in ("size", "ckpt steps") else "right")
     for row in rows:
         table.add_row(*(_fmt(v) for v in row.values()))
-    Console(width=200).print(table)
+    Console(width=240).print(table)
     for p in plans:
         if p.batch_warning:
             print(f"warning: {p.batch_warning}")
