@@ -35,7 +35,7 @@ def test_param_count_for_options(options):
 
 def test_size_names_are_roughly_block_params():
     for name in MODEL_SIZES:
-        nominal = float(name[:-1]) * (1e6 if name.endswith("M") else 1e9)
+        nominal = float(name[:-1]) * {"K": 1e3, "M": 1e6, "B": 1e9}[name[-1]]
         blocks = count_params(ModelConfig(size=name))["blocks"]
         assert 0.65 * nominal < blocks < 1.25 * nominal, name
 
