@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
 import re
 import warnings
 
@@ -324,3 +325,5 @@ def test_training_on_an_out_of_vocab_id_stops_in_one_line(shards, run_script, tm
         r"manifest's vocab size 259 .*\n",
         err,
     )
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["status"] == "failed" and "token id 400" in run["error"]

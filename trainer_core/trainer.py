@@ -22,7 +22,8 @@ import torch.distributed as dist
 from trainer_core.callbacks import Callback
 from trainer_core.checkpoint import Checkpointer, CheckpointPolicy, restore_rng, rng_state
 from trainer_core.config import TrainConfig
-from trainer_core.configio import to_yaml
+from trainer_core.configio import ConfigError, to_yaml
+from trainer_core.shards import DataError
 from trainer_core.train_module import BatchStats, TrainModule
 
 
@@ -135,6 +136,27 @@ class Trainer:
             "on_start", {**self.info.__dict__, "start_step": start_step, "total_steps": total}
         )
         started = time.time()
+        try:
+            self._run_steps(start_step, total)
+        except (DataError, ConfigError) as e:
+            # Bad shards or config found mid-run: no retry can fix them, so run.json says so
+            # instead of staying "running".
+            self._write_run_json("failed", error=str(e))
+            raise
+        if self.checkpointer is not None:
+            self.checkpointer.close()
+        summary = {
+            "name": self.info.name,
+            "steps": self.step,
+            "tokens": self.tokens,
+            "elapsed_s": time.time() - started,
+            **self.last_metrics,
+        }
+        self._write_run_json("finished")
+        self._emit("on_end", summary)
+        return summary
+
+    def _run_steps(self, start_step: int, total: int) -> None:
         batches = self.train_batches(start_step)
         window = _Window()
         while self.step < total:
@@ -171,18 +193,6 @@ class Trainer:
                 if save != "none":
                     self._checkpoint(save == "permanent", metrics, lr)
                 self._emit("on_step_end", self.step)
-        if self.checkpointer is not None:
-            self.checkpointer.close()
-        summary = {
-            "name": self.info.name,
-            "steps": self.step,
-            "tokens": self.tokens,
-            "elapsed_s": time.time() - started,
-            **self.last_metrics,
-        }
-        self._write_run_json("finished")
-        self._emit("on_end", summary)
-        return summary
 
     def evaluate(self) -> float:
         ce = torch.zeros((), device=self.module.device)
@@ -257,7 +267,9 @@ class Trainer:
         tmp.write_text(to_yaml(self.cfg))
         tmp.replace(self.run_dir / "config.yaml")
 
-    def _write_run_json(self, status: str, diverged_step: int | None = None) -> None:
+    def _write_run_json(
+        self, status: str, diverged_step: int | None = None, error: str | None = None
+    ) -> None:
         if self.rank != 0:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -266,6 +278,7 @@ class Trainer:
             "status": status,
             "diverged_step": diverged_step,
             "last_step": self.step,
+            **({"error": error} if error else {}),
         }
         tmp = self.run_dir / "run.json.tmp"
         tmp.write_text(json.dumps(record, indent=2))

@@ -35,7 +35,8 @@ def main() -> int:
         f"train loss {summary.get('train/loss', float('nan')):.4f}, "
         f"eval loss {summary.get('eval/loss', float('nan')):.4f} -> {Path(cfg.trainer.run_dir).resolve()}"
     )
-    return 0
+    # A diverged run is a result for a sweep, but a failure for the one run asked for here.
+    return 0 if summary.get("status") == "finished" else 2
 
 
 if __name__ == "__main__":
