@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,10 +25,20 @@ def _nearest_existing(path: Path) -> Path:
     return next(p for p in (path, *path.parents) if os.path.lexists(p))
 
 
+def _can_write_in(directory: Path) -> bool:
+    """A real write (a temp file, gone at once): permission bits say nothing for root, and
+    nothing about read-only mounts or pseudo file systems such as /proc."""
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            return True
+    except OSError:
+        return False
+
+
 def check_output_dir(path: str | Path, key: str) -> Path:
     """``path`` as an absolute Path if it is, or can be made, a dir this process can write.
 
-    Creates nothing. ``key`` is the setting that chose the dir (``trainer.run_dir``, ``--out``)
+    Leaves nothing behind. ``key`` is the setting that chose the dir (``trainer.run_dir``, ``--out``)
     and leads the error message, so the user knows what to change.
     """
     target = Path(path).expanduser().absolute()
@@ -37,9 +48,7 @@ def check_output_dir(path: str | Path, key: str) -> Path:
         if found == target:
             raise ConfigError(f"{key}: {target} is a file, not a directory; {fix}")
         raise ConfigError(f"{key}: {target} can't be created, {found} is a file; {fix}")
-    if not os.access(
-        found, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids
-    ):
+    if not _can_write_in(found):
         if found == target:
             raise ConfigError(f"{key}: {target} is not writable; {fix}")
         raise ConfigError(f"{key}: {target} can't be created, {found} is not writable; {fix}")

@@ -12,6 +12,7 @@ import yaml
 from trainer_core.configio import ConfigError, from_dict, to_dict, to_yaml
 from trainer_core.data import open_token_data
 from trainer_core.ladder import LadderConfig, SizePlan, plan_ladder, run_config
+from trainer_core.paths import check_output_dir
 from trainer_core.ray.config import RayConfig, RayTrainConfig
 from trainer_core.ray.tune_run import TrialSpec, costliest_first
 
@@ -51,15 +52,7 @@ def preflight(job: LadderJobConfig) -> None:
                 f"dir: {str(out)!r} already holds a different experiment ({found}, see its "
                 f"experiment.yaml); this {kind} would mix its runs with that one's: pick another --dir"
             )
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as e:
-        raise ConfigError(
-            f"dir: output dir {str(out)!r} is not writable ({e.strerror}); pick another --dir"
-        ) from None
+    check_output_dir(out, "dir")
 
 
 def write_experiment_record(job: LadderJobConfig, plans: list[SizePlan], exp_dir: Path) -> None:
