@@ -99,38 +99,38 @@ def extrapolation_check(
     rest = points[points["N"] != largest]
     last = held.iloc[-1]
     table = held[["tokens", "flops"]].assign(actual=held["eval_loss"]).reset_index(drop=True)
-    predictions, skipped, fits = [], [], {}
-    chinchilla = None
-    try:
-        chinchilla = fits[LAW_CHINCHILLA] = chinchilla_from_points(rest, n_bootstrap, seed)
-        table[LAW_CHINCHILLA] = chinchilla.predict_frame(held)
+    fits: dict[str, ChinchillaFit | PowerLawFit] = {}
+    laws = {
+        LAW_CHINCHILLA: (
+            lambda: chinchilla_from_points(rest, n_bootstrap, seed),
+            f"N={largest:.3g}, D={last['tokens']:.3g}",
+            (largest, last["tokens"]),
+        ),
+        LAW_FRONTIER: (
+            # Resampled around the L(N, D) just fitted, when it could be.
+            lambda: fit_frontier(rest, n_bootstrap, seed, smoother=fits.get(LAW_CHINCHILLA)),
+            f"C={last['flops']:.3g}",
+            (last["flops"],),
+        ),
+    }
+    predictions, skipped = [], []
+    for law, (fit_law, at, where) in laws.items():
+        try:
+            fit = fits[law] = fit_law()
+        except AnalysisError as e:
+            skipped.append((law, str(e)))
+            continue
+        table[law] = fit.predict_frame(held)
         predictions.append(
             HeldOutPrediction(
-                LAW_CHINCHILLA,
-                f"N={largest:.3g}, D={last['tokens']:.3g}",
-                float(chinchilla.predict(largest, last["tokens"])),
-                chinchilla.predict_interval(largest, last["tokens"]),
+                law,
+                at,
+                float(fit.predict(*where)),
+                fit.predict_interval(*where),
                 float(last["eval_loss"]),
-                fit_flags(chinchilla, rest["eval_loss"].min()),
+                fit_flags(fit, rest["eval_loss"].min()),
             )
         )
-    except AnalysisError as e:
-        skipped.append((LAW_CHINCHILLA, str(e)))
-    try:
-        frontier = fits[LAW_FRONTIER] = fit_frontier(rest, n_bootstrap, seed, smoother=chinchilla)
-        table[LAW_FRONTIER] = frontier.predict_frame(held)
-        predictions.append(
-            HeldOutPrediction(
-                LAW_FRONTIER,
-                f"C={last['flops']:.3g}",
-                float(frontier.predict(last["flops"])),
-                frontier.predict_interval(last["flops"]),
-                float(last["eval_loss"]),
-                fit_flags(frontier, rest["eval_loss"].min()),
-            )
-        )
-    except AnalysisError as e:
-        skipped.append((LAW_FRONTIER, str(e)))
     if not predictions:
         reasons = "; ".join(f"{law}: {why}" for law, why in skipped)
         raise AnalysisError(f"held-out check: no law fits the smaller sizes ({reasons})")
