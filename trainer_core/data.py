@@ -229,7 +229,6 @@ class Split:
             manifest.row_tokens,
             manifest.row_group_rows,
         )
-        self.group_tokens = self.layout.group_tokens
         self._starts: dict[int, np.ndarray] = {}
 
     def window_starts(self, seq_len: int) -> np.ndarray:
@@ -253,7 +252,7 @@ class Split:
         self, windows: np.ndarray, seq_len: int, cache: RowGroupCache, out: np.ndarray
     ) -> None:
         """Fill ``out[i]`` with window ``windows[i]`` (``seq_len + 1`` tokens)."""
-        g = self.group_tokens
+        g = self.layout.group_tokens
         for i, (f, offset) in enumerate(zip(*self.locate(windows, seq_len), strict=True)):
             path, file_tokens = self.paths[f], int(self.tokens[f])
             start = pos = int(offset)
