@@ -48,7 +48,9 @@ def decode_unchecked(split: Split) -> int:
         for index in range(file.num_row_groups):
             column = file.read_row_group(index, columns=["tokens"]).column("tokens")
             kept.append(column.combine_chunks().flatten().to_numpy())
-            if kept[-1].size != min(split.group_tokens, tokens - index * split.group_tokens):
+            if kept[-1].size != min(
+                split.layout.group_tokens, tokens - index * split.layout.group_tokens
+            ):
                 raise ValueError(f"{path}: row group {index} has {kept[-1].size} tokens")
     return sum(k.size for k in kept)
 
@@ -57,7 +59,7 @@ def decode_checked(split: Split) -> int:
     """Every row group of ``split`` decoded by the training reader, every check on."""
     cache, total = RowGroupCache(), 0
     for path, tokens in zip(split.paths, split.tokens.tolist(), strict=True):
-        for index in range(-(-tokens // split.group_tokens)):
+        for index in range(-(-tokens // split.layout.group_tokens)):
             total += cache.group(path, index, tokens, split.layout).size
     return total
 

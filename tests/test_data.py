@@ -243,7 +243,7 @@ def decode_file(split, name: str) -> np.ndarray:
     """Every token of one file of ``split``, decoded afresh by the reader (no cache)."""
     f = [p.name for p in split.paths].index(name)
     path, tokens, cache = split.paths[f], int(split.tokens[f]), RowGroupCache()
-    groups = range(-(-tokens // split.group_tokens))
+    groups = range(-(-tokens // split.layout.group_tokens))
     return np.concatenate([cache.group(path, g, tokens, split.layout) for g in groups])
 
 
