@@ -4,13 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench lint format clean
+.PHONY: setup demo test test-fast bench lint format clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
@@ -19,6 +18,10 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# No Ray, no spawned ranks, no long training: a few minutes on 2 cores.
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: setup
 	$(BIN)/python benchmarks/train_step.py --size 1M

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 import zlib
@@ -23,12 +22,12 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from trainer_core.checkpoint import Checkpointer, ModelOptimState, listed_files  # noqa: E402
-from trainer_core.checksums import checksum_problems, crc32_of, list_files  # noqa: E402
-from trainer_core.config import CheckpointConfig, ModelConfig  # noqa: E402
-from trainer_core.model import Transformer  # noqa: E402
+from trainer_core.checkpoint import Checkpointer, listed_files
+from trainer_core.checksums import checksum_problems, crc32_of, list_files
+from trainer_core.config import CheckpointConfig, ModelConfig, ScheduleConfig, TrainModuleConfig
+from trainer_core.model import Transformer
+from trainer_core.schedule import build_scheduler
+from trainer_core.train_module import TrainModule
 
 
 def timed(fn, *args, **kwargs) -> float:
@@ -37,14 +36,17 @@ def timed(fn, *args, **kwargs) -> float:
     return time.perf_counter() - start
 
 
-def model_state(size: str) -> ModelOptimState:
+def model_state(size: str) -> TrainModule:
     """A model and AdamW with its moments filled (one step), as a checkpoint holds them."""
     torch.manual_seed(0)
     model = Transformer(ModelConfig(size=size), 128)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model(torch.randint(0, 256, (2, 128))).float().mean().backward()
     optimizer.step()
-    return ModelOptimState(model, optimizer)
+    scheduler = build_scheduler(optimizer, ScheduleConfig(kind="constant", warmup=0), 1)
+    return TrainModule(
+        model, optimizer, scheduler, TrainModuleConfig(), seq_len=128, device=torch.device("cpu")
+    )
 
 
 def main() -> None:

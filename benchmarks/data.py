@@ -3,14 +3,14 @@
     python benchmarks/data.py [--seq-len 512] [--batch 64] [--steps 3000] [--decode-only]
 
 Uses the demo corpus (this Python's standard library) with the byte tokenizer. Tokenization is
-timed for the Ray Data pipeline (``datasets/tokenize.py``'s) and in-process; the loaders deliver
+timed for the Ray Data pipeline (``datasets/tokenize_corpus.py``'s) and in-process; the loaders deliver
 the same batches to one consumer; the Ray reader is timed from dataset creation, once with fresh
 workers (their start-up counts) and once warm. The training loop's own token consumption is measured by benchmarks/train_step.py.
 
 The cost of checking what is read (page CRCs, token count, dtype, vocab) is timed on its own:
 every row group decoded once by the reader, against a bare pyarrow decode without those checks,
 in alternating rounds so that load on a shared machine hits both alike (``--decode-only``: this
-part alone, no Ray).
+part alone, no Ray, which is then never imported).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import logging
-import os
 import statistics
 import tempfile
 import time
@@ -94,16 +93,11 @@ def main() -> None:
     import ray
     import ray.data
 
-    from trainer_core.ray.data import batches_from_shard, ray_train_dataset, tokenize_to_shards
+    from trainer_core.ray.reader import batches_from_shard, ray_train_dataset
+    from trainer_core.ray.runtime import init_ray, submitted_or_local
+    from trainer_core.ray.tokenization import tokenize_to_shards
 
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(address="auto", logging_config=ray.LoggingConfig(log_level="ERROR"))
-    else:
-        ray.init(
-            address="local",
-            include_dashboard=False,
-            logging_config=ray.LoggingConfig(log_level="ERROR"),
-        )
+    init_ray(submitted_or_local(), dashboard=False)
     logging.getLogger("ray.data").setLevel(logging.ERROR)
     ray.data.DataContext.get_current().enable_progress_bars = False
     cpus = int(ray.cluster_resources().get("CPU", 0))

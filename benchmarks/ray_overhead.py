@@ -11,20 +11,23 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-from trainer_core.config import TrainConfig  # noqa: E402
-from trainer_core.configio import from_dict, load_config, to_dict  # noqa: E402
-from trainer_core.ray.config import RayTrainConfig  # noqa: E402
+from trainer_core.build import build_trainer
+from trainer_core.configio import load_config
+from trainer_core.ray.config import RayTrainConfig
+from trainer_core.ray.runtime import init_ray
+from trainer_core.ray.train_run import run_training
+from trainer_core.run_dir import metrics_path
 
 
 def steady_tokens_per_s(run_dir: Path) -> float:
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in metrics_path(run_dir).read_text().splitlines()]
     rates = [r["throughput/tokens_per_s"] for r in lines if "throughput/tokens_per_s" in r]
     return statistics.median(rates[1:] or rates)
 
@@ -47,22 +50,12 @@ def main() -> None:
         "--ray.cpus_per_worker=1",
     ]
     cfg = load_config(RayTrainConfig, None, [*overrides, f"--trainer.run_dir={root / 'ray'}"])
-    plain_data = to_dict(cfg)
-    plain_data.pop("ray")
-    plain_data["trainer"]["run_dir"] = str(root / "plain")
-    plain_cfg = from_dict(TrainConfig, plain_data)
-
-    import torch
-
-    from trainer_core.run import build_trainer
+    plain_cfg = replace(cfg, trainer=replace(cfg.trainer, run_dir=str(root / "plain")))
 
     torch.set_num_threads(1)  # a 1-CPU Ray worker gets one thread: compare like with like
     start = time.perf_counter()
     build_trainer(plain_cfg).fit()
     plain_wall = time.perf_counter() - start
-
-    from trainer_core.ray.runtime import init_ray
-    from trainer_core.ray.train_run import run_training
 
     start = time.perf_counter()
     init_ray()

@@ -7,20 +7,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from trainer_core.config import ModelConfig, OptimConfig, ScheduleConfig, TrainModuleConfig  # noqa: E402
-from trainer_core.flops import peak_flops  # noqa: E402
-from trainer_core.model import Transformer, count_params, num_flops_per_token  # noqa: E402
-from trainer_core.optim import build_optimizer  # noqa: E402
-from trainer_core.schedule import build_scheduler  # noqa: E402
-from trainer_core.train_module import TrainModule  # noqa: E402
+from trainer_core.config import ModelConfig, OptimConfig, ScheduleConfig, TrainModuleConfig
+from trainer_core.flops import peak_flops
+from trainer_core.model import Transformer, count_params, num_flops_per_token
+from trainer_core.optim import build_optimizer
+from trainer_core.schedule import build_scheduler
+from trainer_core.train_module import TrainModule
 
 
 def main() -> None:

@@ -1,13 +1,28 @@
-"""Shared fixtures: one Ray instance per test session, tiny configs, the cached demo corpus."""
+"""Shared fixtures: one Ray instance per test session, tiny configs, the demo corpus cached in a
+session temp dir, a free port, and one harness for the processes a test starts.
+
+Markers: ``ray`` (needs a Ray runtime), ``slow`` (more than a few seconds: every test that starts
+Ray, spawns ranks or trains more than a few steps); ``pytest -m "not slow"`` is the fast tier.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import importlib.util
 import os
+import signal
+import socket
+import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
+
+from trainer_core.corpus import CACHE_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -15,6 +30,209 @@ os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_caches(tmp_path_factory):
+    """The demo corpus (tokenized in about a second) and W&B's cache, config and data dirs go to
+    a session temp dir, never to the user's home or the repo. Set before any Ray starts, so Ray's
+    workers and every subprocess inherit them."""
+    root = tmp_path_factory.mktemp("caches")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_ENV, str(root / "rayladder"))
+        for name in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+            patch.setenv(name, str(root / name.lower()))
+        yield root
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def free_port() -> Callable[[], int]:
+    """``free_port()``: a TCP port on 127.0.0.1 that nothing listens on right now."""
+
+    def pick() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    return pick
+
+
+TINY_RUN = (
+    "--model.n_layers=2",
+    "--data.seq_len=64",
+    "--trainer.global_batch_size=512",
+    "--trainer.max_steps=20",
+    "--trainer.log_interval=5",
+    "--trainer.eval_interval=10",
+    "--trainer.eval_batches=2",
+    "--trainer.progress=false",
+    "--checkpoint.save_interval_minutes=null",
+)
+"""A 2-layer model on 64-token sequences, 8 a step, for 20 steps on the demo corpus: seconds on
+a CPU. Logs every 5 steps, evaluates every 10."""
+
+
+@pytest.fixture(scope="session")
+def tiny_args() -> Callable[..., list[str]]:
+    """``tiny_args(run_dir, *overrides)``: the command-line arguments of the tiny run in
+    ``run_dir``; later overrides win."""
+
+    def args(run_dir: Path, *overrides: str) -> list[str]:
+        return [f"--trainer.run_dir={run_dir}", *TINY_RUN, *overrides]
+
+    return args
+
+
+@pytest.fixture(scope="session")
+def tiny_config(tiny_args):
+    """``tiny_config(run_dir, *overrides, cls=TrainConfig)``: the tiny run as a config object
+    (``cls=RayTrainConfig`` for one on Ray Train)."""
+    from trainer_core.config import TrainConfig
+    from trainer_core.configio import load_config
+
+    def make(run_dir: Path, *overrides: str, cls: type = TrainConfig):
+        return load_config(cls, None, tiny_args(run_dir, *overrides))
+
+    return make
+
+
+TINY_EXPERIMENT = {
+    "seq_len": 64,
+    "batch": {"coef": 20480.0},
+    "run": {
+        "trainer": {"eval_batches": 2},
+        "checkpoint": {"save_interval_minutes": None},
+    },
+    "ray": {"cpus_per_worker": 0.8, "address": "local"},
+}
+"""What every tiny ladder / LR sweep shares: 64-token sequences, a batch formula that gives the
+1M and 3M sizes a few sequences a step, one worker of 0.8 CPU a run (two runs at once on 2 CPUs)."""
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+@pytest.fixture
+def tiny_experiment(tmp_path) -> Callable[..., Path]:
+    """``tiny_experiment(name, **sections)``: writes ``<tmp_path>/<name>.yaml``, a tiny ladder or
+    LR sweep (:data:`TINY_EXPERIMENT` with ``sections`` merged in, ``dir`` under ``tmp_path``),
+    and returns its path."""
+
+    def write(name: str, **sections) -> Path:
+        data = _merge({"name": name, "dir": str(tmp_path / name), **TINY_EXPERIMENT}, sections)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    return write
+
+
+class Processes:
+    """Starts processes as a shell in the repo root would, with the session's environment minus
+    ``RAY_ADDRESS`` (so each starts its own local Ray), each in a session of its own. It kills
+    only what it started: a process group at a timeout, and at teardown whatever is still running.
+    """
+
+    def __init__(self):
+        self.env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        self.env["PYTHONUNBUFFERED"] = "1"
+        self.started: list[subprocess.Popen] = []
+
+    def _popen(self, argv, env, **kw) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [str(a) for a in argv],
+            cwd=ROOT,
+            env={**self.env, **(env or {})},
+            start_new_session=True,
+            text=True,
+            **kw,
+        )
+        self.started.append(proc)
+        return proc
+
+    def run(self, *argv, timeout: float = 300, env: dict | None = None):
+        """Run ``argv`` to the end: a CompletedProcess with its stdout and stderr."""
+        proc = self._popen(argv, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill(proc)
+            raise
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    def python(self, *args, timeout: float = 300, env: dict | None = None):
+        """``python *args`` in a fresh interpreter (a script path is relative to the repo root)."""
+        return self.run(sys.executable, *args, timeout=timeout, env=env)
+
+    def start(self, *argv, log: Path, env: dict | None = None) -> subprocess.Popen:
+        """Start ``argv`` in the background, its stdout and stderr into ``log``."""
+        with open(log, "w") as out:
+            return self._popen(argv, env, stdout=out, stderr=subprocess.STDOUT)
+
+    def wait_until(self, condition, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+        """Wait for ``condition()`` (a state the run reaches and keeps, e.g. a file a hook
+        wrote); fail at once if ``proc`` exits first."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if proc.poll() is not None:
+                pytest.fail(f"exited early ({proc.returncode}):\n{log.read_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"not reached in {timeout} s:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+
+    def kill(self, proc: subprocess.Popen, sig: int = signal.SIGKILL, timeout: float = 60) -> None:
+        """Signal the process group of ``proc`` (one this harness started) and reap it."""
+        assert proc in self.started, "only processes this harness started are signalled"
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        proc.wait(timeout=timeout)
+
+    def close(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                self.kill(proc)
+
+
+@pytest.fixture
+def processes():
+    """The process harness (:class:`Processes`) of one test."""
+    harness = Processes()
+    yield harness
+    harness.close()
+
+
+@pytest.fixture
+def spawn_ranks(free_port):
+    """``spawn_ranks(fn, world, *args, timeout=240)``: runs ``fn(rank, world, port, *args)`` in
+    ``world`` fresh processes (``fn`` at a test module's top level; ``port`` free for the
+    process group's rendezvous) and returns when all succeeded. A rank's exception fails the
+    test with its traceback; ranks still running at the timeout are killed, and the test fails."""
+    import torch.multiprocessing as mp
+
+    def spawn(fn, world: int, *args, timeout: float = 240) -> None:
+        ctx = mp.start_processes(
+            fn, args=(world, free_port(), *args), nprocs=world, join=False, start_method="spawn"
+        )
+        deadline = time.monotonic() + timeout
+        while not ctx.join(timeout=5):
+            if time.monotonic() > deadline:
+                for process in ctx.processes:
+                    process.kill()
+                pytest.fail(f"{world} ranks of {fn.__name__}{args} did not finish in {timeout} s")
+
+    return spawn
 
 
 def _start_ray():
@@ -102,7 +320,7 @@ def random_texts():
 def run_script(monkeypatch, capsys):
     """Run an entry script in this process as ``python <script> <args>`` would (its ``main``
     under :func:`trainer_core.cli.exit_on_error`): ``(exit code, stdout, stderr)``. Loaded from
-    its file, since scripts are not a package and datasets/tokenize.py shadows a stdlib module."""
+    its file, since scripts are not a package."""
     from trainer_core.cli import exit_on_error
 
     def run(script: str, *args: str) -> tuple[int, str, str]:

@@ -6,7 +6,6 @@ import json
 import logging
 import pickle
 import random
-import socket
 import zlib
 from fractions import Fraction
 from pathlib import Path
@@ -15,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from trainer_core.checkpoint import (
@@ -23,17 +21,17 @@ from trainer_core.checkpoint import (
     CheckpointError,
     CheckpointPolicy,
     CorruptCheckpointError,
-    ModelOptimState,
     latest_checkpoint,
     list_checkpoints,
     listed_files,
     marker_name,
     restore_rng,
     rng_state,
-    step_dir,
 )
-from trainer_core.config import CheckpointConfig, KeepRule, ModelConfig
+from trainer_core.config import CheckpointConfig, KeepRule, ModelConfig, TrainModuleConfig
 from trainer_core.model import Transformer
+from trainer_core.run_dir import step_dir
+from trainer_core.train_module import TrainModule
 
 # The module filters this DCP notice globally; pytest resets filters per test.
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
@@ -45,7 +43,7 @@ K = 3  # steps before and after the checkpoint
 # -- a tiny training setup shared by the in-process and the spawned tests ----------------------
 
 
-def build(world: int, cfg: ModelConfig = TINY, init_seed: int = 0) -> ModelOptimState:
+def build(world: int, cfg: ModelConfig = TINY, init_seed: int = 0) -> TrainModule:
     torch.manual_seed(init_seed)
     model = Transformer(cfg)
     if world > 1:
@@ -58,10 +56,12 @@ def build(world: int, cfg: ModelConfig = TINY, init_seed: int = 0) -> ModelOptim
         fully_shard(model, mesh=mesh)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 4))
-    return ModelOptimState(model, opt, sched)
+    return TrainModule(
+        model, opt, sched, TrainModuleConfig(), seq_len=16, device=torch.device("cpu")
+    )
 
 
-def train(state: ModelOptimState, steps: int) -> list[float]:
+def train(state: TrainModule, steps: int) -> list[float]:
     """CE on tokens drawn from the global torch RNG, scaled by Python/NumPy draws, so the loss
     sequence only repeats if every RNG, the weights, the optimizer and the schedule do."""
     losses = []
@@ -84,7 +84,7 @@ def seed_all(seed: int) -> None:
     np.random.seed(seed)
 
 
-def app_state(mos: ModelOptimState, rank: int, step: int = 0, epoch: int = 0) -> dict:
+def app_state(mos: TrainModule, rank: int, step: int = 0, epoch: int = 0) -> dict:
     return {
         "train_module": mos,
         "trainer": {"step": step, "tokens": step * 32},
@@ -93,7 +93,7 @@ def app_state(mos: ModelOptimState, rank: int, step: int = 0, epoch: int = 0) ->
     }
 
 
-def local_tensors(mos: ModelOptimState) -> dict[str, torch.Tensor]:
+def local_tensors(mos: TrainModule) -> dict[str, torch.Tensor]:
     """Model and optimizer tensors of this rank (its shard under FSDP2), flattened and cloned."""
     from torch.distributed.checkpoint._nested_dict import flatten_state_dict
 
@@ -136,13 +136,7 @@ def resume_matches(run_dir: Path, rank: int, world: int) -> None:
 # -- spawning gloo ranks --------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rank_main(rank: int, world: int, port: int, fn_name: str, args: tuple) -> None:
+def _rank_main(rank: int, world: int, port: int, fn_name: str, *args) -> None:
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
@@ -150,10 +144,6 @@ def _rank_main(rank: int, world: int, port: int, fn_name: str, args: tuple) -> N
         globals()[fn_name](*args, rank, world)
     finally:
         dist.destroy_process_group()
-
-
-def spawn(fn_name: str, world: int, *args) -> None:
-    mp.spawn(_rank_main, args=(world, free_port(), fn_name, args), nprocs=world, join=True)
 
 
 # -- exact resume ---------------------------------------------------------------------------------
@@ -166,9 +156,10 @@ def test_resume_is_exact_single_rank(tmp_path):
     assert {p.name for p in info.path.iterdir()} >= {".metadata", marker_name(0, 1), "info.json"}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_resume_is_exact_with_two_fsdp2_ranks(tmp_path):
-    spawn("resume_matches", 2, tmp_path)
+def test_resume_is_exact_with_two_fsdp2_ranks(spawn_ranks, tmp_path):
+    spawn_ranks(_rank_main, 2, "resume_matches", tmp_path)
     [info] = list_checkpoints(tmp_path)
     assert info.complete
     assert {".done-rank0-of-2", ".done-rank1-of-2"} <= {p.name for p in info.path.iterdir()}
@@ -227,8 +218,9 @@ def resume_on_two_ranks(run_dir: Path, expected_file: Path, rank: int, world: in
     assert all(np.isfinite(train(mos, 1)))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_one_rank_checkpoint_resumes_on_two_fsdp2_ranks(tmp_path):
+def test_one_rank_checkpoint_resumes_on_two_fsdp2_ranks(spawn_ranks, tmp_path):
     """DCP reshards the FSDP2 DTensor state; the new rank's RNG entry is simply absent."""
     seed_all(0)
     mos = build(1)
@@ -238,7 +230,7 @@ def test_one_rank_checkpoint_resumes_on_two_fsdp2_ranks(tmp_path):
     )
     expected = tmp_path / "expected.pt"
     torch.save({"model": mos.model.state_dict()}, expected)
-    spawn("resume_on_two_ranks", 2, tmp_path, expected)
+    spawn_ranks(_rank_main, 2, "resume_on_two_ranks", tmp_path, expected)
 
 
 # -- commit, discovery, keep policy ---------------------------------------------------------------
@@ -402,9 +394,10 @@ def async_saves_on_ranks(run_dir: Path, rank: int, world: int) -> None:
     assert torch.equal(draws, torch.rand(2))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_async_save_with_two_ranks(tmp_path):
-    spawn("async_saves_on_ranks", 2, tmp_path)
+def test_async_save_with_two_ranks(spawn_ranks, tmp_path):
+    spawn_ranks(_rank_main, 2, "async_saves_on_ranks", tmp_path)
 
 
 # -- integrity: checksums verified on load -------------------------------------------------------
@@ -483,9 +476,10 @@ def fallback_on_ranks(run_dir: Path, rank: int, world: int) -> None:
     assert torch.equal(state["w"]["x"], torch.randn(3))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_two_ranks_agree_on_a_corrupt_file_only_one_of_them_wrote(tmp_path):
-    spawn("fallback_on_ranks", 2, tmp_path)
+def test_two_ranks_agree_on_a_corrupt_file_only_one_of_them_wrote(spawn_ranks, tmp_path):
+    spawn_ranks(_rank_main, 2, "fallback_on_ranks", tmp_path)
     assert [c.step for c in list_checkpoints(tmp_path)] == [1]
 
 

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 import yaml
 from jsonschema.exceptions import ValidationError
 from ray.autoscaler._private.util import prepare_config, validate_config
 
-CLUSTER = Path(__file__).resolve().parents[1] / "cluster.yaml"
-
 
 @pytest.fixture()
-def cluster() -> dict:
-    return yaml.safe_load(CLUSTER.read_text())
+def cluster(repo_root) -> dict:
+    return yaml.safe_load((repo_root / "cluster.yaml").read_text())
 
 
 def check(cfg: dict) -> None:

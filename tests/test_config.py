@@ -62,9 +62,9 @@ def test_round_trip_dump_and_reload(tmp_path):
             "trainer.global_batch_size: 1000 is not allowed; must be a multiple of data.seq_len=128",
         ),
         (
-            ["--train_module.rank_microbatch_size=768"],
-            "trainer.global_batch_size: 2048 is not allowed; must be divisible by "
-            "train_module.rank_microbatch_size=768",
+            ["--train_module.rank_microbatch_seqs=3"],
+            "trainer.global_batch_size: 2048 is not allowed; its 16 sequences must be divisible "
+            "by train_module.rank_microbatch_seqs=3",
         ),
         (
             ["--schedule.warmup=300"],
@@ -221,7 +221,11 @@ def test_unwritable_output_dir_is_named():
         ("workflows/ladder.py", ["--dry-run", "--dir={target}"], "dir"),
         ("workflows/lr_sweep.py", ["--dry-run", "--sweep.dir={target}"], "sweep.dir"),
         ("workflows/analyze.py", ["{tmp}", "--out", "{target}"], "--out"),
-        ("datasets/tokenize.py", ["--input", "{tmp}/none.txt", "--out", "{target}"], "--out"),
+        (
+            "datasets/tokenize_corpus.py",
+            ["--input", "{tmp}/none.txt", "--out", "{target}"],
+            "--out",
+        ),
     ],
 )
 def test_every_entry_point_checks_its_output_dir_first(run_script, tmp_path, script, args, key):
@@ -251,3 +255,4 @@ def test_entry_points_print_config_errors_in_one_line(run_script, tmp_path):
 def test_analysis_errors_print_in_one_line_too(run_script, tmp_path):
     code, _, err = run_script("workflows/analyze.py", str(tmp_path / "missing"))
     assert code == 2 and err.startswith(f"error: {tmp_path / 'missing'}") and err.count("\n") == 1
+    assert "missing: no such directory" in err

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from trainer_core.config import DataConfig
+from trainer_core.corpus import demo_shards
 from trainer_core.data import MIX_BLOCK, RowGroupCache, TokenData, open_token_data
 from trainer_core.shards import (
     DataError,
@@ -108,19 +109,6 @@ def test_data_parallel_ranks_split_the_global_batch(data):
         data.train_batches(SEQ, 8, 0, 0, 0, 3)
 
 
-def test_data_position(data):
-    n = data.train[0].num_windows(SEQ)
-    take(data.train_batches(SEQ, 64, seed=4), 1)
-    step = n // 64 + 2
-    pos = data.data_position(step)
-    assert pos["epoch"] == 1 and pos["index_in_epoch"] == step * 64 - n
-    assert pos["windows_consumed"] == step * 64 and pos["file"].startswith("part-")
-    window = data.order(SEQ, 4).permutation(0, 1)[pos["index_in_epoch"]]
-    files, offsets = data.train[0].locate(np.array([window]), SEQ)
-    assert (pos["file"], pos["offset"]) == (data.train[0].paths[files[0]].name, offsets[0])
-    assert data.data_position(step, SEQ, 64, 4) == pos
-
-
 def test_mix_follows_weights_deterministically(tmp_path, make_shards, random_texts):
     a = make_shards(random_texts(40, seed=1, letters="abc"), name="a")
     b = make_shards(random_texts(40, seed=2, letters="xyz"), name="b")
@@ -203,9 +191,10 @@ def test_sequence_longer_than_every_file(data):
         data.train_batches(1000, 8, 0)
 
 
-def test_demo_corpus_by_default():
+def test_demo_corpus_by_default(private_caches):
     data = open_token_data(DataConfig(), 320)
     assert data.manifest.info["corpus"] == "python-stdlib"
+    assert demo_shards().is_relative_to(private_caches)  # not the user's ~/.cache
     assert data.vocab_size == 259 and data.eos_id == 256 and data.num_train_tokens > 1_000_000
     batch = next(data.train_batches(128, 4, seed=0))
     assert batch.shape == (4, 129) and int(batch.max()) <= 256
@@ -288,7 +277,7 @@ def test_token_id_outside_the_vocab_names_file_and_row(shards):
     with pytest.raises(
         ShardError,
         match=r"part-00002\.parquet: row 5 holds token id 300, outside the manifest's vocab size "
-        r"259 .*re-run datasets/tokenize\.py",
+        r"259 .*re-run datasets/tokenize_corpus\.py",
     ):
         read_everything(shards)
 

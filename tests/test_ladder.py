@@ -8,16 +8,15 @@ from trainer_core.config import ModelConfig
 from trainer_core.configio import ConfigError, from_dict
 from trainer_core.ladder import (
     BatchFormula,
+    Beta2Formula,
     LadderConfig,
     LRFormula,
-    OptimFormula,
     batch_and_devices,
     beta2_for_batch,
     estimate_memory_bytes,
     peak_lr,
     plan_ladder,
     plan_size,
-    run_config,
     target_batch_tokens,
 )
 from trainer_core.schedule import decay_windows
@@ -30,8 +29,8 @@ def test_olmo_default_formulas_at_reference_size():
     # 8x the params -> 4x the batch (exponent 2/3), half the LR (exponent -1/3)
     assert target_batch_tokens(8 * n, BatchFormula()) == pytest.approx(4 * 2048 * 160, rel=1e-6)
     assert peak_lr(8 * n, LRFormula()) == pytest.approx(0.0047 / 4)
-    assert beta2_for_batch(524_288, OptimFormula()) == 0.95
-    assert beta2_for_batch(524_287, OptimFormula()) == 0.99
+    assert beta2_for_batch(524_288, Beta2Formula()) == 0.95
+    assert beta2_for_batch(524_287, Beta2Formula()) == 0.99
 
 
 def test_batch_rounding_and_device_expansion():
@@ -115,31 +114,93 @@ def test_bad_size_name():
         from_dict(LadderConfig, {"sizes": ["1M", "30M"]})
 
 
-def test_run_config_fills_the_planned_fields(tmp_path):
-    ladder = from_dict(LadderConfig, {"dir": str(tmp_path), "name": "t"})
-    p = plan_size("3M", ladder)
-    cfg = run_config(p, ladder, "3M")
-    assert cfg.model.size == "3M" and cfg.optim.lr == pytest.approx(p.lr)
+def test_the_plan_fills_the_run_template(tmp_path):
+    ladder = from_dict(
+        LadderConfig,
+        {
+            "dir": str(tmp_path),
+            "name": "t",
+            "run": {
+                "model": {"tie_embeddings": True},
+                "optim": {"weight_decay": 0.05},
+                "trainer": {"seed": 7},
+                "tracking": {"tags": ["a"]},
+            },
+        },
+    )
+    (p,) = plan_ladder(ladder, ["3M"])
+    cfg = p.config
+    assert cfg.model.size == "3M" and cfg.model.d_model == 192 and cfg.model.tie_embeddings
+    assert cfg.optim.lr == p.lr == pytest.approx(peak_lr(p.num_params, ladder.lr))
+    assert cfg.optim.weight_decay == 0.05 and cfg.trainer.seed == 7
     assert cfg.trainer.global_batch_size == p.batch_tokens and cfg.total_steps == p.steps
+    assert cfg.train_module.rank_microbatch_seqs == p.micro_batch_seqs
     assert cfg.checkpoint.keep_steps == p.checkpoint_steps
     assert cfg.trainer.run_dir == str(tmp_path / "runs" / "3M")
-    assert cfg.tracking.group == "t"
+    assert cfg.tracking.group == "t" and cfg.tracking.name == "t-3M"
+    assert cfg.tracking.tags == ["a", "lr_source=formula"]
 
 
-def demo_ladder() -> LadderConfig:
-    from pathlib import Path
+@pytest.mark.parametrize(
+    "data, keys",
+    [
+        ({"run": {"optim": {"lr": 0.01}}}, ("run.optim.lr", "lr")),
+        ({"run": {"optim": {"beta2": 0.9}}}, ("run.optim.beta2", "beta2")),
+        ({"run": {"model": {"size": "3M"}}}, ("run.model.size", "sizes")),
+        ({"run": {"model": {"n_layers": 3}}}, ("run.model.n_layers", "sizes")),
+        ({"run": {"model": {"vocab_size": 512}}}, ("run.model.vocab_size", "vocab_size")),
+        ({"run": {"data": {"seq_len": 64}}}, ("run.data.seq_len", "seq_len")),
+        ({"run": {"schedule": {"kind": "wsd"}}}, ("run.schedule", "duration")),
+        ({"run": {"trainer": {"max_steps": 10}}}, ("run.trainer.max_steps", "duration")),
+        (
+            {"run": {"trainer": {"global_batch_size": 4096}}},
+            ("run.trainer.global_batch_size", "batch"),
+        ),
+        ({"run": {"trainer": {"run_dir": "x"}}}, ("run.trainer.run_dir", "dir")),
+        ({"run": {"tracking": {"name": "x"}}}, ("run.tracking.name", "name")),
+        (
+            {"run": {"train_module": {"rank_microbatch_seqs": 2}}},
+            ("run.train_module.rank_microbatch_seqs", "max_micro_batch_seqs"),
+        ),
+        (
+            {"eval_tokens": 4096, "run": {"trainer": {"eval_batches": 2}}},
+            ("run.trainer.eval_batches", "eval_tokens"),
+        ),
+    ],
+)
+def test_a_planned_field_set_in_the_template_is_an_error_naming_both_keys(data, keys):
+    template_key, ladder_key = keys
+    with pytest.raises(ConfigError) as err:
+        from_dict(LadderConfig, data)
+    assert str(err.value) == (
+        f"{template_key}: the ladder plans it from {ladder_key} for every size; "
+        f"remove {template_key} (or set {ladder_key})"
+    )
 
+
+def test_a_planned_ray_setting_is_an_error_naming_both_keys():
+    from trainer_core.ray.ladder_run import LadderJobConfig
+
+    with pytest.raises(ConfigError, match=r"^ray.num_workers: .* from max_devices"):
+        from_dict(LadderJobConfig, {"ray": {"num_workers": 2}})
+    assert from_dict(LadderJobConfig, {"ray": {"cpus_per_worker": 0.5}}).ray.num_workers == 1
+
+
+def test_one_home_per_fact_the_old_ladder_keys_name_their_new_home():
+    homes = {"seed": "run.trainer.seed", "data": "run.data", "tracking": "run.tracking"}
+    homes["optim"] = r"run.optim \(beta1, weight_decay\) and beta2"
+    for key, home in homes.items():
+        with pytest.raises(ConfigError, match=f"^{key}: this key moved; set {home}"):
+            from_dict(LadderConfig, {key: {}})
+
+
+def test_demo_ladder_is_designed_to_carry_a_scaling_law(repo_root):
+    """Issue 11: >= 4 sizes, each >= 1x Chinchilla, one eval set size for all, and compute budgets
+    that three sizes' annealed points cover (what an isoFLOP parabola needs)."""
     from trainer_core.configio import load_config
     from trainer_core.ray.ladder_run import LadderJobConfig
 
-    path = Path(__file__).resolve().parents[1] / "workflows" / "configs" / "ladder-demo.yaml"
-    return load_config(LadderJobConfig, path)
-
-
-def test_demo_ladder_is_designed_to_carry_a_scaling_law():
-    """Issue 11: >= 4 sizes, each >= 1x Chinchilla, one eval set size for all, and compute budgets
-    that three sizes' annealed points cover (what an isoFLOP parabola needs)."""
-    job = demo_ladder()
+    job = load_config(LadderJobConfig, repo_root / "workflows" / "configs" / "ladder-demo.yaml")
     plans = plan_ladder(job)
     assert len(plans) >= 4
     eval_tokens = set()
@@ -148,7 +209,7 @@ def test_demo_ladder_is_designed_to_carry_a_scaling_law():
         assert p.tokens >= 20 * p.num_params, p.size
         assert p.num_params < 1_000_000
         eval_tokens.add(p.eval_batches * p.batch_tokens)
-        assert run_config(p, job, p.size).trainer.eval_batches == p.eval_batches
+        assert p.config.trainer.eval_batches == p.eval_batches
         ends = [end for _, end in decay_windows(p.steps, p.schedule)]
         assert len(ends) >= 3 and ends[-1] == p.steps
         flops = [p.flops_per_token * e * p.batch_tokens for e in ends]

@@ -5,56 +5,37 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
-import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from ray_train_hooks import HOLD_ENV, read_log
 
 from trainer_core.analysis import load
+from trainer_core.checkpoint import latest_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
-LADDER = ROOT / "workflows" / "ladder.py"
-
-
-def tiny_config(tmp_path: Path) -> Path:
-    path = tmp_path / "ladder.yaml"
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            name: tiny
-            dir: {tmp_path / "exp"}
-            sizes: [1M, 3M]
-            seq_len: 64
-            batch: {{coef: 20480.0}}
-            duration: {{chinchilla_multiple: 0.0009765625}}
-            run:
-              trainer: {{log_interval: 5, eval_interval: 1000000, eval_batches: 2}}
-              checkpoint: {{save_interval_minutes: null, save_interval_steps: 5}}
-            ray: {{cpus_per_worker: 0.8, address: local}}
-            """
-        )
-    )
-    return path
+LADDER = "workflows/ladder.py"
 
 
-def run_cli(*args: str, timeout: int = 600, **kw) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RAY_ADDRESS": "", "PYTHONUNBUFFERED": "1"}
-    return subprocess.run(
-        [sys.executable, str(LADDER), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        **kw,
+@pytest.fixture
+def ladder_yaml(tiny_experiment) -> Path:
+    """1M and 3M for 1/1024 of their Chinchilla tokens, a checkpoint every 5 steps, in
+    ``<tmp_path>/exp``."""
+    return tiny_experiment(
+        "exp",
+        sizes=["1M", "3M"],
+        duration={"chinchilla_multiple": 0.0009765625},
+        run={
+            "trainer": {"log_interval": 5, "eval_interval": 1000000},
+            "checkpoint": {"save_interval_steps": 5},
+        },
     )
 
 
-def test_dry_run_prints_the_plan_and_plots_the_schedule(tmp_path):
-    out = run_cli("--config", str(tiny_config(tmp_path)), "--dry-run")
+def test_dry_run_from_a_shell_prints_the_plan_and_plots_the_schedule(
+    processes, ladder_yaml, tmp_path
+):
+    out = processes.python(LADDER, "--config", ladder_yaml, "--dry-run")
     assert out.returncode == 0, out.stderr
     for column in ("batch tokens", "micro seqs", "accum", "peak lr", "ckpt steps", "device-h"):
         assert column in out.stdout
@@ -71,25 +52,26 @@ def test_dry_run_prints_the_plan_and_plots_the_schedule(tmp_path):
         (["--dir=/proc/rayladder-cannot-write"], "is not writable"),
     ],
 )
-def test_bad_input_fails_before_any_trial(tmp_path, args, message):
-    out = run_cli("--config", str(tiny_config(tmp_path)), *args, timeout=120)
-    assert out.returncode == 2
-    assert message in out.stderr and "Traceback" not in out.stderr
+def test_bad_input_fails_before_any_trial(run_script, ladder_yaml, tmp_path, args, message):
+    code, _, err = run_script(LADDER, "--config", str(ladder_yaml), *args)
+    assert code == 2
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
     assert not (tmp_path / "exp" / "tune").exists()
 
 
-def test_a_dir_holding_an_lr_sweep_is_refused(tmp_path):
+def test_a_dir_holding_an_lr_sweep_is_refused(run_script, ladder_yaml, tmp_path):
     (tmp_path / "exp").mkdir()
     (tmp_path / "exp" / "experiment.yaml").write_text("name: s\nsweep: {search: grid}\n")
-    out = run_cli("--config", str(tiny_config(tmp_path)), timeout=120)
-    assert out.returncode == 2, out.stderr
-    assert "already holds a different experiment (LR sweep" in out.stderr
-    assert "Traceback" not in out.stderr and not (tmp_path / "exp" / "tune").exists()
+    code, _, err = run_script(LADDER, "--config", str(ladder_yaml))
+    assert code == 2, err
+    assert "already holds a different experiment (LR sweep" in err and err.count("\n") == 1
+    assert not (tmp_path / "exp" / "tune").exists()
 
 
 @pytest.mark.ray
-def test_benchmark_prints_throughput_and_mfu(tmp_path, no_local_ray):
-    out = run_cli("--config", str(tiny_config(tmp_path)), "--benchmark", "1M", timeout=300)
+@pytest.mark.slow
+def test_benchmark_prints_throughput_and_mfu(processes, ladder_yaml, tmp_path, no_local_ray):
+    out = processes.python(LADDER, "--config", ladder_yaml, "--benchmark", "1M")
     assert out.returncode == 0, out.stderr[-3000:]
     match = re.search(
         r"benchmark 1M: ([\d,]+) tokens/s per device, MFU ([\d.]+)% on 1 device", out.stdout
@@ -101,62 +83,46 @@ def test_benchmark_prints_throughput_and_mfu(tmp_path, no_local_ray):
     assert steps[-1] == 20 and not (run_dir / "checkpoints").exists()
 
 
-def wait_for(predicate, process: subprocess.Popen, log: Path, timeout: float) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        if process.poll() is not None:
-            raise AssertionError(f"ladder exited early:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
-    raise TimeoutError(f"condition not reached:\n{log.read_text()[-3000:]}")
-
-
 def run_status(exp: Path, size: str) -> str:
     path = exp / "runs" / size / "run.json"
     return json.loads(path.read_text())["status"] if path.exists() else "absent"
 
 
 @pytest.mark.ray
-def test_killed_driver_resumes_and_fits(tmp_path, no_local_ray):
-    cfg = tiny_config(tmp_path)
+@pytest.mark.slow
+def test_killed_driver_resumes_and_fits(processes, ladder_yaml, repo_root, tmp_path, no_local_ray):
+    """The driver is SIGKILLed once 1M has finished while 3M is held (by its own Ray Train
+    controller) at its step-5 report, its step-5 checkpoint committed: no timing window."""
     exp = tmp_path / "exp"
-    env = {**os.environ, "RAY_ADDRESS": "", "PYTHONUNBUFFERED": "1"}
-    log_path = tmp_path / "first.log"
-    first = subprocess.Popen(
-        [sys.executable, str(LADDER), "--config", str(cfg)],
-        stdout=log_path.open("w"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        # Kill once one size has finished and the other has a checkpoint but is still running.
-        ckpts = exp / "runs" / "3M" / "checkpoints"
-        wait_for(
-            lambda: (
-                {run_status(exp, "1M"), run_status(exp, "3M")} == {"finished", "running"}
-                and (
-                    any(ckpts.glob("step-*"))
-                    or any((exp / "runs" / "1M" / "checkpoints").glob("step-*"))
-                )
-            ),
-            first,
-            log_path,
-            timeout=300,
-        )
-    finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
-    finished = [s for s in ("1M", "3M") if run_status(exp, s) == "finished"]
-    assert len(finished) == 1
-    done_metrics = (exp / "runs" / finished[0] / "metrics.jsonl").read_text()
+    hold_log = tmp_path / "hold.jsonl"
+    hold = {
+        "RAY_TRAIN_CALLBACKS": "ray_train_hooks.HoldRun",
+        HOLD_ENV: f"3M:5:{hold_log}",
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(repo_root / "tests"), os.environ.get("PYTHONPATH")) if p
+        ),
+    }
+    log = tmp_path / "first.log"
+    first = processes.start(sys.executable, LADDER, "--config", ladder_yaml, log=log, env=hold)
 
-    second = run_cli("--config", str(cfg), "--resume", timeout=600)
+    def held_and_one_done() -> bool:
+        held = hold_log.exists() and '"held"' in hold_log.read_text()
+        return held and run_status(exp, "1M") == "finished"
+
+    processes.wait_until(held_and_one_done, first, log, timeout=300)
+    processes.kill(first)
+    assert read_log(hold_log)[-1] == {"held": 5}
+    assert run_status(exp, "3M") == "running"
+    # Held, the run's workers go on until their next report but one: 3M is at step 5 to 10.
+    latest = latest_checkpoint(exp / "runs" / "3M").step
+    assert 5 <= latest <= 10
+    done_metrics = (exp / "runs" / "1M" / "metrics.jsonl").read_text()
+
+    second = processes.python(LADDER, "--config", ladder_yaml, "--resume", timeout=600)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     # the finished size was not trained again; the other resumed from its checkpoint
-    assert (exp / "runs" / finished[0] / "metrics.jsonl").read_text() == done_metrics
-    assert "resumed at step" in second.stdout
+    assert (exp / "runs" / "1M" / "metrics.jsonl").read_text() == done_metrics
+    assert f"resumed at step {latest}" in second.stdout
     assert {run_status(exp, s) for s in ("1M", "3M")} == {"finished"}
 
     results = load(exp)

@@ -3,55 +3,32 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 
 from trainer_core.analysis import load, lr_sweep_table, optimal_lr
 
-ROOT = Path(__file__).resolve().parents[1]
-
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
-def test_sweep_stops_bad_lrs_flags_divergence_and_widens_past_an_edge(tmp_path, no_local_ray):
+def test_sweep_stops_bad_lrs_flags_divergence_and_widens_past_an_edge(
+    processes, tiny_experiment, tmp_path, no_local_ray
+):
     """The grid tops out (healthily) at 1/8 of the formula's LR, far below the optimum: one
     widening round adds 1/2, a grid step (4x) further up."""
-    cfg = tmp_path / "sweep.yaml"
-    cfg.write_text(
-        textwrap.dedent(
-            f"""
-            name: sweep
-            dir: {tmp_path / "sweep"}
-            sizes: [1M]
-            seq_len: 64
-            batch: {{coef: 20480.0}}
-            duration: {{schedule: cosine}}
-            sweep:
-              factors: [0.0078125, 0.03125, 0.125, 1048576.0]
-              duration_multiple: 0.0009765625
-              grace_fraction: 0.25
-              widen_rounds: 1
-            run:
-              trainer: {{log_interval: 1, eval_batches: 2}}
-              train_module: {{max_grad_norm: null}}
-              checkpoint: {{save_interval_minutes: null}}
-            ray: {{cpus_per_worker: 0.8, address: local}}
-            """
-        )
+    cfg = tiny_experiment(
+        "sweep",
+        sizes=["1M"],
+        duration={"schedule": "cosine"},
+        sweep={
+            "factors": [0.0078125, 0.03125, 0.125, 1048576.0],
+            "duration_multiple": 0.0009765625,
+            "grace_fraction": 0.25,
+            "widen_rounds": 1,
+        },
+        run={"trainer": {"log_interval": 1}, "train_module": {"max_grad_norm": None}},
     )
-    env = {**os.environ, "RAY_ADDRESS": "", "PYTHONUNBUFFERED": "1"}
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "workflows" / "lr_sweep.py"), "--config", str(cfg)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
+    out = processes.python("workflows/lr_sweep.py", "--config", cfg, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "x ideal" in out.stdout
     for chatter in ("Reporting training result", "Progress bars disabled", "Traceback"):

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from trainer_core.config import (
     ModelConfig,
@@ -27,14 +24,7 @@ from trainer_core.config import (
     TrainModuleConfig,
 )
 from trainer_core.configio import ConfigError
-from trainer_core.distributed import (
-    all_reduce_sum,
-    barrier,
-    init_distributed,
-    is_main,
-    resolve_device,
-    teardown,
-)
+from trainer_core.distributed import init_distributed, is_distributed, resolve_device, teardown
 from trainer_core.model import Transformer
 from trainer_core.optim import build_optimizer
 from trainer_core.parallel import (
@@ -91,7 +81,9 @@ def train(model_cfg: ModelConfig, parallel: ParallelConfig, world: int) -> dict[
         stats = module.train_batch(batch[dp_rank * per_rank : (dp_rank + 1) * per_rank])
         norms.append(module.optim_step().item())
         module.zero_grads()
-        pair = all_reduce_sum(torch.stack([stats.ce_sum, stats.num_tokens.float()]), dp_group)
+        pair = torch.stack([stats.ce_sum, stats.num_tokens.float()])
+        if is_distributed():
+            torch.distributed.all_reduce(pair, group=dp_group)
         losses.append((pair[0] / pair[1]).item())
     return {"loss": losses, "grad_norm": norms, "dp": [dp_rank, dp_size]}
 
@@ -109,37 +101,16 @@ def _worker(
     torch.set_num_threads(1)  # 2-4 ranks share the cores
     info = init_distributed("cpu")
     try:
-        assert (info.rank, info.world_size, is_main()) == (rank, world, rank == 0)
+        assert (info.rank, info.world_size, is_distributed()) == (rank, world, True)
         result = train(model_cfg, parallel, world)
         # tp is the innermost mesh dim: the data-parallel rank is rank // tp (Ray's worker
         # relies on this to pick its data shard).
         assert result["dp"] == [rank // parallel.tp, world // parallel.tp], result["dp"]
-        barrier()
+        torch.distributed.barrier()
         if rank == 0:
             Path(out).write_text(json.dumps(result))
     finally:
         teardown()
-
-
-def run_ranks(world: int, model_cfg: ModelConfig, parallel: ParallelConfig, out: Path) -> dict:
-    """Spawn ``world`` ranks and return rank 0's result; kill them all if they hang."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.start_processes(
-        _worker,
-        args=(world, port, model_cfg, parallel, str(out)),
-        nprocs=world,
-        join=False,
-        start_method="spawn",
-    )
-    deadline = time.monotonic() + SPAWN_TIMEOUT_S
-    while not ctx.join(timeout=5):
-        if time.monotonic() > deadline:
-            for process in ctx.processes:
-                process.kill()
-            pytest.fail(f"{world} ranks with {parallel} did not finish in {SPAWN_TIMEOUT_S} s")
-    return json.loads(out.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +127,7 @@ def single():
     return get
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "world, model_cfg, parallel",
     [
@@ -172,8 +144,12 @@ def single():
     ],
     ids=["fsdp2", "tp2", "fsdp2xtp2", "hsdp2x1xtp2-ac", "fsdp2-tied-ac_every2"],
 )
-def test_distributed_matches_single_process(single, tmp_path, world, model_cfg, parallel):
-    result = run_ranks(world, model_cfg, parallel, tmp_path / "result.json")
+def test_distributed_matches_single_process(
+    single, spawn_ranks, tmp_path, world, model_cfg, parallel
+):
+    out = tmp_path / "result.json"
+    spawn_ranks(_worker, world, model_cfg, parallel, str(out), timeout=SPAWN_TIMEOUT_S)
+    result = json.loads(out.read_text())
     reference = single(model_cfg)
     for key in ("loss", "grad_norm"):
         diffs = [abs(a - b) for a, b in zip(result[key], reference[key], strict=True)]
@@ -251,10 +227,7 @@ def test_single_process_needs_no_process_group(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     info = init_distributed("cpu")
     assert (info.rank, info.world_size, info.local_rank, info.device) == (0, 1, 0, CPU)
-    t = torch.tensor([1.0, 2.0])
-    assert all_reduce_sum(t) is t and t.tolist() == [1.0, 2.0]
-    assert is_main()
-    barrier()
+    assert not is_distributed()
     teardown()
     assert not torch.distributed.is_initialized()
 

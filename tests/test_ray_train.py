@@ -5,46 +5,43 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import runpy
-import signal
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 import ray.train
+import ray_train_hooks
+from ray_train_hooks import KillWorker, read_log
 
+from trainer_core.build import build_trainer
 from trainer_core.config import TrainConfig
-from trainer_core.configio import from_dict, load_config, to_dict
+from trainer_core.configio import from_dict, to_dict
 from trainer_core.errors import RunFailedError
 from trainer_core.ray.config import RayTrainConfig
 from trainer_core.ray.train_run import run_training
-from trainer_core.run import build_trainer
 from trainer_core.shards import DataError
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-TINY = [
-    "--model.n_layers=2",
-    "--data.seq_len=64",
-    "--trainer.global_batch_size=512",
+ON_RAY = (
     "--trainer.max_steps=16",
     "--trainer.log_interval=2",
     "--trainer.eval_interval=8",
-    "--trainer.eval_batches=2",
-    "--checkpoint.save_interval_minutes=null",
     "--checkpoint.save_interval_steps=4",
     "--ray.num_workers=2",
     "--ray.cpus_per_worker=0.5",
-]
+)
+"""The tiny run on two Ray Train workers, 16 steps with a checkpoint every 4."""
 
 
-def config(run_dir: Path, *extra: str) -> RayTrainConfig:
-    return load_config(RayTrainConfig, None, [*TINY, f"--trainer.run_dir={run_dir}", *extra])
+@pytest.fixture(scope="session")
+def config(tiny_config):
+    """``config(run_dir, *overrides)``: the tiny run on Ray (:data:`ON_RAY`)."""
+
+    def make(run_dir: Path, *overrides: str) -> RayTrainConfig:
+        return tiny_config(run_dir, *ON_RAY, *overrides, cls=RayTrainConfig)
+
+    return make
 
 
 def losses(run_dir: Path) -> dict[int, float]:
@@ -53,7 +50,7 @@ def losses(run_dir: Path) -> dict[int, float]:
 
 
 @pytest.fixture(scope="module")
-def reference_run(ray_session, tmp_path_factory):
+def reference_run(ray_session, config, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("ray") / "reference"
     summary = run_training(config(run_dir, "--tracking.wandb=true"))
     return run_dir, summary
@@ -66,7 +63,7 @@ def without_ray(cfg: RayTrainConfig) -> TrainConfig:
     return from_dict(TrainConfig, data)
 
 
-def test_two_worker_run_matches_plain_loop(reference_run, tmp_path):
+def test_two_worker_run_matches_plain_loop(reference_run, config, tmp_path):
     run_dir, summary = reference_run
     assert summary["status"] == "finished" and summary["last_step"] == 16
     build_trainer(without_ray(config(tmp_path / "plain"))).fit()
@@ -85,44 +82,33 @@ def test_wandb_offline_files_and_no_secrets(reference_run):
     assert "api_key" not in dumped.lower()
 
 
-def test_finished_run_is_not_rerun(reference_run):
+def test_finished_run_is_not_rerun(reference_run, config):
     run_dir, summary = reference_run
     before = (run_dir / "metrics.jsonl").stat().st_mtime
     again = run_training(config(run_dir))
     assert again["last_step"] == 16 and (run_dir / "metrics.jsonl").stat().st_mtime == before
 
 
-def _kill_a_worker_when(run_dir: Path, step: int, killed: list[int]) -> None:
-    deadline = time.time() + 240
-    metrics = run_dir / "metrics.jsonl"
-    while time.time() < deadline:
-        if metrics.exists() and any(
-            json.loads(x).get("step", 0) >= step for x in metrics.read_text().splitlines() if x
-        ):
-            for proc in psutil.process_iter(["pid", "cmdline"]):
-                cmd = " ".join(proc.info["cmdline"] or [])
-                if "RayTrainWorker" in cmd and proc.info["pid"] != os.getpid():
-                    os.kill(proc.info["pid"], signal.SIGKILL)
-                    killed.append(proc.info["pid"])
-                    return
-        time.sleep(0.05)
-
-
-def test_worker_sigkill_resumes_to_the_same_loss(reference_run, tmp_path):
+def test_a_worker_sigkilled_mid_run_resumes_to_the_same_loss(reference_run, config, tmp_path):
+    """The run's own rank-1 worker (its PID from the run's worker group) is SIGKILLed by the
+    run's controller on the step-8 report, before the controller takes another report, so the
+    run cannot have finished: the worker group restarts once and ends with the reference losses."""
     ref_dir, ref_summary = reference_run
-    run_dir = tmp_path / "killed"
-    killed: list[int] = []
-    watcher = threading.Thread(target=_kill_a_worker_when, args=(run_dir, 9, killed))
-    watcher.start()
-    summary = run_training(config(run_dir, "--ray.max_failures=2"))
-    watcher.join()
-    assert killed, "no Ray Train worker process was found to kill"
+    hook_log, failures = tmp_path / "hook.jsonl", tmp_path / "failures.txt"
+    summary = run_training(
+        config(tmp_path / "killed", "--ray.max_failures=2"),
+        callbacks=[KillWorker(hook_log, step=8, rank=1), CountFailures(failures)],
+    )
+    first, kill, second = read_log(hook_log)
+    assert kill == {"killed": first["workers"][1], "step": 8}
+    assert len(second["workers"]) == 2 and not set(second["workers"]) & set(first["workers"])
+    assert len(failures.read_text().splitlines()) == 1
     assert summary["status"] == "finished" and summary["last_step"] == 16
     assert summary["train/loss_last"] == pytest.approx(ref_summary["train/loss_last"], abs=1e-5)
     assert summary["eval/loss"] == pytest.approx(ref_summary["eval/loss"], abs=1e-5)
 
 
-def test_every_ray_worker_process_starts_with_ray_chatter_turned_down(no_local_ray):
+def test_every_ray_worker_process_starts_with_ray_chatter_turned_down(no_local_ray, processes):
     """init_ray's setup hook runs in each worker process, Train's controller included, so the
     traceback Ray Train logs when early stopping kills a trial never reaches the user, even after
     Ray Train configures its loggers (as it does, with dictConfig, when a controller starts)."""
@@ -140,10 +126,7 @@ def test_every_ray_worker_process_starts_with_ray_chatter_turned_down(no_local_r
         "name = 'ray.train.v2._internal.callbacks.backend_setup'\n"
         "print(ray.get([passes.remote(name, logging.WARNING), passes.remote(name, logging.ERROR)]))\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
-    )
+    out = processes.python("-c", code, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[False, True]"
 
@@ -160,13 +143,14 @@ class CountFailures(ray.train.UserCallback):
             f.write(f"{sorted(worker_exceptions)}\n")
 
 
+# Ray's processes cannot import the tests: they get these classes by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+ray.cloudpickle.register_pickle_by_value(ray_train_hooks)
 
 
-def interrupted_run(run_dir: Path, steps: int, keep: list[int]) -> None:
-    """A run dir left by a plain-loop run stopped after ``steps`` steps, with permanent
-    checkpoints at ``keep``."""
-    trainer = build_trainer(without_ray(config(run_dir, f"--checkpoint.keep_steps={keep}")))
+def interrupted_run(cfg: RayTrainConfig, steps: int) -> None:
+    """The run dir of ``cfg`` as left by a plain-loop run stopped after ``steps`` steps."""
+    trainer = build_trainer(without_ray(cfg))
     batches = trainer.train_batches
 
     def stop(start):
@@ -185,10 +169,12 @@ def our_files(run_dir: Path) -> dict[str, bytes]:
     return {str(p.relative_to(run_dir)): p.read_bytes() for p in files if p.is_file()}
 
 
-def test_a_refused_checkpoint_fails_at_once_in_one_line_and_changes_nothing(ray_session, tmp_path):
+def test_a_refused_checkpoint_fails_at_once_in_one_line_and_changes_nothing(
+    ray_session, config, tmp_path
+):
     """No retry can make a 2-layer checkpoint fit a 3-layer model: one attempt, not four."""
     run_dir = tmp_path / "run"
-    interrupted_run(run_dir, 4, [4])
+    interrupted_run(config(run_dir, "--checkpoint.keep_steps=[4]"), 4)
     before = our_files(run_dir)
     failures = tmp_path / "failures.txt"
     deeper = config(run_dir, "--model.n_layers=3", "--ray.max_failures=3")
@@ -204,13 +190,13 @@ def test_a_refused_checkpoint_fails_at_once_in_one_line_and_changes_nothing(ray_
     assert our_files(run_dir) == before
 
 
-def test_a_corrupt_checkpoint_on_ray_resumes_from_the_one_before(reference_run, tmp_path):
+def test_a_corrupt_checkpoint_on_ray_resumes_from_the_one_before(reference_run, config, tmp_path):
     """The newest checkpoint fails its checksums after Ray Data was set up to start at it: the
     workers restart once, the data starts at the checkpoint before, and the run ends with the
     reference run's losses."""
     ref_dir, ref_summary = reference_run
     run_dir = tmp_path / "run"
-    interrupted_run(run_dir, 8, [4, 8])
+    interrupted_run(config(run_dir, "--checkpoint.keep_steps=[4, 8]"), 8)
     shard = run_dir / "checkpoints" / "step-00000008" / "__0_0.distcp"
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -226,17 +212,16 @@ def test_a_corrupt_checkpoint_on_ray_resumes_from_the_one_before(reference_run, 
     assert list((run_dir / "checkpoints").glob("step-00000008.corrupt-*"))
 
 
-def test_workflows_train_prints_a_failure_as_one_line(ray_session, tmp_path, monkeypatch, capsys):
+def test_workflows_train_prints_a_failure_as_one_line(
+    ray_session, config, tiny_args, run_script, tmp_path
+):
     run_dir = tmp_path / "run"
-    interrupted_run(run_dir, 4, [4])
-    args = [*TINY, f"--trainer.run_dir={run_dir}", "--model.n_layers=3"]
-    monkeypatch.setattr(sys, "argv", ["workflows/train.py", *args])
-    with pytest.raises(SystemExit) as exit_:
-        runpy.run_path(
-            str(Path(__file__).parents[1] / "workflows" / "train.py"), run_name="__main__"
-        )
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err  # Ray's own log lines from its processes come here too
+    interrupted_run(config(run_dir, "--checkpoint.keep_steps=[4]"), 4)
+    code, _, err = run_script(
+        "workflows/train.py", *tiny_args(run_dir, *ON_RAY, "--model.n_layers=3")
+    )
+    assert code == 2
+    # Ray's own log lines from its processes come to stderr too
     ours = err[err.index("error: run run failed: ") :]
     assert ours.startswith(
         f"error: run run failed: checkpoint {run_dir / 'checkpoints' / 'step-00000004'} does not"
@@ -246,7 +231,7 @@ def test_workflows_train_prints_a_failure_as_one_line(ray_session, tmp_path, mon
     assert "RunFailedError" not in err and "FatalRunError" not in err
 
 
-def test_unusable_shards_fail_in_the_driver_before_ray_train_starts(tmp_path):
+def test_unusable_shards_fail_in_the_driver_before_ray_train_starts(config, tmp_path):
     shards = tmp_path / "shards"
     shards.mkdir()
     (shards / "manifest.json").write_text("{not json")

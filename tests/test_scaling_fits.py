@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +25,6 @@ from trainer_core.analysis import (
 from trainer_core.analysis.bootstrap import residual_resamples
 from trainer_core.analysis.synthetic import CHINCHILLA, SyntheticLadder
 
-ROOT = Path(__file__).resolve().parents[1]
 LAW = CHINCHILLA
 ALPHA_C = LAW.alpha * LAW.beta / (LAW.alpha + LAW.beta)
 """The exponent of the law's own frontier: L*(C) = E + K C^-alpha_C exactly."""
@@ -183,26 +180,14 @@ def _write_ladder(root: Path, points: pd.DataFrame) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_analyze_prints_approaches_side_by_side_and_both_held_out_predictions(
-    noisy: pd.DataFrame, tmp_path: Path
+    run_script, noisy: pd.DataFrame, tmp_path: Path
 ):
     exp = _write_ladder(tmp_path / "exp", noisy)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "workflows" / "analyze.py"),
-            str(exp),
-            "--target-flops",
-            "1e21",
-            "--bootstrap",
-            "10",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    text = proc.stdout
+    args = (str(exp), "--target-flops", "1e21", "--bootstrap", "10")
+    code, text, err = run_script("workflows/analyze.py", *args)
+    assert code == 0, err
     assert "compute-optimal at C = 1e+21 FLOPs" in text
     assert "approach 2 (isoFLOP)" in text and "approach 3 (L(N, D))" in text
     a_row = next(line for line in text.splitlines() if "a: N_opt ~ C^a" in line)

@@ -325,12 +325,13 @@ def test_truncated_or_altered_shard(tmp_path, make_shards, random_texts):
     part.write_bytes(data[:-10])
     with pytest.raises(
         DataError,
-        match=r"part-00001\.parquet: shard is .* bytes.*truncated.*re-run datasets/tokenize\.py",
+        match=r"part-00001\.parquet: shard is .* bytes.*truncated.*re-run datasets/tokenize_corpus\.py",
     ):
         open_token_data(DataConfig(shards=str(out)), 320)
     part.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
     with pytest.raises(
-        DataError, match=r"part-00001\.parquet: sha256 differs .*re-run datasets/tokenize\.py"
+        DataError,
+        match=r"part-00001\.parquet: sha256 differs .*re-run datasets/tokenize_corpus\.py",
     ):
         verify_shards(out)
     with pytest.raises(DataError, match=r"part-00001\.parquet: sha256 differs"):
@@ -342,7 +343,7 @@ def test_truncated_or_altered_shard(tmp_path, make_shards, random_texts):
 
 def test_missing_manifest(tmp_path):
     with pytest.raises(
-        DataError, match=r"no shard manifest there; create shards with datasets/tokenize\.py"
+        DataError, match=r"no shard manifest there; create shards with datasets/tokenize_corpus\.py"
     ):
         open_token_data(DataConfig(shards=str(tmp_path)), 320)
 
@@ -363,7 +364,9 @@ def test_tokenize_replaces_only_a_shard_dir(run_script, tmp_path):
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "todo.txt").write_text("mine")
-    code, _, err = run_script("datasets/tokenize.py", "--input", str(tmp_path), "--out", str(notes))
+    code, _, err = run_script(
+        "datasets/tokenize_corpus.py", "--input", str(tmp_path), "--out", str(notes)
+    )
     assert (code, err) == (
         2,
         f"error: --out: {notes} holds files but no manifest.json, and only a shard dir is "
@@ -371,9 +374,19 @@ def test_tokenize_replaces_only_a_shard_dir(run_script, tmp_path):
     )
     assert [p.name for p in notes.iterdir()] == ["todo.txt"]
     code, _, err = run_script(
-        "datasets/tokenize.py", "--input", str(tmp_path), "--out", str(notes / "todo.txt")
+        "datasets/tokenize_corpus.py", "--input", str(tmp_path), "--out", str(notes / "todo.txt")
     )
     assert (code, err) == (
         2,
         f"error: --out: {notes / 'todo.txt'} is a file, not a directory; choose another --out\n",
     )
+
+
+def test_tokenize_reports_unmatched_input_in_one_line(run_script, tmp_path):
+    pattern = tmp_path / "none" / "*.jsonl"
+    code, out, err = run_script(
+        "datasets/tokenize_corpus.py", "--input", str(pattern), "--out", str(tmp_path / "o")
+    )
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: no input matched '{pattern}'") and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()

@@ -12,12 +12,12 @@ from trainer_core.train_module import TrainModule
 SEQ = 16
 
 
-def make_module(micro_tokens: int, **cfg_kwargs) -> TrainModule:
+def make_module(micro_seqs: int, **cfg_kwargs) -> TrainModule:
     torch.manual_seed(0)
     model = Transformer(ModelConfig(size="1M", n_layers=2), SEQ)
     opt = build_optimizer(model, OptimConfig(lr=1e-3), torch.device("cpu"))
     sched = build_scheduler(opt, ScheduleConfig(kind="constant", warmup=0), 10)
-    cfg = TrainModuleConfig(rank_microbatch_size=micro_tokens, **cfg_kwargs)
+    cfg = TrainModuleConfig(rank_microbatch_seqs=micro_seqs, **cfg_kwargs)
     return TrainModule(model, opt, sched, cfg, seq_len=SEQ, device=torch.device("cpu"))
 
 
@@ -37,7 +37,7 @@ def test_micro_batching_gives_the_same_gradients():
     batch = batch_with_padding()
     whole = make_module(0)
     stats_whole = whole.train_batch(batch.clone())
-    split = make_module(2 * SEQ)  # 4 micro-batches of 2 sequences
+    split = make_module(2)  # 4 micro-batches of 2 sequences
     stats_split = split.train_batch(batch.clone())
     assert len(split.micro_batches(8)) == 4
     for name, g in grads(whole).items():
@@ -47,7 +47,7 @@ def test_micro_batching_gives_the_same_gradients():
 
 
 def test_bad_microbatch_is_a_clear_error():
-    module = make_module(3 * SEQ)
+    module = make_module(3)
     with pytest.raises(ValueError, match="must divide the per-rank batch of 8 sequences"):
         module.train_batch(torch.randint(0, 300, (8, SEQ + 1)))
 

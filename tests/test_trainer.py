@@ -4,44 +4,22 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 
+from trainer_core.build import build_trainer
 from trainer_core.checkpoint import CheckpointError
 from trainer_core.config import TrainConfig
 from trainer_core.configio import load_config
-from trainer_core.run import build_trainer
 from trainer_core.trainer import NonFiniteLossError
-
-
-def tiny(tmp_path, *overrides: str) -> TrainConfig:
-    return load_config(
-        TrainConfig,
-        None,
-        [
-            f"--trainer.run_dir={tmp_path / 'run'}",
-            "--model.n_layers=2",
-            "--data.seq_len=64",
-            "--trainer.global_batch_size=512",
-            "--trainer.max_steps=20",
-            "--trainer.log_interval=5",
-            "--trainer.eval_interval=10",
-            "--trainer.eval_batches=2",
-            "--trainer.progress=false",
-            "--checkpoint.save_interval_minutes=null",
-            *overrides,
-        ],
-    )
 
 
 def read_jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_metrics_file_run_json_and_config_dump(tmp_path):
-    cfg = tiny(tmp_path)
+def test_metrics_file_run_json_and_config_dump(tmp_path, tiny_config):
+    cfg = tiny_config(tmp_path / "run")
     summary = build_trainer(cfg).fit()
     run = tmp_path / "run"
     lines = read_jsonl(run / "metrics.jsonl")
@@ -61,14 +39,14 @@ def test_metrics_file_run_json_and_config_dump(tmp_path):
     assert saved["eval/loss"] == pytest.approx(summary["eval/loss"])
 
 
-def test_checkpoint_metrics_carry_their_own_step_lr_and_tokens(tmp_path):
+def test_checkpoint_metrics_carry_their_own_step_lr_and_tokens(tmp_path, tiny_config):
     """WSD with a decay over updates 8-10: the metrics saved at 7 (decay start, not a log step)
     and at 10 (decay end) hold those steps' tokens and the LR their update used, so analysis
     tells the annealed point from the one before it."""
     from trainer_core.analysis import load
 
-    cfg = tiny(
-        tmp_path,
+    cfg = tiny_config(
+        tmp_path / "run",
         "--schedule.kind=wsd",
         "--schedule.warmup=2",
         "--schedule.decay=3",
@@ -88,24 +66,13 @@ def test_checkpoint_metrics_carry_their_own_step_lr_and_tokens(tmp_path):
     assert not points.loc[7, "annealed"] and points.loc[10, "annealed"]
 
 
-def test_resume_continues_bit_for_bit(tmp_path):
-    straight = tiny(tmp_path / "a", "--checkpoint.enabled=false")
+def test_resume_continues_bit_for_bit(tmp_path, tiny_config):
+    straight = tiny_config(tmp_path / "a" / "run", "--checkpoint.enabled=false")
     build_trainer(straight).fit()
     full = [r["train/loss_last"] for r in read_jsonl(tmp_path / "a" / "run" / "metrics.jsonl")]
 
-    first = tiny(tmp_path / "b", "--trainer.max_steps=20", "--checkpoint.save_interval_steps=10")
-    trainer = build_trainer(first)
-    batches = trainer.train_batches
-
-    def stop_after_ten(start):
-        it = batches(start)
-        for _ in range(10):
-            yield next(it)
-        raise KeyboardInterrupt  # the "crash"
-
-    trainer.train_batches = stop_after_ten
-    with pytest.raises(KeyboardInterrupt):
-        trainer.fit()
+    first = tiny_config(tmp_path / "b" / "run", "--checkpoint.save_interval_steps=10")
+    crash_after(build_trainer(first), 10)
     resumed = build_trainer(first)
     resumed.fit()
     lines = read_jsonl(tmp_path / "b" / "run" / "metrics.jsonl")
@@ -113,9 +80,9 @@ def test_resume_continues_bit_for_bit(tmp_path):
     assert [r["train/loss_last"] for r in lines] == full
 
 
-def test_non_finite_loss_names_the_step_and_keeps_checkpoints(tmp_path):
-    cfg = tiny(
-        tmp_path,
+def test_non_finite_loss_names_the_step_and_keeps_checkpoints(tmp_path, tiny_config):
+    cfg = tiny_config(
+        tmp_path / "run",
         "--optim.lr=1e4",
         "--schedule.kind=constant",
         "--schedule.warmup=0",
@@ -134,20 +101,17 @@ def test_non_finite_loss_names_the_step_and_keeps_checkpoints(tmp_path):
     assert saved and saved[-1] == f"step-{err.value.step - 1:08d}"
 
 
-def test_cli_help_and_bad_override(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "trainer_core.train", "--help"], capture_output=True, text=True
-    )
+def test_the_module_runs_from_a_shell(processes):
+    out = processes.python("-m", "trainer_core.train", "--help")
     assert out.returncode == 0 and "--optim.lr=number" in out.stdout
-    bad = subprocess.run(
-        [sys.executable, "-m", "trainer_core.train", "--optim.lr=-1"],
-        capture_output=True,
-        text=True,
-    )
-    assert bad.returncode == 2
-    assert bad.stderr.strip() == "error: optim.lr: -1.0 is not allowed; must be > 0"
 
 
+def test_a_bad_override_is_one_line_and_exit_2(run_script):
+    code, out, err = run_script("trainer_core/train.py", "--optim.lr=-1")
+    assert (code, out, err) == (2, "", "error: optim.lr: -1.0 is not allowed; must be > 0\n")
+
+
+@pytest.mark.slow
 def test_demo_model_learns_well_below_byte_unigram_entropy(tmp_path):
     """~200 steps of the 1M model on the stdlib corpus: eval loss far under the unigram entropy."""
     import numpy as np
@@ -179,10 +143,12 @@ def test_demo_model_learns_well_below_byte_unigram_entropy(tmp_path):
     "switch, tolerance",
     [("--parallel.activation_checkpointing=full", 1e-5), ("--parallel.compile=true", 1e-4)],
 )
-def test_activation_checkpointing_and_compile_give_the_same_losses(tmp_path, switch, tolerance):
+def test_activation_checkpointing_and_compile_give_the_same_losses(
+    tmp_path, switch, tolerance, tiny_config
+):
     short = ("--checkpoint.enabled=false", "--trainer.max_steps=10")
-    plain = build_trainer(tiny(tmp_path / "a", *short)).fit()
-    other = build_trainer(tiny(tmp_path / "b", *short, switch)).fit()
+    plain = build_trainer(tiny_config(tmp_path / "a" / "run", *short)).fit()
+    other = build_trainer(tiny_config(tmp_path / "b" / "run", *short, switch)).fit()
     assert other["train/loss_last"] == pytest.approx(plain["train/loss_last"], abs=tolerance)
     assert other["eval/loss"] == pytest.approx(plain["eval/loss"], abs=tolerance)
 
@@ -209,11 +175,13 @@ def crash_after(trainer, steps: int) -> None:
         trainer.fit()
 
 
-def test_a_refused_resume_changes_nothing_on_disk(tmp_path):
-    cfg = tiny(tmp_path, "--trainer.max_steps=10", "--checkpoint.save_interval_steps=5")
+def test_a_refused_resume_changes_nothing_on_disk(tmp_path, tiny_config):
+    cfg = tiny_config(
+        tmp_path / "run", "--trainer.max_steps=10", "--checkpoint.save_interval_steps=5"
+    )
     crash_after(build_trainer(cfg), 5)
     before = snapshot(tmp_path / "run")
-    deeper = tiny(tmp_path, "--trainer.max_steps=10", "--model.n_layers=3")
+    deeper = tiny_config(tmp_path / "run", "--trainer.max_steps=10", "--model.n_layers=3")
     with pytest.raises(CheckpointError, match="does not match the current model"):
         build_trainer(deeper).fit()
     assert snapshot(tmp_path / "run") == before
@@ -227,25 +195,27 @@ def flip_bytes(path, count: int = 64) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_a_corrupt_checkpoint_is_named_and_falls_back_or_fails_by_setting(tmp_path, caplog):
+def test_a_corrupt_checkpoint_is_named_and_falls_back_or_fails_by_setting(
+    tmp_path, caplog, tiny_config
+):
     """The issue's case: 64 bytes changed inside a tensor file resumed silently (loss 2.85 ->
     5.47). Now the resume names the file and goes back to the checkpoint before it, so the run
     replays the same steps to the same losses; or it stops, changing nothing, when told to."""
     args = ("--trainer.max_steps=15", "--checkpoint.keep_steps=[5, 10]")
-    crash_after(build_trainer(tiny(tmp_path, *args)), 10)
+    crash_after(build_trainer(tiny_config(tmp_path / "run", *args)), 10)
     run = tmp_path / "run"
     first = {r["step"]: r["train/loss_last"] for r in read_jsonl(run / "metrics.jsonl")}
     assert sorted(first) == [5, 10]
     flip_bytes(run / "checkpoints" / "step-00000010" / "__0_0.distcp")
 
     before = snapshot(run)
-    strict = tiny(tmp_path, *args, "--checkpoint.on_corrupt=fail")
+    strict = tiny_config(tmp_path / "run", *args, "--checkpoint.on_corrupt=fail")
     with pytest.raises(CheckpointError, match=r"step-00000010 is corrupt: __0_0\.distcp has CRC32"):
         build_trainer(strict).fit()
     assert snapshot(run) == before
 
     with caplog.at_level("WARNING", logger="trainer_core.checkpoint"):
-        summary = build_trainer(tiny(tmp_path, *args)).fit()
+        summary = build_trainer(tiny_config(tmp_path / "run", *args)).fit()
     assert "step-00000010" in caplog.text and "__0_0.distcp" in caplog.text
     assert summary["steps"] == 15
     lines = read_jsonl(run / "metrics.jsonl")
@@ -259,7 +229,7 @@ import os, sys
 from trainer_core.callbacks import BaseCallback
 from trainer_core.config import TrainConfig
 from trainer_core.configio import load_config
-from trainer_core.run import build_trainer
+from trainer_core.build import build_trainer
 
 hook, step = sys.argv[1], int(sys.argv[2])
 
@@ -276,26 +246,16 @@ build_trainer(load_config(TrainConfig, None, sys.argv[3:]), extra_callbacks=[Kil
 
 
 @pytest.mark.parametrize("hook", ["on_log", "on_checkpoint"])
-def test_a_kill_at_a_checkpoint_step_keeps_each_metrics_line_once(tmp_path, hook):
+def test_a_kill_at_a_checkpoint_step_keeps_each_metrics_line_once(
+    processes, tiny_args, tmp_path, hook
+):
     """A process killed right after the step's metrics line (before its checkpoint) or right
     after the checkpoint commit: after the resume every step's line, eval included, is there
     exactly once."""
-    args = [
-        f"--trainer.run_dir={tmp_path / 'run'}",
-        "--model.n_layers=2",
-        "--data.seq_len=64",
-        "--trainer.global_batch_size=512",
-        "--trainer.max_steps=15",
-        "--trainer.log_interval=5",
-        "--trainer.eval_interval=10",
-        "--trainer.eval_batches=2",
-        "--trainer.progress=false",
-        "--checkpoint.save_interval_minutes=null",
-        "--checkpoint.save_interval_steps=5",
-    ]
-    out = subprocess.run(
-        [sys.executable, "-c", KILLER, hook, "10", *args], capture_output=True, text=True
+    args = tiny_args(
+        tmp_path / "run", "--trainer.max_steps=15", "--checkpoint.save_interval_steps=5"
     )
+    out = processes.python("-c", KILLER, hook, "10", *args)
     assert out.returncode == 9, out.stderr[-2000:]
     build_trainer(load_config(TrainConfig, None, args)).fit()
     lines = read_jsonl(tmp_path / "run" / "metrics.jsonl")
@@ -303,8 +263,8 @@ def test_a_kill_at_a_checkpoint_step_keeps_each_metrics_line_once(tmp_path, hook
     assert "eval/loss" in lines[1]
 
 
-def test_a_non_finite_gradient_norm_is_named_as_such(tmp_path):
-    trainer = build_trainer(tiny(tmp_path, "--trainer.max_steps=3"))
+def test_a_non_finite_gradient_norm_is_named_as_such(tmp_path, tiny_config):
+    trainer = build_trainer(tiny_config(tmp_path / "run", "--trainer.max_steps=3"))
     weight = trainer.module.model.embed.weight
     weight.register_hook(lambda grad: grad * float("inf"))
     with pytest.raises(NonFiniteLossError) as err:

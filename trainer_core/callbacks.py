@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from trainer_core.run_dir import metrics_path, write_atomic
+
 
 class Callback(Protocol):
     def on_start(self, info: dict[str, Any]) -> None: ...
@@ -112,7 +114,7 @@ class JsonlMetrics(BaseCallback):
     """
 
     def __init__(self, run_dir: str | os.PathLike):
-        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path = metrics_path(run_dir)
 
     def on_start(self, info: dict[str, Any]) -> None:
         if not self.path.exists():
@@ -125,9 +127,7 @@ class JsonlMetrics(BaseCallback):
                 continue  # a line cut by a crash mid-write
             if record.get("step", 0) <= info["start_step"]:
                 keep.append(line)
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(k + "\n" for k in keep))
-        tmp.replace(self.path)
+        write_atomic(self.path, "".join(k + "\n" for k in keep))
 
     def on_log(self, step: int, metrics: dict[str, float]) -> None:
         with self.path.open("a") as f:

@@ -47,11 +47,21 @@ from torch.distributed.checkpoint._nested_dict import flatten_state_dict
 from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
 
 from trainer_core.checksums import FileListing, checksum_problems, list_files, size_problems
 from trainer_core.config import CheckpointConfig
+from trainer_core.distributed import is_distributed
+from trainer_core.errors import UserError
+from trainer_core.run_dir import (
+    STEP_DIR,
+    beside,
+    checkpoints_dir,
+    metrics_step_path,
+    scratch_dirs,
+    step_dir,
+    write_metrics_step,
+)
 
 log = logging.getLogger(__name__)
 # DCP warns on every save/load without a process group (also from async save's thread); a
@@ -61,12 +71,10 @@ warnings.filterwarnings(
 )
 
 Decision = Literal["none", "temporary", "permanent"]
-_STEP_DIR = re.compile(r"^step-(\d{8,})$")
-_SCRATCH_DIR = re.compile(r"^step-(\d{8,})\.(tmp|old)-\w+$")
 _MAX_LISTED = 20
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint is missing, incomplete, corrupt, unsafe, or does not fit the current state."""
 
 
@@ -82,10 +90,6 @@ class CheckpointInfo:
     complete: bool
     permanent: bool
     metrics_path: Path | None
-
-
-def step_dir(run_dir: str | Path, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"step-{step:08d}"
 
 
 def marker_name(rank: int, world_size: int) -> str:
@@ -151,15 +155,15 @@ def listed_files(path: Path) -> FileListing:
 
 def list_checkpoints(run_dir: str | Path) -> list[CheckpointInfo]:
     """Every ``step-N`` dir of a run (complete or not), sorted by step; scratch dirs are left out."""
-    root = Path(run_dir) / "checkpoints"
+    root = checkpoints_dir(run_dir)
     found = []
     for path in root.iterdir() if root.is_dir() else []:
-        match = _STEP_DIR.match(path.name)
+        match = STEP_DIR.match(path.name)
         if not match or not path.is_dir():
             continue
         step, info = int(match.group(1)), _read_info(path)
         complete = not incomplete_parts(path)
-        metrics = Path(run_dir) / f"metrics_step{step}.json"
+        metrics = metrics_step_path(run_dir, step)
         found.append(
             CheckpointInfo(
                 step=step,
@@ -176,10 +180,8 @@ def list_checkpoints(run_dir: str | Path) -> list[CheckpointInfo]:
 
 def complete_checkpoints(run_dir: str | Path) -> list[CheckpointInfo]:
     """The complete checkpoints, oldest first; warns naming every incomplete or scratch dir."""
-    root = Path(run_dir) / "checkpoints"
-    for path in sorted(root.glob("step-*.*-*")) if root.is_dir() else []:
-        if _SCRATCH_DIR.match(path.name):
-            warnings.warn(f"skipping unfinished checkpoint dir {path}", stacklevel=3)
+    for path in scratch_dirs(run_dir):
+        warnings.warn(f"skipping unfinished checkpoint dir {path}", stacklevel=3)
     complete = []
     for info in list_checkpoints(run_dir):
         if info.complete:
@@ -196,47 +198,19 @@ def latest_checkpoint(run_dir: str | Path) -> CheckpointInfo | None:
     return complete[-1] if complete else None
 
 
-def _recover_interrupted_swaps(root: Path) -> None:
+def _recover_interrupted_swaps(run_dir: Path) -> None:
     """Rename ``step-N.old-*`` back when a crash hit between the two renames of a re-save.
 
     Run by the next commit only (before it deletes scratch dirs); until then the run resumes
     from the checkpoint before, which is as exact.
     """
-    for old in sorted(root.glob("step-*.old-*")) if root.is_dir() else []:
-        final = root / old.name.split(".", 1)[0]
+    for old in scratch_dirs(run_dir, "old"):
+        final = old.with_name(old.name.split(".", 1)[0])
         if not final.exists() and not incomplete_parts(old):
             old.rename(final)
 
 
 # -- app state pieces -----------------------------------------------------------------------------
-
-
-class ModelOptimState(Stateful):
-    """Model + optimizer (+ LR scheduler) as one DCP Stateful; plain modules and FSDP2 alike.
-
-    ``get_state_dict`` gives DTensor shards under FSDP2 (so each rank saves only its part) and
-    fills the optimizer state of a fresh optimizer, so a load has keys to load into.
-    """
-
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler=None):
-        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
-
-    def state_dict(self) -> dict[str, Any]:
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        state = {"model": model_sd, "optim": optim_sd}
-        if self.scheduler is not None:
-            state["scheduler"] = self.scheduler.state_dict()
-        return state
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        set_state_dict(
-            self.model,
-            self.optimizer,
-            model_state_dict=state_dict["model"],
-            optim_state_dict=state_dict["optim"],
-        )
-        if self.scheduler is not None:
-            self.scheduler.load_state_dict(state_dict["scheduler"])
 
 
 def rng_state(rank: int) -> dict[str, Any]:
@@ -334,7 +308,7 @@ class CheckpointPolicy:
         every rank at the same step.
         """
         decision = self.decide(step, now, final=final)
-        if self.cfg.save_interval_minutes is not None and _distributed():
+        if self.cfg.save_interval_minutes is not None and is_distributed():
             box = [decision]
             dist.broadcast_object_list(box, src=0)
             decision = box[0]
@@ -473,10 +447,6 @@ def _prune_to_saved(value: Any, prefix: str, saved: set[str]) -> Any:
 # -- the checkpointer -----------------------------------------------------------------------------
 
 
-def _distributed() -> bool:
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-
-
 class _ListingWriter(dcp.FileSystemWriter):
     """DCP's file writer, remembering the files this rank wrote so its marker can list them.
 
@@ -523,7 +493,6 @@ class Checkpointer:
     ):
         self.run_dir, self.cfg = Path(run_dir), cfg
         self.rank, self.world_size = rank, world_size
-        self.root = self.run_dir / "checkpoints"
         self._pending: _PendingSave | None = None
         self._save_group: Any = None
         self.last_committed: Path | None = None
@@ -541,7 +510,7 @@ class Checkpointer:
         metrics: dict[str, Any] | None = None,
     ) -> Path:
         """Write ``app_state`` as ``step-N`` and return that path; all ranks call it together."""
-        group_size = dist.get_world_size() if _distributed() else 1
+        group_size = dist.get_world_size() if is_distributed() else 1
         if group_size != self.world_size:
             raise RuntimeError(
                 f"Checkpointer(world_size={self.world_size}) but the process group has {group_size} ranks"
@@ -549,7 +518,7 @@ class Checkpointer:
         self.wait()
         final = step_dir(self.run_dir, step)
         token = self._from_rank0(uuid.uuid4().hex[:8])
-        tmp = final.with_name(f"{final.name}.tmp-{token}")
+        tmp = beside(final, "tmp", token)
         tmp.mkdir(parents=True, exist_ok=True)
         writer = _ListingWriter(tmp)
         pending = _PendingSave(step, tmp, final, tokens, permanent, metrics, writer)
@@ -557,12 +526,12 @@ class Checkpointer:
             pending.future = self._async_save(app_state, writer)
             self._pending = pending
         else:
-            dcp.save(app_state, storage_writer=writer, no_dist=not _distributed())
+            dcp.save(app_state, storage_writer=writer, no_dist=not is_distributed())
             self._commit(pending)
         return final
 
     def _async_save(self, app_state: dict[str, Any], writer: dcp.FileSystemWriter) -> Future:
-        if _distributed() and self._save_group is None:
+        if is_distributed() and self._save_group is None:
             # The save's collectives run in a background thread while training uses the default
             # group; a group of its own keeps the two streams of collectives apart, and gloo is
             # the CPU backend async save requires (the default group may be NCCL only).
@@ -571,7 +540,7 @@ class Checkpointer:
             app_state,
             storage_writer=writer,
             process_group=self._save_group,
-            no_dist=not _distributed(),
+            no_dist=not is_distributed(),
         )
         return getattr(result, "upload_completion", result)
 
@@ -612,7 +581,9 @@ class Checkpointer:
             try:
                 self._swap_into_place(p)
                 if p.metrics is not None and p.permanent:
-                    self._write_metrics(p)
+                    write_metrics_step(
+                        self.run_dir, p.step, {**p.metrics, "step": p.step, "tokens": p.tokens}
+                    )
             except Exception as e:  # every rank must reach the broadcast below, so no raise here
                 error = f"could not commit checkpoint {p.tmp} as {p.final.name}: {e}"
         error = self._from_rank0(error)  # doubles as the barrier after the rename
@@ -633,32 +604,23 @@ class Checkpointer:
         problems = incomplete_parts(p.tmp)
         if problems:
             raise CheckpointError(f"{'; '.join(problems)} after every rank finished")
-        _recover_interrupted_swaps(self.root)
+        _recover_interrupted_swaps(self.run_dir)
         if not p.final.exists():
             p.tmp.rename(p.final)
             return
         # rename() cannot replace a non-empty dir: move the old one aside, never delete it first.
-        old = p.final.with_name(f"{p.final.name}.old-{p.tmp.name.rsplit('-', 1)[1]}")
+        old = beside(p.final, "old", p.tmp.name.rsplit("-", 1)[1])
         p.final.rename(old)
         p.tmp.rename(p.final)
         shutil.rmtree(old, ignore_errors=True)
-
-    def _write_metrics(self, p: _PendingSave) -> None:
-        out = self.run_dir / f"metrics_step{p.step}.json"
-        tmp = out.with_suffix(".json.tmp")
-        tmp.write_text(
-            json.dumps({**p.metrics, "step": p.step, "tokens": p.tokens}, indent=2, default=float)
-        )
-        tmp.replace(out)
 
     def _drop_superseded(self, keep: Path) -> None:
         """Delete every other temporary checkpoint and leftover scratch dir (rank 0, after commit)."""
         for info in list_checkpoints(self.run_dir):
             if info.path != keep and not info.permanent:
                 shutil.rmtree(info.path, ignore_errors=True)
-        for path in self.root.glob("step-*.*-*"):
-            if _SCRATCH_DIR.match(path.name):
-                shutil.rmtree(path, ignore_errors=True)
+        for path in scratch_dirs(self.run_dir):
+            shutil.rmtree(path, ignore_errors=True)
 
     # -- loading --------------------------------------------------------------------------
 
@@ -719,7 +681,7 @@ class Checkpointer:
         """Checksum problems of a complete checkpoint; every rank reads a share of its files
         and every rank gets the whole answer (collective with a process group)."""
         listing = listed_files(path)
-        share = self.world_size if _distributed() else 1
+        share = self.world_size if is_distributed() else 1
         mine = sorted(listing)[self.rank % share :: share]
         problems = checksum_problems(path, {name: listing[name] for name in mine})
         if share > 1:
@@ -731,7 +693,7 @@ class Checkpointer:
     def _set_aside(self, paths: list[Path]) -> None:
         if self.rank == 0:
             for path in paths:
-                path.rename(path.with_name(f"{path.name}.corrupt-{uuid.uuid4().hex[:8]}"))
+                path.rename(beside(path, "corrupt", uuid.uuid4().hex[:8]))
         self._barrier()
 
     def _load(self, path: Path, app_state: dict[str, Any]) -> None:
@@ -749,7 +711,7 @@ class Checkpointer:
                 resolved,
                 storage_reader=_SafeReader(str(path)),
                 planner=_SafeLoadPlanner(),
-                no_dist=not _distributed(),
+                no_dist=not is_distributed(),
             )
         except (Exception, CheckpointException) as e:  # CheckpointException is a BaseException
             raise CheckpointError(
@@ -776,14 +738,14 @@ class Checkpointer:
     # -- collectives ----------------------------------------------------------------------
 
     def _from_rank0(self, value: Any) -> Any:
-        if self.world_size > 1 and _distributed():
+        if self.world_size > 1 and is_distributed():
             box = [value]
             dist.broadcast_object_list(box, src=0)
             return box[0]
         return value
 
     def _barrier(self) -> None:
-        if self.world_size > 1 and _distributed():
+        if self.world_size > 1 and is_distributed():
             dist.barrier()
 
 
@@ -793,7 +755,6 @@ __all__ = [
     "CorruptCheckpointError",
     "CheckpointPolicy",
     "Checkpointer",
-    "ModelOptimState",
     "check_compatible",
     "complete_checkpoints",
     "incomplete_parts",
@@ -804,5 +765,4 @@ __all__ = [
     "read_metadata",
     "restore_rng",
     "rng_state",
-    "step_dir",
 ]

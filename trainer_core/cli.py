@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 from trainer_core.configio import ConfigError, field_help, load_config
+from trainer_core.errors import UserError
 
 T = TypeVar("T")
+
+DEMO_LADDER = Path(__file__).resolve().parents[1] / "workflows" / "configs" / "ladder-demo.yaml"
+"""What ``workflows/ladder.py`` and ``workflows/lr_sweep.py`` run without ``--config``."""
 
 
 def split_args(argv: list[str], flags: dict[str, bool]) -> tuple[dict[str, str | bool], list[str]]:
@@ -55,16 +60,28 @@ def exit_on_error(main: Callable[[], int | None]) -> None:
     line and exits 2. Every entry point ends with this, so they all fail the same way."""
     try:
         sys.exit(main() or 0)
-    except Exception as e:
-        # Imported here: trainer_core.errors loads torch, which a tokenizer or analysis run
-        # that succeeds never needs.
-        from trainer_core.errors import is_user_error
-
-        if not is_user_error(e):
-            raise
+    except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 
 
-def load_from_args(cls: type[T], own: dict, overrides: list[str]) -> T:
-    return load_config(cls, own.get("--config"), overrides)
+def parse_command(
+    doc: str,
+    cls: type[T],
+    argv: list[str],
+    flags: dict[str, bool] | None = None,
+    default_config: Path | None = None,
+) -> tuple[dict[str, str | bool], T] | None:
+    """An entry point's own flags and its typed config from ``argv``; None after ``--help``.
+
+    ``doc``: the script's docstring, whose first line is its usage. ``flags``: the script's own
+    flags besides ``--config`` (name -> takes a value). ``default_config``: used without
+    ``--config``.
+    """
+    if "--help" in argv or "-h" in argv:
+        print_help(doc.strip().splitlines()[0], cls)
+        return None
+    own, overrides = split_args(argv, {"--config": True, **(flags or {})})
+    if default_config is not None:
+        own.setdefault("--config", str(default_config))
+    return own, load_config(cls, own.get("--config"), overrides)

@@ -21,6 +21,10 @@ def require(ok: bool, name: str, value: object, allowed: str) -> None:
         raise ConfigError(f"{name}: {value!r} is not allowed; {allowed}")
 
 
+SIZE_DIMS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "mlp_hidden")
+"""The dims a ``size`` sets."""
+
+
 @dataclass
 class ModelConfig:
     """Decoder-only transformer (Llama / OLMo-2 family).
@@ -45,7 +49,7 @@ class ModelConfig:
         if self.size:
             check_size(self.size, "size")
             spec = MODEL_SIZES[self.size]
-            for name in ("d_model", "n_layers", "n_heads", "n_kv_heads", "mlp_hidden"):
+            for name in SIZE_DIMS:
                 if getattr(self, name) == 0:
                     setattr(self, name, getattr(spec, name))
         for name in ("d_model", "n_layers", "n_heads", "mlp_hidden", "vocab_size"):
@@ -134,8 +138,9 @@ class ScheduleConfig:
 class TrainModuleConfig:
     """How one batch becomes gradients: micro-batching, precision, loss extras, clipping."""
 
-    rank_microbatch_size: int = 0
-    """Tokens per rank per forward/backward; 0 = the whole rank batch at once."""
+    rank_microbatch_seqs: int = 0
+    """Sequences per rank per forward/backward; 0 = the whole rank batch at once. Sequences,
+    not tokens, everywhere (the ladder plans them): a micro-batch is whole rows of the batch."""
     max_grad_norm: float | None = 1.0
     z_loss_multiplier: float | None = None
     autocast_precision: Literal["bf16", "fp16"] | None = None
@@ -143,9 +148,9 @@ class TrainModuleConfig:
 
     def __post_init__(self) -> None:
         require(
-            self.rank_microbatch_size >= 0,
-            "rank_microbatch_size",
-            self.rank_microbatch_size,
+            self.rank_microbatch_seqs >= 0,
+            "rank_microbatch_seqs",
+            self.rank_microbatch_seqs,
             "must be >= 0",
         )
         require(
@@ -320,20 +325,14 @@ class TrainConfig:
             batch,
             f"must be a multiple of data.seq_len={seq_len} (it counts tokens)",
         )
-        micro = self.train_module.rank_microbatch_size
-        if micro:
-            require(
-                micro % seq_len == 0,
-                "train_module.rank_microbatch_size",
-                micro,
-                f"must be a multiple of data.seq_len={seq_len} (it counts tokens)",
-            )
-            require(
-                batch % micro == 0,
-                "trainer.global_batch_size",
-                batch,
-                f"must be divisible by train_module.rank_microbatch_size={micro}",
-            )
+        micro = self.train_module.rank_microbatch_seqs
+        require(
+            not micro or batch // seq_len % micro == 0,
+            "trainer.global_batch_size",
+            batch,
+            f"its {batch // seq_len} sequences must be divisible by "
+            f"train_module.rank_microbatch_seqs={micro}",
+        )
         steps = self.total_steps
         warmup = self.schedule.warmup
         require(

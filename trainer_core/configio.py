@@ -18,10 +18,12 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
+from trainer_core.errors import UserError
+
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config value, key or file is invalid; the message says where and what is allowed."""
 
 
@@ -179,6 +181,9 @@ def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
     kwargs = {}
     for key, value in data.items():
         where = f"{path}.{key}" if path else str(key)
+        moved = getattr(cls, "MOVED_KEYS", {}).get(key)
+        if key not in fields and moved:
+            raise ConfigError(f"{where}: this key moved; set {moved} instead")
         if key not in fields:
             raise ConfigError(
                 f"{where}: unknown key{suggest(str(key), list(fields))}; "
@@ -255,11 +260,6 @@ def load_config(
         data = loaded or {}
     apply_overrides(data, overrides or [])
     return from_dict(cls, data)
-
-
-def replace(obj: T, overrides: list[str]) -> T:
-    """A copy of a config with dotted overrides applied and everything re-validated."""
-    return from_dict(type(obj), apply_overrides(to_dict(obj), overrides))
 
 
 def field_help(cls: type, prefix: str = "") -> list[str]:

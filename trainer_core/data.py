@@ -15,7 +15,7 @@ and offset follow from the manifest's token counts. The order is a pure function
 
 So any step's batch is computed directly (``start_step`` reads nothing before it), a resumed run
 gets exactly the batches of an uninterrupted one, and the Ray Data reader
-(:mod:`trainer_core.ray.data`) reproduces them from the same :class:`TokenDataSpec`.
+(:mod:`trainer_core.ray.reader`) reproduces them from the same :class:`TokenDataSpec`.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import torch
 import yaml
 
 from trainer_core.config import DataConfig
+from trainer_core.corpus import demo_shards
 from trainer_core.shards import (
     RETOKENIZE,
     DataError,
@@ -41,6 +42,7 @@ from trainer_core.shards import (
     ShardFile,
     verify_shards,
 )
+from trainer_core.tokenizer import load_tokenizer
 
 MIX_BLOCK = 4096
 """Slots per mixing block: a source's share is its weight rounded to 1/MIX_BLOCK."""
@@ -113,14 +115,15 @@ def open_token_data(cfg: DataConfig, model_vocab_size: int) -> TokenData:
             f"{data.manifest.path}: the shards' tokenizer ({info.kind}) has vocab_size {info.vocab_size}, "
             f"more than model.vocab_size={model_vocab_size}; set model.vocab_size >= {info.vocab_size}"
         )
-    if (cfg.shards or cfg.mix) and cfg.tokenizer != DataConfig.tokenizer:
-        from trainer_core.tokenizer import load_tokenizer
-
-        if load_tokenizer(cfg.tokenizer).content_hash != info.content_hash:
-            raise DataError(
-                f"{data.manifest.path}: shards were made by another tokenizer than data.tokenizer="
-                f"{cfg.tokenizer!r}; re-tokenize with it or leave data.tokenizer unset"
-            )
+    if (
+        (cfg.shards or cfg.mix)
+        and cfg.tokenizer != DataConfig.tokenizer
+        and load_tokenizer(cfg.tokenizer).content_hash != info.content_hash
+    ):
+        raise DataError(
+            f"{data.manifest.path}: shards were made by another tokenizer than data.tokenizer="
+            f"{cfg.tokenizer!r}; re-tokenize with it or leave data.tokenizer unset"
+        )
     return data
 
 
@@ -355,13 +358,10 @@ class TokenData:
         self.val = [Split(m, m.validation) for m in manifests]
         self.cache = RowGroupCache(cache_bytes)
         self._orders: dict[tuple[int, int], WindowOrder] = {}
-        self._last: tuple[int, int, int] | None = None
 
     @classmethod
     def open(cls, spec: TokenDataSpec) -> TokenData:
         if spec.demo_tokenizer is not None:
-            from trainer_core.corpus import demo_shards
-
             dirs = [demo_shards(tokenizer=spec.demo_tokenizer)]
         else:
             dirs = [Path(d) for d, _ in spec.sources]
@@ -449,7 +449,6 @@ class TokenData:
         if start_step < 0:
             raise DataError(f"start_step {start_step} must be >= 0")
         self.order(seq_len, seed)
-        self._last = (seq_len, global_batch_seqs, seed)
 
         def batches() -> Iterator[torch.Tensor]:
             step = start_step
@@ -491,42 +490,6 @@ class TokenData:
             torch.from_numpy(out[b * batch_seqs + first : b * batch_seqs + first + per_rank].copy())
             for b in range(num_batches)
         ]
-
-    def data_position(
-        self,
-        step: int,
-        seq_len: int | None = None,
-        global_batch_seqs: int | None = None,
-        seed: int | None = None,
-    ) -> dict:
-        """Where step ``step`` starts, for a checkpoint's record. Defaults to the arguments of the
-        last :meth:`train_batches` call; the same values and step give the same batches."""
-        if self._last is None and None in (seq_len, global_batch_seqs, seed):
-            raise DataError(
-                "data_position needs seq_len, global_batch_seqs and seed (or a train_batches call first)"
-            )
-        last = self._last or (0, 0, 0)
-        seq_len = seq_len if seq_len is not None else last[0]
-        global_batch_seqs = global_batch_seqs if global_batch_seqs is not None else last[1]
-        seed = seed if seed is not None else last[2]
-        order = self.order(seq_len, seed)
-        slot = np.array([step * global_batch_seqs], dtype=np.int64)
-        source, window = (int(a[0]) for a in order.locate(slot))
-        epoch, index = divmod(int(order.consumed(slot)[1][0]), int(order.windows[source]))
-        split = self.train[source]
-        files, offsets = split.locate(np.array([window]), seq_len)
-        return {
-            "step": step,
-            "seq_len": seq_len,
-            "global_batch_seqs": global_batch_seqs,
-            "seed": seed,
-            "windows_consumed": step * global_batch_seqs,
-            "source": str(split.manifest.dir),
-            "epoch": epoch,
-            "index_in_epoch": index,
-            "file": split.paths[int(files[0])].name,
-            "offset": int(offsets[0]),
-        }
 
 
 def rank_batch_size(global_batch_seqs: int, dp_rank: int, dp_size: int) -> int:

@@ -75,24 +75,8 @@ def init_distributed(device_type: str) -> DistInfo:
 
 
 def is_distributed() -> bool:
+    """A process group of more than one rank exists (collectives have someone to talk to)."""
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-
-
-def is_main() -> bool:
-    """Rank 0 (or the only process): the one that prints and writes shared files."""
-    return not dist.is_initialized() or dist.get_rank() == 0
-
-
-def all_reduce_sum(t: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
-    """Sum ``t`` in place over ``group`` (default: every rank) and return it."""
-    if is_distributed():
-        dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
-    return t
-
-
-def barrier() -> None:
-    if is_distributed():
-        dist.barrier()
 
 
 def teardown() -> None:

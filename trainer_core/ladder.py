@@ -8,6 +8,10 @@ each period) end at 1/8, 1/4, 1/2 and 1 of the run (0.5x, 1x, 2x, 4x Chinchilla 
 permanent checkpoints + evals just before and after every decay, so one run gives points at
 several Chinchilla multiples. Every formula is a field a config can override.
 
+A plan's output is the run itself: each size's :class:`TrainConfig`, the ladder's ``run``
+template with the planned fields filled in by ``dataclasses.replace``. A template field the plan
+fills in (:data:`PLANNED`) is an error to set, so no setting is silently replaced.
+
 The batch/devices arithmetic mirrors OLMo-core's: pick a memory-aware micro-batch per device and
 the minimum device mesh, round the global batch to a multiple of micro-batch x data-parallel
 size, expand devices up to ``max_devices`` (never beyond what grad accumulation allows), and warn
@@ -18,19 +22,16 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from pathlib import Path
+from typing import ClassVar
 
-from trainer_core.config import (
-    DataConfig,
-    ModelConfig,
-    ScheduleConfig,
-    TrackingConfig,
-    TrainConfig,
-    require,
-)
-from trainer_core.configio import ConfigError, from_dict, replace, to_dict
+from trainer_core.config import SIZE_DIMS, ModelConfig, ScheduleConfig, TrainConfig, require
+from trainer_core.configio import ConfigError, load_yaml
 from trainer_core.model import count_params, num_flops_per_token
+from trainer_core.run_dir import EXPERIMENT, RUNS
 from trainer_core.schedule import decay_windows, wsds_schedule
 from trainer_core.sizes import check_size
 
@@ -57,13 +58,17 @@ class BatchFormula:
     exponent: float = 2 / 3
 
 
+LADDER_LR_EXPONENT = -1 / 3
+"""OLMo-core's peak LR ~ N^(-1/3): the ladder's default, and the analysis's reference for a fit."""
+
+
 @dataclass
 class LRFormula:
     """Peak LR ``coef * (N / ref_params) ** exponent``, or fitted by an LR sweep (``from_sweep``)."""
 
     coef: float = 0.0047 / 2
     ref_params: float = 108e6
-    exponent: float = -1 / 3
+    exponent: float = LADDER_LR_EXPONENT
     from_sweep: str = ""
     """An LR-sweep experiment dir: use its fitted LR*(N) = a * N^b for every size."""
 
@@ -111,17 +116,29 @@ class DurationFormula:
 
 
 @dataclass
-class OptimFormula:
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2_large_batch: float = 0.95
-    beta2_small_batch: float = 0.99
+class Beta2Formula:
+    """AdamW's beta2 by global batch: ``large_batch`` from ``large_batch_tokens`` on."""
+
+    large_batch: float = 0.95
+    small_batch: float = 0.99
     large_batch_tokens: int = 524_288
 
 
 @dataclass
 class LadderConfig:
-    """A model ladder: named sizes, the formulas that size everything, and the run template."""
+    """A model ladder: named sizes, the formulas that size everything, and the run template.
+
+    What planning reads (sizes, sequence length, vocabulary, devices, formulas) is set here;
+    every other setting of the runs is set in ``run``.
+    """
+
+    MOVED_KEYS: ClassVar[dict[str, str]] = {
+        "seed": "run.trainer.seed",
+        "data": "run.data",
+        "tracking": "run.tracking",
+        "optim": "run.optim (beta1, weight_decay) and beta2 (the batch-size rule for beta2)",
+    }
+    """Keys of older ladder files and where each fact lives now (named in the error)."""
 
     name: str = "demo"
     dir: str = "runs/ladder-demo"
@@ -134,7 +151,6 @@ class LadderConfig:
     assumed_mfu: float = 0.4
     """For the device-hours estimate (measure it with ``--benchmark SIZE``)."""
     seq_len: int = 128
-    seed: int = 0
     vocab_size: int = 320
     eval_tokens: int = 0
     """Tokens per evaluation, the same for every size (rounded to whole batches); 0 = the run
@@ -142,12 +158,10 @@ class LadderConfig:
     batch: BatchFormula = field(default_factory=BatchFormula)
     lr: LRFormula = field(default_factory=LRFormula)
     duration: DurationFormula = field(default_factory=DurationFormula)
-    optim: OptimFormula = field(default_factory=OptimFormula)
-    data: DataConfig = field(default_factory=DataConfig)
-    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    beta2: Beta2Formula = field(default_factory=Beta2Formula)
     run: TrainConfig = field(default_factory=TrainConfig)
-    """Template for every run (logging, eval, precision, parallelism, Ray resources...);
-    the planned fields (size, batch, LR, schedule, duration, checkpoints, devices) are filled in."""
+    """Template for every run (data, seed, optimizer, logging, eval, precision, parallelism,
+    tracking...); the fields in :data:`PLANNED` are filled in per size, so left unset here."""
 
     def __post_init__(self) -> None:
         require(bool(self.sizes), "sizes", self.sizes, "list at least one size")
@@ -160,6 +174,10 @@ class LadderConfig:
             self.memory_fraction,
             "must be in (0, 1]",
         )
+        planned = dict(PLANNED)
+        if self.eval_tokens:
+            planned["trainer.eval_batches"] = "eval_tokens"
+        check_unplanned(self.run, TrainConfig(), planned, "run.")
 
     @property
     def memory_bytes(self) -> float:
@@ -169,6 +187,39 @@ class LadderConfig:
     @property
     def uses_gpu(self) -> bool:
         return self.device_type.lower() != "cpu"
+
+
+PLANNED = {
+    **{f"model.{key}": "sizes" for key in ("size", *SIZE_DIMS)},
+    "model.vocab_size": "vocab_size",
+    "data.seq_len": "seq_len",
+    "optim.lr": "lr",
+    "optim.beta2": "beta2",
+    "schedule": "duration",
+    "train_module.rank_microbatch_seqs": "max_micro_batch_seqs",
+    "trainer.run_dir": "dir",
+    "trainer.global_batch_size": "batch",
+    "trainer.max_steps": "duration",
+    "trainer.max_tokens": "duration",
+    "trainer.device": "device_type",
+    "checkpoint.keep_steps": "duration.decay_points",
+    "tracking.group": "name",
+    "tracking.name": "name",
+}
+"""Each run-template field the plan fills in -> the ladder key it is planned from."""
+
+
+def check_unplanned(
+    template: object, default: object, planned: dict[str, str], prefix: str
+) -> None:
+    """Fail, naming both keys, when ``template`` sets (differs from ``default`` in) a field the
+    plan fills in: the plan would replace the value without a word."""
+    for key, owner in planned.items():
+        if attrgetter(key)(template) != attrgetter(key)(default):
+            raise ConfigError(
+                f"{prefix}{key}: the ladder plans it from {owner} for every size; "
+                f"remove {prefix}{key} (or set {owner})"
+            )
 
 
 def _lookup(table: dict[str, float], device_type: str, default: float) -> float:
@@ -197,8 +248,8 @@ def train_tokens(n: int, multiple: float, f: DurationFormula) -> int:
     return round(f.tokens_per_param * n * multiple)
 
 
-def beta2_for_batch(batch_tokens: int, f: OptimFormula) -> float:
-    return f.beta2_large_batch if batch_tokens >= f.large_batch_tokens else f.beta2_small_batch
+def beta2_for_batch(batch_tokens: int, f: Beta2Formula) -> float:
+    return f.large_batch if batch_tokens >= f.large_batch_tokens else f.small_batch
 
 
 def estimate_memory_bytes(
@@ -220,34 +271,65 @@ def estimate_memory_bytes(
 
 @dataclass
 class SizePlan:
-    """Everything decided for one size; ``table_row`` is what ``--dry-run`` prints."""
+    """Everything decided for one size: its run and the numbers behind it (``table_row`` is
+    what ``--dry-run`` prints). What the run's config holds is read from there, not copied."""
 
     size: str
-    model: ModelConfig
     num_params: int
     target_batch_tokens: int
-    batch_tokens: int
-    micro_batch_seqs: int
     devices: int
     dp_size: int
     grad_accum: int
-    lr: float
     lr_source: str
-    beta2: float
-    warmup_steps: int
-    tokens: int
-    steps: int
-    checkpoint_steps: list[int]
     flops_per_token: int
-    schedule: ScheduleConfig
-    seq_len: int
     chinchilla_multiple: float
-    eval_batches: int
+    config: TrainConfig
+    """The size's run, named after the size (see :func:`named_run`)."""
     batch_warning: str = ""
 
     @property
+    def model(self) -> ModelConfig:
+        return self.config.model
+
+    @property
+    def lr(self) -> float:
+        return self.config.optim.lr
+
+    @property
+    def schedule(self) -> ScheduleConfig:
+        return self.config.schedule
+
+    @property
+    def steps(self) -> int:
+        return self.config.total_steps
+
+    @property
+    def batch_tokens(self) -> int:
+        return self.config.trainer.global_batch_size
+
+    @property
     def batch_seqs(self) -> int:
-        return self.batch_tokens // self.seq_len
+        return self.batch_tokens // self.config.data.seq_len
+
+    @property
+    def micro_batch_seqs(self) -> int:
+        return self.config.train_module.rank_microbatch_seqs
+
+    @property
+    def warmup_steps(self) -> int:
+        return int(self.schedule.warmup)
+
+    @property
+    def tokens(self) -> int:
+        return self.steps * self.batch_tokens
+
+    @property
+    def checkpoint_steps(self) -> list[int]:
+        return self.config.checkpoint.keep_steps
+
+    @property
+    def eval_batches(self) -> int:
+        return self.config.trainer.eval_batches
 
     @property
     def total_flops(self) -> float:
@@ -317,10 +399,13 @@ def batch_and_devices(
 
 
 def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
-    model = replace(ModelConfig(size=size), [f"vocab_size={ladder.vocab_size}"])
+    run = ladder.run
+    model = replace(
+        run.model, size=size, vocab_size=ladder.vocab_size, **dict.fromkeys(SIZE_DIMS, 0)
+    )
     n = count_params(model)["non_embedding"]
     seq = ladder.seq_len
-    checkpointing = ladder.run.parallel.activation_checkpointing != "none"
+    checkpointing = run.parallel.activation_checkpointing != "none"
     micro_seqs, min_devices = micro_batch_and_mesh(model, ladder, checkpointing)
     if min_devices > ladder.max_devices:
         raise ConfigError(
@@ -354,32 +439,44 @@ def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
     lr, source = (
         (lr_fn(n), f"sweep {ladder.lr.from_sweep}") if lr_fn else (peak_lr(n, ladder.lr), "formula")
     )
+    config = replace(
+        run,
+        model=model,
+        data=replace(run.data, seq_len=seq),
+        optim=replace(run.optim, lr=lr, beta2=beta2_for_batch(batch, ladder.beta2)),
+        schedule=schedule,
+        train_module=replace(run.train_module, rank_microbatch_seqs=micro_seqs),
+        trainer=replace(
+            run.trainer,
+            global_batch_size=batch,
+            max_steps=steps,
+            max_tokens=None,
+            eval_batches=(
+                max(1, round(ladder.eval_tokens / batch))
+                if ladder.eval_tokens
+                else run.trainer.eval_batches
+            ),
+            device="cuda" if ladder.uses_gpu else "cpu",
+        ),
+        checkpoint=replace(run.checkpoint, keep_steps=ckpt_steps),
+        tracking=replace(
+            run.tracking,
+            project=run.tracking.project or ladder.name,
+            group=ladder.name,
+            tags=[*run.tracking.tags, f"lr_source={source}"],
+        ),
+    )
     return SizePlan(
         size=size,
-        model=model,
         num_params=n,
         target_batch_tokens=target,
-        batch_tokens=batch,
-        micro_batch_seqs=micro_seqs,
         devices=devices,
         dp_size=dp,
         grad_accum=accum,
-        lr=lr,
         lr_source=source,
-        beta2=beta2_for_batch(batch, ladder.optim),
-        warmup_steps=warmup,
-        tokens=steps * batch,
-        steps=steps,
-        checkpoint_steps=ckpt_steps,
         flops_per_token=num_flops_per_token(model, seq),
-        schedule=schedule,
-        seq_len=seq,
         chinchilla_multiple=multiple,
-        eval_batches=(
-            max(1, round(ladder.eval_tokens / batch))
-            if ladder.eval_tokens
-            else ladder.run.trainer.eval_batches
-        ),
+        config=named_run(config, ladder, size),
         batch_warning=warning,
     )
 
@@ -409,36 +506,23 @@ def plan_ladder(ladder: LadderConfig, sizes: list[str] | None = None, lr_fn=None
         return [plan_size(s, ladder, lr_fn) for s in sizes or ladder.sizes]
 
 
-def run_config(
-    plan: SizePlan, ladder: LadderConfig, run_name: str, lr: float | None = None
-) -> TrainConfig:
-    """The TrainConfig of one run: the ladder's template with the planned fields filled in."""
-    data = to_dict(ladder.run)
-    data["model"] = to_dict(plan.model)
-    data["data"] = {**to_dict(ladder.data), "seq_len": ladder.seq_len}
-    data["optim"].update(
-        lr=lr if lr is not None else plan.lr,
-        beta1=ladder.optim.beta1,
-        beta2=plan.beta2,
-        weight_decay=ladder.optim.weight_decay,
+def named_run(cfg: TrainConfig, ladder: LadderConfig, run_name: str) -> TrainConfig:
+    """``cfg`` as the ladder's run ``run_name``: its dir under ``<dir>/runs``, its W&B name."""
+    return replace(
+        cfg,
+        trainer=replace(cfg.trainer, run_dir=str(Path(ladder.dir).resolve() / RUNS / run_name)),
+        tracking=replace(cfg.tracking, name=f"{ladder.name}-{run_name}"),
     )
-    data["schedule"] = to_dict(plan.schedule)
-    data["train_module"]["rank_microbatch_size"] = plan.micro_batch_seqs * ladder.seq_len
-    data["trainer"].update(
-        run_dir=str(Path(ladder.dir).resolve() / "runs" / run_name),
-        seed=ladder.seed,
-        global_batch_size=plan.batch_tokens,
-        max_steps=plan.steps,
-        max_tokens=None,
-        eval_batches=plan.eval_batches,
-        device="cuda" if ladder.uses_gpu else "cpu",
-    )
-    data["checkpoint"]["keep_steps"] = plan.checkpoint_steps
-    data["tracking"] = {
-        **to_dict(ladder.tracking),
-        "tags": [*ladder.tracking.tags, f"lr_source={plan.lr_source}"],
-        "project": ladder.tracking.project or ladder.name,
-        "group": ladder.name,
-        "name": f"{ladder.name}-{run_name}",
-    }
-    return from_dict(TrainConfig, data)
+
+
+def experiment_kind(record: Mapping) -> str:
+    """The one rule for "ladder" vs "LR sweep", on an experiment's top-level config keys (a
+    job's fields, or its ``experiment.yaml``): an LR sweep's config has a ``sweep`` section."""
+    return "LR sweep" if "sweep" in record else "ladder"
+
+
+def recorded_experiment_kind(exp_dir: str | Path) -> str | None:
+    """:func:`experiment_kind` of the experiment recorded in ``exp_dir``; None without a record
+    (a new dir, a single run's dir)."""
+    path = Path(exp_dir) / EXPERIMENT
+    return experiment_kind(load_yaml(path) or {}) if path.is_file() else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
@@ -62,8 +63,6 @@ class _SumGrad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        import torch.distributed as dist
-
         grad = grad.clone()
         local = grad.to_local() if hasattr(grad, "to_local") else grad
         dist.all_reduce(local, group=ctx.group)

@@ -3,6 +3,7 @@
 Weight decay pulls matrices toward zero; applied to norm gains or biases it only fights the
 normalisation, and on embeddings it shrinks rare tokens' rows, so both are excluded by default
 (switchable). Fused AdamW on CUDA (one kernel for all parameters), foreach elsewhere.
+DTensor (~1 s to import) is looked up only when an optimizer is built, where sharding may apply.
 """
 
 from __future__ import annotations

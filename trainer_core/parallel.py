@@ -9,6 +9,9 @@ Wrappers keep checkpoints portable: ``checkpoint_wrapper`` and ``torch.compile``
 ``_checkpoint_wrapped_module.`` / ``_orig_mod.`` to parameter names, which
 ``torch.distributed.checkpoint.state_dict`` strips, so a run saved with AC or compile loads
 without them and vice versa.
+
+The TP, AC and FSDP2 modules (DTensor among them, ~1 s) are imported by the functions that apply
+them: a single-device run never loads them.
 """
 
 from __future__ import annotations

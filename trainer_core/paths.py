@@ -3,7 +3,7 @@
 Every entry point checks its output dirs first, so a dir that can never be written (under a
 regular file, or without write permission) is one line naming the setting, not a
 ``NotADirectoryError`` after minutes of tokenizing or a Ray start-up. :func:`staged_dir` is how
-a command that rebuilds a whole dir (``datasets/tokenize.py --out``) keeps the old one intact
+a command that rebuilds a whole dir (``datasets/tokenize_corpus.py --out``) keeps the old one intact
 until the new one is finished.
 """
 

@@ -10,6 +10,7 @@ the schedule evaluated after ``s + 1`` updates. So warmup gives ``(s + 1) / warm
 first update already moves), the last warmup step reaches peak, the last step of every cycle lands
 exactly on ``min_lr_ratio``, and ``decay_windows`` starts are the number of updates done before
 the first decayed one (a checkpoint there is the un-annealed model).
+matplotlib (~1 s to import) is loaded by :func:`plot_schedule` alone, not by training.
 """
 
 from __future__ import annotations

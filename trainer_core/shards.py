@@ -26,6 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trainer_core.errors import UserError
+
 MANIFEST = "manifest.json"
 FORMAT = "rayladder-shards"
 FORMAT_VERSION = 1
@@ -36,10 +38,10 @@ DEFAULT_ROW_GROUP_ROWS = 8
 """32K tokens per row group: small enough that a random window costs one cheap read."""
 DEFAULT_SHARD_TOKENS = 1 << 26
 DEFAULT_VAL_FRACTION = 0.01
-RETOKENIZE = "re-run datasets/tokenize.py to rebuild the shards"
+RETOKENIZE = "re-run datasets/tokenize_corpus.py to rebuild the shards"
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """Input data or shards are unusable; the message names the file/value and what to do."""
 
 
@@ -166,7 +168,7 @@ def read_manifest(directory: str | Path) -> Manifest:
     path = directory / MANIFEST
     if not path.is_file():
         raise DataError(
-            f"{path}: no shard manifest there; create shards with datasets/tokenize.py --out {directory}"
+            f"{path}: no shard manifest there; create shards with datasets/tokenize_corpus.py --out {directory}"
         )
     try:
         raw = json.loads(path.read_text())
@@ -333,7 +335,7 @@ class DatasetWriter:
         if any(self.out_dir.iterdir()):
             raise DataError(
                 f"{self.out_dir}: not empty; shards are written into a new or empty dir "
-                "(datasets/tokenize.py --out builds the new shards beside the old and swaps)"
+                "(datasets/tokenize_corpus.py --out builds the new shards beside the old and swaps)"
             )
         self.tokenizer, self.val_fraction = tokenizer, val_fraction
         self.row_tokens, self.row_group_rows = row_tokens, row_group_rows

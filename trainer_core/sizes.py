@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainer_core.configio import ConfigError, suggest
+
 
 @dataclass(frozen=True)
 class SizeSpec:
@@ -47,8 +49,6 @@ MODEL_SIZES: dict[str, SizeSpec] = {
 
 def check_size(name: str, field: str) -> None:
     """Raise a ConfigError naming ``field`` (and the closest known size) for an unknown size."""
-    from trainer_core.configio import ConfigError, suggest
-
     if name not in MODEL_SIZES:
         raise ConfigError(
             f"{field}: {name!r} is not in the size table{suggest(name, list(MODEL_SIZES))}; "

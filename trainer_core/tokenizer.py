@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer as RawTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from trainer_core.shards import DataError
 
@@ -103,8 +105,6 @@ class HFTokenizer(Tokenizer):
     @classmethod
     def from_file(cls, path: Path) -> HFTokenizer:
         """Load a tokenizer.json; a ``tokenizer_config.json`` beside it may name EOS/BOS."""
-        from tokenizers import Tokenizer as RawTokenizer
-
         try:
             tok = RawTokenizer.from_file(str(path))
         except Exception as e:
@@ -159,9 +159,6 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> HFTokenizer:
     Byte-level means every input is encodable, so the vocabulary must hold the 256 byte symbols
     and the 3 specials. A small sample can yield fewer merges than asked for.
     """
-    from tokenizers import Tokenizer as RawTokenizer
-    from tokenizers import decoders, models, pre_tokenizers, trainers
-
     minimum = 256 + len(BPE_SPECIALS)
     if vocab_size < minimum:
         raise DataError(

@@ -4,10 +4,12 @@ Offline by default: runs are written under ``<run_dir>/wandb`` and can be upload
 ``wandb sync <run_dir>/wandb/offline-run-*``. Online only when asked for (``tracking.mode:
 online``) and an API key is available. Only rank 0 logs. The logged config is the resolved
 TrainConfig, which holds no secrets (W&B reads its key from the environment / netrc).
+``wandb`` (2 s to import) is imported when a tracked run starts, never by untracked ones.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -58,8 +60,6 @@ class WandbCallback(BaseCallback):
 
 def _stable_id(run_dir: Path) -> str:
     """One W&B run per run dir, so a resumed run continues the same W&B run."""
-    import hashlib
-
     return hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:16]
 
 

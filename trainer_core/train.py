@@ -9,22 +9,18 @@ from __future__ import annotations
 
 import sys
 
-from trainer_core.cli import exit_on_error, load_from_args, print_help, split_args
+from trainer_core.build import build_trainer
+from trainer_core.cli import exit_on_error, parse_command
 from trainer_core.config import TrainConfig
 from trainer_core.distributed import teardown
 from trainer_core.paths import check_output_dir
-from trainer_core.run import build_trainer
-
-USAGE = __doc__.strip().splitlines()[0]
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if "--help" in argv or "-h" in argv:
-        print_help(USAGE, TrainConfig)
+    parsed = parse_command(__doc__, TrainConfig, sys.argv[1:] if argv is None else argv)
+    if parsed is None:
         return 0
-    own, overrides = split_args(argv, {"--config": True})
-    cfg = load_from_args(TrainConfig, own, overrides)
+    cfg = parsed[1]
     check_output_dir(cfg.trainer.run_dir, "trainer.run_dir")
     try:
         build_trainer(cfg).fit()

@@ -5,6 +5,9 @@ loops, data files or Ray. The loss is the exact token-weighted mean over the *gl
 micro-batch contributes ``sum(token CE) / global_tokens``, so 1 x 8 sequences and 4 x 2 sequences
 give the same gradient, and data-parallel ranks with different numbers of valid tokens still
 average correctly.
+
+DCP's state-dict helpers load DTensor and FSDP (~1 s): only the state methods import them, so
+code that never checkpoints a module does not pay for them.
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ class TrainModule:
         return self.model.cfg
 
     def state_dict(self, *, optim: bool = True) -> dict:
+        """Model, optimizer and schedule state (each rank's shard under FSDP2), a DCP Stateful."""
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer if optim else [])
@@ -134,11 +138,11 @@ class TrainModule:
     # -- helpers ------------------------------------------------------------------------------
 
     def micro_batches(self, rank_batch: int) -> list[tuple[int, int]]:
-        per_micro = self.cfg.rank_microbatch_size // self.seq_len or rank_batch
+        per_micro = self.cfg.rank_microbatch_seqs or rank_batch
         if rank_batch % per_micro:
             raise ValueError(
-                f"train_module.rank_microbatch_size={self.cfg.rank_microbatch_size} tokens "
-                f"({per_micro} sequences) must divide the per-rank batch of {rank_batch} sequences"
+                f"train_module.rank_microbatch_seqs={per_micro} must divide the per-rank batch "
+                f"of {rank_batch} sequences"
             )
         return [(s, s + per_micro) for s in range(0, rank_batch, per_micro)]
 

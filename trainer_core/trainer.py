@@ -8,7 +8,6 @@ with update N + 1 and the batch for step N (0-based index of the next batch).
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -23,11 +22,13 @@ from trainer_core.callbacks import Callback
 from trainer_core.checkpoint import Checkpointer, CheckpointPolicy, restore_rng, rng_state
 from trainer_core.config import TrainConfig
 from trainer_core.configio import ConfigError, to_yaml
+from trainer_core.errors import UserError
+from trainer_core.run_dir import RunInfo, config_path, write_atomic, write_run_json
 from trainer_core.shards import DataError
 from trainer_core.train_module import BatchStats, TrainModule
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(UserError, RuntimeError):
     """Raised (on every rank) when the loss or gradient norm is NaN/inf; names which, and the step.
 
     Every rank agrees: the gradient norm is global, and a non-finite loss on any rank makes it
@@ -42,21 +43,6 @@ class NonFiniteLossError(RuntimeError):
             "run stopped before this update and no checkpoint was written after it. Lower "
             "optim.lr, raise schedule.warmup or set train_module.max_grad_norm."
         )
-
-
-@dataclass
-class RunInfo:
-    """What run.json records about a run (see the on-disk layout in the README)."""
-
-    name: str
-    num_params: int
-    flops_per_token: int
-    lr: float
-    global_batch_tokens: int
-    seq_len: int
-    total_steps: int
-    size: str = ""
-    tags: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -263,9 +249,7 @@ class Trainer:
         if self.rank != 0:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.run_dir / "config.yaml.tmp"
-        tmp.write_text(to_yaml(self.cfg))
-        tmp.replace(self.run_dir / "config.yaml")
+        write_atomic(config_path(self.run_dir), to_yaml(self.cfg))
 
     def _write_run_json(
         self, status: str, diverged_step: int | None = None, error: str | None = None
@@ -273,13 +257,11 @@ class Trainer:
         if self.rank != 0:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        record = {
-            **self.info.__dict__,
-            "status": status,
-            "diverged_step": diverged_step,
-            "last_step": self.step,
-            **({"error": error} if error else {}),
-        }
-        tmp = self.run_dir / "run.json.tmp"
-        tmp.write_text(json.dumps(record, indent=2))
-        tmp.replace(self.run_dir / "run.json")
+        write_run_json(
+            self.run_dir,
+            self.info,
+            status,
+            last_step=self.step,
+            diverged_step=diverged_step,
+            error=error,
+        )

@@ -10,14 +10,11 @@ laws. A sweep: every trial compared at a common step, the optimal LR per size an
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from trainer_core.analysis import report_experiment  # noqa: E402
-from trainer_core.cli import exit_on_error  # noqa: E402
-from trainer_core.paths import check_output_dir  # noqa: E402
+from trainer_core.analysis import report_experiment
+from trainer_core.cli import exit_on_error
+from trainer_core.paths import check_output_dir
 
 
 def main() -> int:

@@ -4,6 +4,7 @@ Runs a model ladder on Ray Tune, one trial per size, then fits scaling laws to t
 No ``--config``: the embedded CPU demo, workflows/configs/ladder-demo.yaml (three small models
 on the Python standard library).
 Submit to a cluster with ``ray job submit --working-dir . -- python workflows/ladder.py ...``.
+The analysis (pandas, SciPy, matplotlib) is imported only after the runs, not for a dry run.
 """
 
 from __future__ import annotations
@@ -11,15 +12,22 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from rich.console import Console
+from rich.table import Table
 
-from trainer_core.cli import exit_on_error, load_from_args, print_help, split_args  # noqa: E402
-from trainer_core.paths import check_output_dir  # noqa: E402
-from trainer_core.ray.ladder_run import LadderJobConfig  # noqa: E402
+from trainer_core.cli import DEMO_LADDER, exit_on_error, parse_command
+from trainer_core.ladder import plan_ladder
+from trainer_core.lr_feedback import lr_function
+from trainer_core.paths import check_output_dir
+from trainer_core.ray.ladder_run import (
+    LadderJobConfig,
+    benchmark_size,
+    preflight,
+    run_ladder,
+)
+from trainer_core.schedule import plot_schedule
 
-DEMO_CONFIG = Path(__file__).resolve().parent / "configs" / "ladder-demo.yaml"
 FLAGS = {
-    "--config": True,
     "--dry-run": False,
     "--resume": False,
     "--sizes": True,
@@ -28,9 +36,6 @@ FLAGS = {
 
 
 def print_plan(job: LadderJobConfig, plans) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(
         title=f"ladder {job.name}: {job.max_devices} x {job.device_type}, seq {job.seq_len}"
     )
@@ -54,27 +59,17 @@ def _fmt(value) -> str:
 
 
 def main() -> int:
-    argv = sys.argv[1:]
-    if "--help" in argv or "-h" in argv:
-        print_help(__doc__.strip().splitlines()[0], LadderJobConfig)
+    parsed = parse_command(__doc__, LadderJobConfig, sys.argv[1:], FLAGS, DEMO_LADDER)
+    if parsed is None:
         return 0
-    own, overrides = split_args(argv, FLAGS)
-    own.setdefault("--config", str(DEMO_CONFIG))
-    job = load_from_args(LadderJobConfig, own, overrides)
+    own, job = parsed
     check_output_dir(job.dir, "dir")
     sizes = own["--sizes"].split(",") if "--sizes" in own else None
-
-    from trainer_core.ladder import plan_ladder
-    from trainer_core.lr_feedback import lr_function
-    from trainer_core.ray.ladder_run import preflight
-    from trainer_core.schedule import plot_schedule
 
     lr_fn = lr_function(job.lr)
     plans = plan_ladder(job, sizes, lr_fn)
     exp_dir = Path(job.dir)
     if "--benchmark" in own:
-        from trainer_core.ray.ladder_run import benchmark_size
-
         result = benchmark_size(job, own["--benchmark"])
         print(
             f"benchmark {result['size']}: {result['tokens_per_s_per_device']:,.0f} tokens/s per device, "
@@ -96,7 +91,6 @@ def main() -> int:
         return 0
 
     from trainer_core.analysis import report_experiment
-    from trainer_core.ray.ladder_run import run_ladder
 
     run_ladder(job, sizes, resume="--resume" in own, lr_fn=lr_fn)
     report_experiment(exp_dir)

@@ -5,6 +5,7 @@ then fits the optimum per size and LR*(N) = a * N^b across sizes. Feed the resul
 ladder with ``--lr.from_sweep=<this sweep's dir>``. A ladder config is a sweep config (its
 ``sweep:`` section optional); the sweep writes to ``sweep.dir``, by default ``<ladder dir>-lr-sweep``.
 No ``--config``: the CPU demo ladder's (workflows/configs/ladder-demo.yaml).
+The analysis (pandas, SciPy, matplotlib) is imported only after the trials, not for a dry run.
 """
 
 from __future__ import annotations
@@ -12,28 +13,26 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from trainer_core.cli import DEMO_LADDER, exit_on_error, parse_command
+from trainer_core.paths import check_output_dir
+from trainer_core.ray.sweep_run import (
+    SweepJobConfig,
+    as_sweep,
+    run_sweep,
+    sweep_plans,
+    sweep_trials,
+)
 
-from trainer_core.cli import exit_on_error, load_from_args, print_help, split_args  # noqa: E402
-from trainer_core.paths import check_output_dir  # noqa: E402
-from trainer_core.ray.sweep_run import SweepJobConfig, as_sweep  # noqa: E402
-from workflows.ladder import DEMO_CONFIG  # noqa: E402
-
-FLAGS = {"--config": True, "--dry-run": False, "--resume": False, "--sizes": True}
+FLAGS = {"--dry-run": False, "--resume": False, "--sizes": True}
 
 
 def main() -> int:
-    argv = sys.argv[1:]
-    if "--help" in argv or "-h" in argv:
-        print_help(__doc__.strip().splitlines()[0], SweepJobConfig)
+    parsed = parse_command(__doc__, SweepJobConfig, sys.argv[1:], FLAGS, DEMO_LADDER)
+    if parsed is None:
         return 0
-    own, overrides = split_args(argv, FLAGS)
-    own.setdefault("--config", str(DEMO_CONFIG))
-    job = as_sweep(load_from_args(SweepJobConfig, own, overrides))
+    own, job = parsed[0], as_sweep(parsed[1])
     check_output_dir(job.dir, "sweep.dir")
     sizes = own["--sizes"].split(",") if "--sizes" in own else None
-
-    from trainer_core.ray.sweep_run import run_sweep, sweep_plans, sweep_trials
 
     specs = sweep_trials(job, sweep_plans(job, sizes))
     print(

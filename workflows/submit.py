@@ -11,10 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from trainer_core.ray.upload import UploadTooLargeError, check_upload
 
-from trainer_core.ray.upload import UploadTooLargeError, check_upload  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> int:

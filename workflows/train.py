@@ -2,6 +2,7 @@
 
 One training run on Ray Train: on the cluster this job was submitted to (``ray job submit``), on
 ``--ray.address``, or on a local Ray started on the fly. No ``--config``: the tiny demo run.
+Ray and torch are imported once the config has loaded: ``--help`` and a config error are instant.
 """
 
 from __future__ import annotations
@@ -9,20 +10,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from trainer_core.cli import exit_on_error, load_from_args, print_help, split_args  # noqa: E402
-from trainer_core.paths import check_output_dir  # noqa: E402
-from trainer_core.ray.config import RayTrainConfig  # noqa: E402
+from trainer_core.cli import exit_on_error, parse_command
+from trainer_core.paths import check_output_dir
+from trainer_core.ray.config import RayTrainConfig
 
 
 def main() -> int:
-    argv = sys.argv[1:]
-    if "--help" in argv or "-h" in argv:
-        print_help(__doc__.strip().splitlines()[0], RayTrainConfig)
+    parsed = parse_command(__doc__, RayTrainConfig, sys.argv[1:])
+    if parsed is None:
         return 0
-    own, overrides = split_args(argv, {"--config": True})
-    cfg = load_from_args(RayTrainConfig, own, overrides)
+    cfg = parsed[1]
     check_output_dir(cfg.trainer.run_dir, "trainer.run_dir")
 
     from trainer_core.ray.runtime import init_ray

@@ -6,15 +6,29 @@ law is refitted to two distinct points. Instead every resample keeps the design 
 redraws the noise: the fitted L(N, D) times resampled multiplicative residuals. Residuals come in
 two layers, since runs share their seed: a per-size offset (the size's mean residual, resampled
 across sizes) and the within-size scatter (resampled across all points).
+
+The refits are independent and dominate a ladder's analysis (hundreds of L-BFGS-B fits), so
+:func:`parallel_map` spreads them over the machine's cores; the result does not depend on how many.
 """
 
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
+from joblib import Parallel, delayed
 
 CI_LEVEL = 0.95
+MIN_PARALLEL_ROWS = 8
+"""Fewer rows than this run in-process: the pool's start-up (~1 s, once per process) costs more."""
+MAX_FIT_WORKERS = 8
+
+T = TypeVar("T")
+_in_worker = False
 
 
 def residual_resamples(
@@ -24,18 +38,26 @@ def residual_resamples(
     n_params: int,
     n_resamples: int,
     rng: np.random.Generator,
+    group_params: int | None = None,
 ) -> np.ndarray:
     """(n_resamples, n) log losses: fitted + a resampled size offset + resampled scatter.
 
-    Residuals are inflated by sqrt(n / (n - n_params)): a fit's residuals are smaller than the
-    noise that produced them by the degrees of freedom the fit used up.
+    A fit's residuals are smaller than the noise that produced them by the degrees of freedom it
+    used up, so each layer is inflated by its own: the k size offsets by sqrt(k / (k - g)), where
+    ``group_params`` g of the ``n_params`` vary between sizes (E, A, alpha of L(N, D): with 4
+    sizes they absorb 3 of the 4 offsets), the scatter by the rest. Default g: all of them (every
+    point its own group, one layer).
     """
     resid = log_loss - log_fitted
     n = resid.size
-    resid = resid * math.sqrt(n / max(n - n_params, 1))
     labels, index = np.unique(groups, return_inverse=True)
-    offsets = np.array([resid[index == i].mean() for i in range(labels.size)])
+    k = labels.size
+    g = n_params if group_params is None else group_params
+    offsets = np.array([resid[index == i].mean() for i in range(k)])
     scatter = resid - offsets[index]
+    offsets = offsets * math.sqrt(k / max(k - g, 1))
+    if n > k:
+        scatter = scatter * math.sqrt((n - k) / max(n - k - (n_params - g), 1))
     drawn_offsets = offsets[rng.integers(0, labels.size, size=(n_resamples, labels.size))]
     drawn_scatter = scatter[rng.integers(0, n, size=(n_resamples, n))]
     return log_fitted + drawn_offsets[:, index] + drawn_scatter
@@ -50,3 +72,33 @@ def percentile_interval(values: np.ndarray) -> tuple[float, float]:
     tail = 100 * (1 - CI_LEVEL) / 2
     lo, hi = np.percentile(finite, [tail, 100 - tail])
     return float(lo), float(hi)
+
+
+def parallel_map(fn: Callable[[np.ndarray], T], rows: np.ndarray) -> list[T]:
+    """``fn(row)`` for every row of ``rows`` (resamples, or a fit's start points), in order,
+    over the machine's cores when there are enough rows to pay for it.
+
+    joblib's process workers start once per process and never re-import the caller's main script,
+    so this is safe from a notebook, a script without a main guard, or a Ray driver with threads.
+    ``fn`` must pickle (a module-level function or a ``functools.partial`` of one). Calls made
+    inside a worker (a refit's own multi-start) and inside another process pool (the coverage
+    benchmark's) stay in-process.
+    """
+    rows = np.asarray(rows)
+    workers = min(_cores(), MAX_FIT_WORKERS)
+    nested = _in_worker or multiprocessing.parent_process() is not None
+    if workers < 2 or nested or len(rows) < MIN_PARALLEL_ROWS:
+        return [fn(r) for r in rows]
+    chunks = [c for c in np.array_split(rows, min(len(rows), 4 * workers)) if len(c)]
+    parts = Parallel(n_jobs=workers)(delayed(_map_chunk)(fn, c) for c in chunks)
+    return [out for part in parts for out in part]
+
+
+def _map_chunk(fn: Callable[[np.ndarray], T], chunk: np.ndarray) -> list[T]:
+    global _in_worker
+    _in_worker = True
+    return [fn(r) for r in chunk]
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -14,12 +14,18 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
 
-from trainer_core.analysis.bootstrap import CI_LEVEL, percentile_interval, residual_resamples
+from trainer_core.analysis.bootstrap import (
+    CI_LEVEL,
+    parallel_map,
+    percentile_interval,
+    residual_resamples,
+)
 from trainer_core.analysis.load import AnalysisError
 
 HUBER_DELTA = 1e-3
@@ -27,6 +33,9 @@ LOCAL_STARTS = 16
 """L-BFGS-B runs per fit: from the best-scoring points of the initial-value grid."""
 BOOTSTRAP_STARTS = 2
 """L-BFGS-B runs per bootstrap resample, from that resample's best grid points."""
+
+CHINCHILLA_SIZE_PARAMS = 3
+"""Parameters of L(N, D) that differ between sizes (E, A, alpha): they absorb per-size offsets."""
 
 ArrayLike = Sequence[float] | np.ndarray | pd.Series
 
@@ -107,22 +116,28 @@ def _grid_scores(prob: _Problem) -> np.ndarray:
 
 
 def _solve(prob: _Problem, starts: np.ndarray) -> tuple[np.ndarray, float]:
+    """The best L-BFGS-B optimum over ``starts``; the first wins ties, however many cores ran them."""
+    results = parallel_map(partial(_descend, prob), starts)
+    best, best_value = starts[0], math.inf
+    for x, value in results:
+        if value < best_value:
+            best, best_value = x, value
+    return best, best_value * HUBER_DELTA**2
+
+
+def _descend(prob: _Problem, x0: np.ndarray) -> tuple[np.ndarray, float]:
     # Exponents (every other parameter from index 2) stay >= 0.
     bounds = [(0.0, 10.0) if i and i % 2 == 0 else (None, None) for i in range(prob.grid.shape[1])]
-    best, best_value = starts[0], math.inf
-    for x0 in starts:
-        res = minimize(
-            _objective,
-            x0,
-            args=(prob,),
-            jac=True,
-            method="L-BFGS-B",
-            bounds=bounds,
-            options={"maxiter": 2000, "ftol": 1e-12, "gtol": 1e-8},
-        )
-        if res.fun < best_value:
-            best, best_value = res.x, float(res.fun)
-    return best, best_value * HUBER_DELTA**2
+    res = minimize(
+        _objective,
+        x0,
+        args=(prob,),
+        jac=True,
+        method="L-BFGS-B",
+        bounds=bounds,
+        options={"maxiter": 2000, "ftol": 1e-12, "gtol": 1e-8},
+    )
+    return res.x, float(res.fun)
 
 
 def _best_grid_points(prob: _Problem, k: int) -> np.ndarray:
@@ -138,24 +153,30 @@ class _FitResult:
     samples: np.ndarray  # (n_bootstrap, P), empty without a bootstrap
 
 
-def _fit(prob: _Problem, n_bootstrap: int, seed: int, groups: np.ndarray | None) -> _FitResult:
+def _fit(
+    prob: _Problem, n_bootstrap: int, seed: int, groups: np.ndarray | None, group_params: int
+) -> _FitResult:
+    """The fit and its bootstrap refits; ``group_params``: parameters that vary between groups."""
     theta, value = _solve(prob, _best_grid_points(prob, LOCAL_STARTS))
     n = prob.log_loss.size
-    labels = np.arange(n) if groups is None else groups
     resamples = residual_resamples(
         prob.log_loss,
         prob.log_pred(theta),
-        labels,
+        np.arange(n) if groups is None else groups,
         theta.size,
         n_bootstrap,
         np.random.default_rng(seed),
+        theta.size if groups is None else group_params,
     )
-    samples = []
-    for log_loss in resamples:
-        sub = prob.with_log_loss(log_loss)
-        samples.append(_solve(sub, _best_grid_points(sub, BOOTSTRAP_STARTS))[0])
+    samples = parallel_map(partial(_refit, prob), resamples)
     samples_raw = prob.to_raw(np.array(samples).reshape(len(samples), theta.size))
     return _FitResult(prob.to_raw(theta), value, samples_raw)
+
+
+def _refit(prob: _Problem, log_loss: np.ndarray) -> np.ndarray:
+    """Centred parameters of one bootstrap resample, from its own best grid points."""
+    sub = prob.with_log_loss(log_loss)
+    return _solve(sub, _best_grid_points(sub, BOOTSTRAP_STARTS))[0]
 
 
 def _uncertainty(
@@ -209,19 +230,39 @@ def _as_arrays(what: str, min_points: int, **columns: ArrayLike) -> list[np.ndar
 # -- L(C) ----------------------------------------------------------------------------------------
 
 
-@dataclass
-class PowerLawFit:
-    """L(C) = E + A * C^(-alpha), C in FLOPs; ``samples``: the bootstrap refits' parameters."""
+@dataclass(kw_only=True)
+class FitStats:
+    """What every fit carries besides its parameters: its size, objective and bootstrap."""
 
-    E: float
-    A: float
-    alpha: float
     n_points: int
     objective: float
     std: dict[str, float] = field(default_factory=dict)
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)
     n_bootstrap: int = 0
     samples: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+
+def _fit_stats(named: dict[str, np.ndarray], n_points: int, objective: float) -> dict:
+    """FitStats fields from the bootstrap refits' named parameter samples."""
+    std, ci = _uncertainty(named)
+    n_bootstrap = len(next(iter(named.values()))) if named else 0
+    return {
+        "n_points": n_points,
+        "objective": objective,
+        "std": std,
+        "ci": ci,
+        "n_bootstrap": n_bootstrap,
+        "samples": named,
+    }
+
+
+@dataclass
+class PowerLawFit(FitStats):
+    """L(C) = E + A * C^(-alpha), C in FLOPs; ``samples``: the bootstrap refits' parameters."""
+
+    E: float
+    A: float
+    alpha: float
     title: str = "L(C) = E + A * C^-alpha"
 
     EXPONENTS = ("alpha",)
@@ -232,20 +273,9 @@ class PowerLawFit:
     ) -> PowerLawFit:
         """From raw parameters (e, log A, alpha) and an (n_bootstrap, 3) array of refits."""
         named = {"E": np.exp(samples[:, 0]), "A": np.exp(samples[:, 1]), "alpha": samples[:, 2]}
-        std, ci = _uncertainty(named)
         e, a, alpha = theta
-        return cls(
-            math.exp(e),
-            math.exp(a),
-            float(alpha),
-            n_points,
-            objective,
-            std,
-            ci,
-            len(samples),
-            named,
-            title,
-        )
+        stats = _fit_stats(named, n_points, objective)
+        return cls(math.exp(e), math.exp(a), float(alpha), title=title, **stats)
 
     def params(self) -> dict[str, float]:
         return {"E": self.E, "A": self.A, "alpha": self.alpha}
@@ -304,7 +334,7 @@ def fit_loss_vs_compute(
     if np.unique(c).size < 3:
         raise AnalysisError("fit_loss_vs_compute needs >= 3 distinct compute values")
     prob = _power_law_problem(c, loss)
-    fit = _fit(prob, n_bootstrap, seed, _groups(groups, c.size, "fit_loss_vs_compute"))
+    fit = _fit(prob, n_bootstrap, seed, _groups(groups, c.size, "fit_loss_vs_compute"), 3)
     return PowerLawFit.from_samples(
         fit.theta, fit.samples, c.size, fit.objective, PowerLawFit.title
     )
@@ -314,7 +344,7 @@ def fit_loss_vs_compute(
 
 
 @dataclass
-class ChinchillaFit:
+class ChinchillaFit(FitStats):
     """L(N, D) = E + A / N^alpha + B / D^beta (N: non-embedding parameters, D: tokens)."""
 
     E: float
@@ -322,12 +352,6 @@ class ChinchillaFit:
     B: float
     alpha: float
     beta: float
-    n_points: int
-    objective: float
-    std: dict[str, float] = field(default_factory=dict)
-    ci: dict[str, tuple[float, float]] = field(default_factory=dict)
-    n_bootstrap: int = 0
-    samples: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     EXPONENTS = ("alpha", "beta")
 
@@ -473,7 +497,8 @@ def fit_chinchilla(
     logs = np.arange(0, 26, 5.0)
     grid = np.array(list(itertools.product(np.arange(-1, 1.6, 0.5), logs, exps, logs, exps)))
     prob = _Problem.build([np.log(n), np.log(d)], np.log(loss), grid)
-    fit = _fit(prob, n_bootstrap, seed, _groups(groups, n.size, "fit_chinchilla"))
+    groups = _groups(groups, n.size, "fit_chinchilla")
+    fit = _fit(prob, n_bootstrap, seed, groups, CHINCHILLA_SIZE_PARAMS)
     e, a, alpha, b, beta = fit.theta
     s = fit.samples
     named = {
@@ -483,17 +508,5 @@ def fit_chinchilla(
         "alpha": s[:, 2],
         "beta": s[:, 4],
     }
-    std, ci = _uncertainty(named)
-    return ChinchillaFit(
-        math.exp(e),
-        math.exp(a),
-        math.exp(b),
-        float(alpha),
-        float(beta),
-        n.size,
-        fit.objective,
-        std,
-        ci,
-        n_bootstrap,
-        named,
-    )
+    stats = _fit_stats(named, n.size, fit.objective)
+    return ChinchillaFit(math.exp(e), math.exp(a), math.exp(b), float(alpha), float(beta), **stats)

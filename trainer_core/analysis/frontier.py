@@ -10,13 +10,16 @@ and above the second largest size's last point only the largest, over-trained th
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 
-from trainer_core.analysis.bootstrap import residual_resamples
+from trainer_core.analysis.bootstrap import parallel_map, residual_resamples
 from trainer_core.analysis.curves import budget_grid, size_curves
 from trainer_core.analysis.fits import (
     BOOTSTRAP_STARTS,
+    CHINCHILLA_SIZE_PARAMS,
     ChinchillaFit,
     PowerLawFit,
     fit_chinchilla,
@@ -94,22 +97,33 @@ def chinchilla_smoother(points: pd.DataFrame) -> ChinchillaFit | None:
         return None
 
 
+def smoother_resamples(
+    points: pd.DataFrame, smoother: ChinchillaFit, n: int, seed: int
+) -> np.ndarray:
+    """(n, points) log losses redrawn around ``smoother``, a size's points sharing an offset."""
+    log_loss = np.log(points["eval_loss"].to_numpy(float))
+    fitted = np.log(np.asarray(smoother.predict_frame(points), dtype=float))
+    return residual_resamples(
+        log_loss,
+        fitted,
+        points["size"].to_numpy(),
+        5,
+        n,
+        np.random.default_rng(seed),
+        CHINCHILLA_SIZE_PARAMS,
+    )
+
+
 def _bootstrap(
     points: pd.DataFrame, smoother: ChinchillaFit, trimmed: bool, n: int, seed: int
 ) -> np.ndarray:
-    log_loss = np.log(points["eval_loss"].to_numpy(float))
-    fitted = np.log(np.asarray(smoother.predict_frame(points), dtype=float))
-    resamples = residual_resamples(
-        log_loss, fitted, points["size"].to_numpy(), 5, n, np.random.default_rng(seed)
+    resamples = smoother_resamples(points, smoother, n, seed)
+    return np.array(parallel_map(partial(_refit_envelope, points, trimmed), resamples))
+
+
+def _refit_envelope(points: pd.DataFrame, trimmed: bool, log_loss: np.ndarray) -> np.ndarray:
+    """(log E, log A, alpha) of L(C) on the envelope of one resample."""
+    front = frontier_points(points, trimmed, np.exp(log_loss))
+    return power_law_theta(
+        front["flops"].to_numpy(float), front["eval_loss"].to_numpy(float), BOOTSTRAP_STARTS
     )
-    samples = []
-    for log_resample in resamples:
-        front = frontier_points(points, trimmed, np.exp(log_resample))
-        samples.append(
-            power_law_theta(
-                front["flops"].to_numpy(float),
-                front["eval_loss"].to_numpy(float),
-                BOOTSTRAP_STARTS,
-            )
-        )
-    return np.array(samples)

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pandas as pd
 
-from trainer_core.analysis.bootstrap import CI_LEVEL, percentile_interval, residual_resamples
+from trainer_core.analysis.bootstrap import CI_LEVEL, parallel_map, percentile_interval
 from trainer_core.analysis.curves import budget_grid, size_curves
 from trainer_core.analysis.fits import ChinchillaFit
-from trainer_core.analysis.frontier import chinchilla_smoother
+from trainer_core.analysis.frontier import chinchilla_smoother, smoother_resamples
 from trainer_core.analysis.load import AnalysisError
 
 MIN_SIZES = 3
@@ -70,6 +71,10 @@ def _slope(parabolas: list[IsoFLOPParabola]) -> tuple[float, float]:
         return math.nan, math.nan
     a, log_k = np.polyfit(np.log([p.flops for p in ok]), np.log([p.n_opt for p in ok]), 1)
     return float(a), float(log_k)
+
+
+def _resampled_slope(points: pd.DataFrame, log_loss: np.ndarray) -> tuple[float, float]:
+    return _slope(isoflop_parabolas(points, np.exp(log_loss)))
 
 
 @dataclass
@@ -141,12 +146,8 @@ def fit_isoflop(
     fit = IsoFLOPFit(a, log_k, parabolas)
     smoother = smoother or (chinchilla_smoother(points) if n_bootstrap > 0 else None)
     if n_bootstrap > 0 and smoother is not None:
-        log_loss = np.log(points["eval_loss"].to_numpy(float))
-        fitted = np.log(np.asarray(smoother.predict_frame(points), dtype=float))
-        resamples = residual_resamples(
-            log_loss, fitted, points["size"].to_numpy(), 5, n_bootstrap, np.random.default_rng(seed)
-        )
-        slopes = np.array([_slope(isoflop_parabolas(points, np.exp(r))) for r in resamples])
+        resamples = smoother_resamples(points, smoother, n_bootstrap, seed)
+        slopes = np.array(parallel_map(partial(_resampled_slope, points), resamples))
         fit.samples = {"a": slopes[:, 0], "b": 1 - slopes[:, 0], "log_k": slopes[:, 1]}
         fit.ci = {name: percentile_interval(fit.samples[name]) for name in ("a", "b")}
         fit.n_bootstrap = n_bootstrap

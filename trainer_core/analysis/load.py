@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,20 +17,18 @@ from typing import Any
 import pandas as pd
 
 from trainer_core.checkpoint import list_checkpoints
-
-RUN_FIELDS = (
-    "name",
-    "size",
-    "num_params",
-    "lr",
-    "global_batch_tokens",
-    "seq_len",
-    "total_steps",
-    "status",
-    "diverged_step",
-    "last_step",
-    "flops_per_token",
+from trainer_core.errors import UserError
+from trainer_core.ladder import recorded_experiment_kind
+from trainer_core.run_dir import (
+    RUN_FIELDS,
+    RUN_JSON,
+    RUNS,
+    TUNE,
+    metrics_path,
+    metrics_step_files,
+    run_json_path,
 )
+
 METRIC_COLUMNS = ["size", "name", "N", "lr", "step", "tokens", "flops", "train_loss", "eval_loss"]
 POINT_COLUMNS = [*METRIC_COLUMNS, "lr_at_step", "annealed"]
 CHECKPOINT_COLUMNS = [
@@ -49,10 +46,8 @@ ANNEALED_LR_FRACTION = 0.5
 at most this fraction of the peak: under WSD-S the ladder also saves just *before* each decay, at
 peak LR, and those points sit well above the scaling curve."""
 
-_POINT_FILE = re.compile(r"^metrics_step(\d+)\.json$")
 
-
-class AnalysisError(ValueError):
+class AnalysisError(UserError, ValueError):
     """An experiment dir or its files can't be analysed; the message names the path and the fix."""
 
 
@@ -68,10 +63,8 @@ class ExperimentResults:
 
     @property
     def is_lr_sweep(self) -> bool:
-        """True when some size was trained at several peak LRs (an LR sweep, not a ladder)."""
-        if self.runs.empty:
-            return False
-        return bool((self.runs.groupby("size")["lr"].nunique() > 1).any())
+        """What the experiment's record says (:func:`trainer_core.ladder.experiment_kind`)."""
+        return recorded_experiment_kind(self.path) == "LR sweep"
 
     def final(self) -> pd.DataFrame:
         """One row per run: its last logged step and its final / best eval and train loss."""
@@ -123,7 +116,7 @@ class ExperimentResults:
         Read-only: built from Tune's saved experiment state, so no trainable or Ray cluster is
         needed; best result = lowest ``eval/loss``.
         """
-        tune_dir = self.path / "tune"
+        tune_dir = self.path / TUNE
         if not tune_dir.is_dir():
             raise AnalysisError(
                 f"{tune_dir}: no Tune experiment here (only Tune-run experiments have one)"
@@ -170,23 +163,23 @@ def load(exp_dir: str | Path) -> ExperimentResults:
 def find_run_dirs(root: Path) -> list[Path]:
     if not root.is_dir():
         raise AnalysisError(f"{root}: no such directory; pass an experiment dir or a run dir")
-    if (root / "run.json").is_file():
+    if run_json_path(root).is_file():
         return [root]
-    runs = root / "runs"
+    runs = root / RUNS
     dirs = sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []
     if not dirs:
         raise AnalysisError(
-            f"{root}: no run dirs (expected {root / 'runs'}/<run>/run.json, or run.json in the dir "
+            f"{root}: no run dirs (expected {runs}/<run>/{RUN_JSON}, or {RUN_JSON} in the dir "
             "itself); has the experiment started?"
         )
     return dirs
 
 
 def read_run_json(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "run.json"
+    path = run_json_path(run_dir)
     if not path.is_file():
         raise AnalysisError(
-            f"{run_dir}: run dir without run.json (a run that never started?); remove the dir or "
+            f"{run_dir}: run dir without {RUN_JSON} (a run that never started?); remove the dir or "
             "rerun the experiment with --resume"
         )
     record = _read_json(path)
@@ -195,7 +188,7 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     ]
     if missing:
         raise AnalysisError(f"{path}: missing {', '.join(missing)}; not a rayladder run.json")
-    run = {k: record.get(k) for k in RUN_FIELDS}
+    run = {k: record.get(k) for k in RUN_FIELDS if k != "tags"}
     run["name"] = run["name"] or run_dir.name
     run["size"] = run["size"] or run["name"]
     run["last_step"] = int(run["last_step"] or 0)
@@ -208,7 +201,7 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
 
 def read_metrics(run_dir: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per logged step: train and eval lines of the same step are merged."""
-    path = run_dir / "metrics.jsonl"
+    path = metrics_path(run_dir)
     if not path.is_file():
         return []
     text = path.read_text()
@@ -235,12 +228,9 @@ def read_metrics(run_dir: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
 
 def read_points(run_dir: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
-    for path in sorted(run_dir.glob("metrics_step*.json")):
-        match = _POINT_FILE.match(path.name)
-        if not match:
-            continue
+    for named_step, path in metrics_step_files(run_dir):
         record = _read_json(path)
-        step = int(record.get("step", match.group(1)))
+        step = int(record.get("step", named_step))
         row = _metric_row(run, step, record)
         lr = record.get("lr")
         row["lr_at_step"] = math.nan if lr is None else float(lr)

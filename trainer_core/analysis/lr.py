@@ -20,9 +20,8 @@ import numpy as np
 import pandas as pd
 
 from trainer_core.analysis.load import AnalysisError, ExperimentResults, load
+from trainer_core.ladder import LADDER_LR_EXPONENT
 
-LADDER_LR_EXPONENT = -1 / 3
-"""The ladder's default LR exponent (trainer_core.ladder.LRFormula.exponent, OLMo-core's rule)."""
 QUADRATIC_HALF_WINDOW = 2
 """Grid points on each side of the grid minimum used by the quadratic fit."""
 COMPARED = "compared_loss"

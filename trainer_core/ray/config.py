@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from trainer_core.config import TrainConfig, require
 
@@ -39,3 +39,8 @@ class RayConfig:
 @dataclass
 class RayTrainConfig(TrainConfig):
     ray: RayConfig = field(default_factory=RayConfig)
+
+    @classmethod
+    def of(cls, cfg: TrainConfig, ray: RayConfig) -> RayTrainConfig:
+        """``cfg``'s sections (shared, not copied) with ``ray``."""
+        return cls(**{f.name: getattr(cfg, f.name) for f in fields(TrainConfig)}, ray=ray)

@@ -3,7 +3,7 @@
 Ray Train retries every worker error up to ``FailureConfig.max_failures`` times from the latest
 checkpoint. That is right for a killed worker and useless for a config, checkpoint or shard that
 will be just as wrong on the next try (a refused checkpoint took 61 s and five tracebacks to
-fail). So the worker wraps those errors (:data:`trainer_core.errors.USER_ERRORS`, found anywhere
+fail). So the worker wraps those errors (:class:`trainer_core.errors.UserError`, found anywhere
 in the exception's chain) in :class:`FatalRunError`, and :class:`FailFastTorchTrainer` gives Ray's
 controller a failure policy that stops the run at once on one of those.
 
@@ -21,7 +21,7 @@ from ray.train.v2._internal.execution.failure_handling import (
     FailureDecision,
 )
 
-from trainer_core.errors import USER_ERRORS
+from trainer_core.errors import UserError
 
 
 class FatalRunError(RuntimeError):
@@ -32,7 +32,7 @@ def user_error_in(error: BaseException) -> BaseException | None:
     """The user error (config, data, checkpoint) that caused ``error``, if any."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
-        if isinstance(error, (FatalRunError, *USER_ERRORS)):
+        if isinstance(error, (FatalRunError, UserError)):
             return error
         seen.add(id(error))
         error = error.__cause__ or error.__context__

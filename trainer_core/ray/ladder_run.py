@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import yaml
-
-from trainer_core.configio import ConfigError, from_dict, to_dict, to_yaml
+from trainer_core.config import ScheduleConfig, TrainConfig
+from trainer_core.configio import ConfigError, to_yaml
 from trainer_core.data import open_token_data
-from trainer_core.ladder import LadderConfig, SizePlan, plan_ladder, run_config
+from trainer_core.ladder import (
+    LadderConfig,
+    SizePlan,
+    check_unplanned,
+    experiment_kind,
+    plan_ladder,
+    recorded_experiment_kind,
+)
 from trainer_core.paths import check_output_dir
 from trainer_core.ray.config import RayConfig, RayTrainConfig
 from trainer_core.ray.tune_run import TrialSpec, costliest_first
+from trainer_core.run_dir import EXPERIMENT, PLAN, write_atomic
 
 
 @dataclass
@@ -22,51 +29,48 @@ class LadderJobConfig(LadderConfig):
     """A ladder plus how its runs use Ray (per-worker resources, restarts)."""
 
     ray: RayConfig = field(default_factory=RayConfig)
+    """``num_workers`` and ``use_gpu`` are planned (from ``max_devices`` and ``device_type``)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        planned = {"num_workers": "max_devices", "use_gpu": "device_type"}
+        check_unplanned(self.ray, RayConfig(), planned, "ray.")
 
 
-def ray_run_config(
-    plan: SizePlan, job: LadderJobConfig, run_name: str, lr: float | None = None
-) -> RayTrainConfig:
-    data = to_dict(run_config(plan, job, run_name, lr))
-    data["ray"] = {**to_dict(job.ray), "num_workers": plan.devices, "use_gpu": job.uses_gpu}
-    return from_dict(RayTrainConfig, data)
-
-
-def experiment_kind(record: dict) -> str:
-    """ "LR sweep" or "ladder", from a job's config as a dict (an experiment.yaml reads as one)."""
-    return "LR sweep" if "sweep" in record else "ladder"
+def on_ray(cfg: TrainConfig, plan: SizePlan, job: LadderJobConfig) -> RayTrainConfig:
+    """A run of ``plan`` on Ray: one worker per planned device."""
+    ray = replace(job.ray, num_workers=plan.devices, use_gpu=job.uses_gpu)
+    return RayTrainConfig.of(cfg, ray)
 
 
 def preflight(job: LadderJobConfig) -> None:
     """Fail before any trial starts: unreadable data / tokenizer mismatch, unwritable output dir,
     or a dir that already holds the other kind of experiment, whose runs and Tune state this one
     would mix with."""
-    open_token_data(job.data, job.vocab_size)
+    open_token_data(job.run.data, job.vocab_size)
     out = Path(job.dir)
-    record = out / "experiment.yaml"
-    if record.is_file():
-        found = experiment_kind(yaml.safe_load(record.read_text()) or {})
-        kind = experiment_kind(to_dict(job))
-        if found != kind:
-            raise ConfigError(
-                f"dir: {str(out)!r} already holds a different experiment ({found}, see its "
-                f"experiment.yaml); this {kind} would mix its runs with that one's: pick another --dir"
-            )
+    found = recorded_experiment_kind(out)
+    kind = experiment_kind(vars(job))
+    if found not in (None, kind):
+        raise ConfigError(
+            f"dir: {str(out)!r} already holds a different experiment ({found}, see its "
+            f"experiment.yaml); this {kind} would mix its runs with that one's: pick another --dir"
+        )
     check_output_dir(out, "dir")
 
 
 def write_experiment_record(job: LadderJobConfig, plans: list[SizePlan], exp_dir: Path) -> None:
     exp_dir.mkdir(parents=True, exist_ok=True)
-    (exp_dir / "experiment.yaml").write_text(to_yaml(job))
+    write_atomic(exp_dir / EXPERIMENT, to_yaml(job))
     rows = [{**p.table_row(job), "lr_source": p.lr_source} for p in plans]
-    (exp_dir / "plan.json").write_text(json.dumps(rows, indent=2, default=str))
+    write_atomic(exp_dir / PLAN, json.dumps(rows, indent=2, default=str))
 
 
 def ladder_trials(job: LadderJobConfig, plans: list[SizePlan]) -> list[TrialSpec]:
     return [
         TrialSpec(
             name=p.size,
-            config=ray_run_config(p, job, p.size),
+            config=on_ray(p.config, p, job),
             tags={"ladder": job.name, "size": p.size, "lr_source": p.lr_source},
         )
         for p in costliest_first(plans)
@@ -92,14 +96,21 @@ def benchmark_size(job: LadderJobConfig, size: str, steps: int = 20) -> dict:
     from trainer_core.ray.train_run import run_training
 
     (plan,) = plan_ladder(job, [size])
-    cfg = ray_run_config(plan, job, f"benchmark-{size}")
-    data = to_dict(cfg)
-    data["trainer"].update(max_steps=steps, log_interval=max(steps // 4, 1), eval_batches=0)
-    data["trainer"]["run_dir"] = str(Path(job.dir) / "benchmarks" / f"{size}-{os.getpid()}")
-    data["checkpoint"]["enabled"] = False
-    data["tracking"]["wandb"] = False
-    data["schedule"] = {"kind": "constant", "warmup": 0}
-    cfg = from_dict(RayTrainConfig, data)
+    planned = plan.config
+    cfg = replace(
+        planned,
+        schedule=ScheduleConfig(kind="constant", warmup=0),
+        trainer=replace(
+            planned.trainer,
+            max_steps=steps,
+            log_interval=max(steps // 4, 1),
+            eval_batches=0,
+            run_dir=str(Path(job.dir) / "benchmarks" / f"{size}-{os.getpid()}"),
+        ),
+        checkpoint=replace(planned.checkpoint, enabled=False),
+        tracking=replace(planned.tracking, wandb=False),
+    )
+    cfg = on_ray(cfg, plan, job)
     init_ray(job.ray.address)
     summary = run_training(cfg)
     return {

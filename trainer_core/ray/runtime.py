@@ -1,9 +1,14 @@
-"""Connecting to Ray quietly: the submitted-to cluster, an explicit address, or a local Ray."""
+"""Connecting to Ray quietly: the submitted-to cluster, an explicit address, or a local Ray.
+
+Every entry point and benchmark starts or joins Ray through :func:`init_ray`, nowhere else.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+
+import ray
 
 # Reports are barriers that wait for a controller poll; a short poll keeps them ~0.1 s instead of ~2 s.
 RAY_ENV = {
@@ -28,9 +33,22 @@ early stopping has just killed. They get a filter, not a level: Ray later config
 loggers with ``dictConfig``, which resets child levels but keeps filters."""
 
 
+UNHANDLED = "ray._private.worker"
+"""The logger that prints errors of tasks whose result nobody read."""
+
+
 class _ErrorsOnly(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return record.levelno >= logging.ERROR
+
+
+class _NoStatsActorRace(logging.Filter):
+    """Ray Data's metrics actor can receive a dataset's execution metrics before its registration
+    (or after evicting it); the KeyError then surfaces as an "Unhandled error" with a traceback
+    from Ray's internals. Only a dashboard gauge is lost, the data and the training are not."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "_StatsActor.update_execution_metrics" not in record.getMessage()
 
 
 def quiet_ray_loggers() -> None:
@@ -48,24 +66,30 @@ def quiet_ray_loggers() -> None:
     ]
     for name in ["ray.data", "ray.train", *names]:
         logging.getLogger(name).setLevel(logging.WARNING)
-    for name in EXPECTED_NOISE:
+    for name, noise in (
+        *((n, _ErrorsOnly) for n in EXPECTED_NOISE),
+        (UNHANDLED, _NoStatsActorRace),
+    ):
         logger = logging.getLogger(name)
-        if not any(isinstance(f, _ErrorsOnly) for f in logger.filters):
-            logger.addFilter(_ErrorsOnly())
+        if not any(isinstance(f, noise) for f in logger.filters):
+            logger.addFilter(noise())
 
 
-def init_ray(address: str = "") -> None:
+def init_ray(
+    address: str = "", *, num_cpus: int | None = None, dashboard: bool | None = None
+) -> None:
     """Start or join Ray once per process, with Ray's own logging turned down to errors.
 
-    Under ``ray job submit`` RAY_ADDRESS points at the cluster and ``ray.init`` joins it; with
-    nothing running, a local Ray starts on this machine (the embedded default).
+    ``address`` as ``ray.address`` reads it: empty joins the cluster RAY_ADDRESS names (as under
+    ``ray job submit``) or one found on this machine, else starts a local Ray; "local" always
+    starts a new local Ray, of ``num_cpus`` CPUs (default: all) and with the dashboard unless
+    ``dashboard`` is False. A joined cluster keeps its own resources.
     """
-    import ray
-
     for key, value in RAY_ENV.items():
         os.environ.setdefault(key, value)
     if ray.is_initialized():
         return
+    local = {"num_cpus": num_cpus, "include_dashboard": dashboard} if address == "local" else {}
     ray.init(
         address=address or None,
         logging_config=ray.LoggingConfig(log_level="ERROR"),
@@ -73,4 +97,12 @@ def init_ray(address: str = "") -> None:
             "env_vars": {k: os.environ[k] for k in RAY_ENV},
             "worker_process_setup_hook": "trainer_core.ray.runtime.quiet_ray_loggers",
         },
+        **local,
     )
+    quiet_ray_loggers()
+
+
+def submitted_or_local() -> str:
+    """The address for a job that must not share a Ray it did not start: the cluster it was
+    submitted to (RAY_ADDRESS), else "local", a new Ray even when one runs on this machine."""
+    return "" if os.environ.get("RAY_ADDRESS") else "local"

@@ -18,12 +18,11 @@ from typing import Literal
 import pandas as pd
 
 from trainer_core.config import require
-from trainer_core.configio import replace as replace_config
-from trainer_core.ladder import SizePlan, plan_ladder
+from trainer_core.ladder import SizePlan, named_run, plan_ladder
 from trainer_core.ray.ladder_run import (
     LadderJobConfig,
+    on_ray,
     preflight,
-    ray_run_config,
     write_experiment_record,
 )
 from trainer_core.ray.tune_run import (
@@ -48,7 +47,8 @@ class SweepConfig:
     full_length: bool = False
     early_stopping: Literal["asha", "median", "none"] = "asha"
     grace_fraction: float = 0.25
-    """ASHA's first rung, as a fraction of the run's steps."""
+    """ASHA's first rung, as a fraction of the run's steps; also the sweep runs' eval interval
+    (in place of ``run.trainer.eval_interval``), so every rung sees an eval loss."""
     reduction_factor: int = 2
     widen_rounds: int = 2
     """Rounds of extra trials beyond the edge of the grid while a size's best LR is at an edge
@@ -118,14 +118,13 @@ def trial_spec(job: SweepJobConfig, plan: SizePlan, lr: float, round_: int = 0) 
     """One size x LR trial; ``round_`` > 0: a trial added by widening the grid."""
     name = f"{plan.size}-lr{fmt_lr(lr)}"
     tags = {"sweep": job.name, "size": plan.size, "lr_factor": lr / plan.lr, "round": round_}
-    return TrialSpec(
-        name=name,
-        config=replace_config(
-            ray_run_config(plan, job, name, lr=lr),
-            [f"trainer.eval_interval={rung_steps(plan, job.sweep)}"],
-        ),
-        tags=tags,
+    cfg = plan.config
+    cfg = replace(
+        cfg,
+        optim=replace(cfg.optim, lr=lr),
+        trainer=replace(cfg.trainer, eval_interval=rung_steps(plan, job.sweep)),
     )
+    return TrialSpec(name=name, config=on_ray(named_run(cfg, job, name), plan, job), tags=tags)
 
 
 def sweep_trials(job: SweepJobConfig, plans: list[SizePlan]) -> list[TrialSpec]:
@@ -133,7 +132,7 @@ def sweep_trials(job: SweepJobConfig, plans: list[SizePlan]) -> list[TrialSpec]:
     return [
         trial_spec(job, plan, lr)
         for plan in costliest_first(plans)
-        for lr in sweep_lrs(plan, job.sweep, job.seed)
+        for lr in sweep_lrs(plan, job.sweep, job.run.trainer.seed)
     ]
 
 

@@ -12,12 +12,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trainer_core.checkpoint import list_checkpoints
-from trainer_core.configio import ConfigError, to_dict
+import ray.data
+import ray.train
+
+from trainer_core.configio import ConfigError
 from trainer_core.data import open_token_data
 from trainer_core.errors import RunFailedError
 from trainer_core.ray.config import RayTrainConfig
-from trainer_core.ray.worker import dataset_name, train_worker
+from trainer_core.ray.failures import FailFastTorchTrainer, fatal_reason
+from trainer_core.ray.reader import dataset_name, ray_train_dataset, resume_step
+from trainer_core.ray.worker import train_worker
+from trainer_core.run_dir import FINAL_STATUSES, metrics_path, read_run_json
 
 
 def with_absolute_run_dir(cfg: RayTrainConfig) -> RayTrainConfig:
@@ -26,16 +31,8 @@ def with_absolute_run_dir(cfg: RayTrainConfig) -> RayTrainConfig:
     return dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, run_dir=run_dir))
 
 
-def resume_step(run_dir: Path) -> int:
-    """The step the next worker group will start from: the latest complete checkpoint's."""
-    complete = [c for c in list_checkpoints(run_dir) if c.complete]
-    return complete[-1].step if complete else 0
-
-
 def _rank_dataset(cfg: RayTrainConfig, dp_rank: int, dp_size: int):
     """Built by Ray on every worker-group (re)start, from the position the workers will resume at."""
-    from trainer_core.ray.data import ray_train_dataset
-
     start = resume_step(Path(cfg.trainer.run_dir))
     data = open_token_data(cfg.data, cfg.model.vocab_size)
     return ray_train_dataset(
@@ -53,11 +50,6 @@ def _rank_dataset(cfg: RayTrainConfig, dp_rank: int, dp_size: int):
 def build_torch_trainer(
     cfg: RayTrainConfig, tags: dict[str, Any] | None = None, callbacks: list | None = None
 ):
-    import ray.data
-    import ray.train
-
-    from trainer_core.ray.failures import FailFastTorchTrainer
-
     cfg = with_absolute_run_dir(cfg)
     rc = cfg.ray
     if rc.num_workers % cfg.parallel.tp:
@@ -74,7 +66,7 @@ def build_torch_trainer(
     }
     return FailFastTorchTrainer(
         train_worker,
-        train_loop_config={"train": to_dict(cfg), "tags": tags or {}},
+        train_loop_config={"train": cfg, "tags": tags or {}},
         scaling_config=ray.train.ScalingConfig(
             num_workers=rc.num_workers, use_gpu=rc.use_gpu, resources_per_worker=resources
         ),
@@ -97,10 +89,8 @@ def build_torch_trainer(
 
 def run_summary(run_dir: Path) -> dict[str, Any]:
     """run.json plus the last logged metrics: what a finished (or resumed-and-finished) run reports."""
-    summary = (
-        json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
-    )
-    metrics_file = run_dir / "metrics.jsonl"
+    summary = read_run_json(run_dir) or {}
+    metrics_file = metrics_path(run_dir)
     if metrics_file.exists():
         for line in metrics_file.read_text().splitlines():
             try:
@@ -120,8 +110,6 @@ def run_training(
     :class:`RunFailedError` with the reason: at once for bad input (no retry can fix it), after
     ``ray.max_failures`` restarts for anything else.
     """
-    import ray.train
-
     run_dir = Path(cfg.trainer.run_dir).resolve()
     done = run_summary(run_dir)
     if done.get("status") in FINAL_STATUSES:
@@ -136,14 +124,9 @@ def run_training(
     return run_summary(run_dir)
 
 
-FINAL_STATUSES = ("finished", "diverged")
-
-
 def failure_message(run_dir: Path, error: Exception) -> str:
     """What stopped the run (the user error's message whole, else the last line of Ray's
     report, not its tracebacks) and where its work so far is."""
-    from trainer_core.ray.failures import fatal_reason
-
     reason = fatal_reason(error)
     if reason is None:
         lines = [line for line in str(error).splitlines() if line.strip()]

@@ -4,19 +4,21 @@ Ray 2.60 (Train V2) pattern: each Tune trial is a small *driver* function that b
 TorchTrainer and fits it; a ``TuneReportCallback`` forwards rank 0's reports to Tune. Run names
 come from the plan, not from Tune, so a restored experiment (``--resume``) finds each run dir
 again: finished runs return at once, unfinished ones resume from their latest checkpoint.
+
+Ray Tune and the training path are imported inside the functions that run trials: planning
+(``--dry-run``, ``--help``) imports this module for :class:`TrialSpec` without paying for them.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer_core.configio import from_dict, to_dict
 from trainer_core.ray.config import RayTrainConfig
+from trainer_core.run_dir import TUNE, mark_stopped
 
 DRIVER_CPUS = 0.05
 
@@ -30,7 +32,8 @@ class TrialSpec:
     tags: dict[str, Any] = field(default_factory=dict)
 
     def as_param(self) -> dict[str, Any]:
-        return {"name": self.name, "train": to_dict(self.config), "tags": self.tags}
+        """The trial's Tune param; the config goes as the object (Ray pickles it)."""
+        return {"name": self.name, "train": self.config, "tags": self.tags}
 
 
 def trial_driver(config: dict[str, Any]) -> None:
@@ -41,8 +44,7 @@ def trial_driver(config: dict[str, Any]) -> None:
     from trainer_core.ray.train_run import run_training
 
     spec = config["trial"]
-    cfg = from_dict(RayTrainConfig, spec["train"])
-    summary = run_training(cfg, spec["tags"], callbacks=[TuneReportCallback()])
+    summary = run_training(spec["train"], spec["tags"], callbacks=[TuneReportCallback()])
     final = {
         k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
     }
@@ -58,7 +60,7 @@ class TuneSettings:
     scheduler: Any = None
     max_concurrent: int = 0
     """0: as many trials at once as the cluster's CPUs/GPUs hold worker groups."""
-    name: str = "tune"
+    name: str = TUNE
     """The Tune experiment's dir under the experiment dir (an LR sweep's widening rounds)."""
 
 
@@ -76,7 +78,7 @@ def max_concurrent_trials(specs: list[TrialSpec]) -> int:
     """
     import ray
 
-    from trainer_core.ray.data import READ_TASK_CPUS
+    from trainer_core.ray.reader import READ_TASK_CPUS
 
     res = ray.cluster_resources()
     rc = max(specs, key=lambda s: s.config.ray.num_workers).config.ray
@@ -169,13 +171,7 @@ def _trial_name(trial) -> str:
 def mark_stopped_runs(specs: list[TrialSpec]) -> None:
     """Runs that Tune's scheduler stopped early still say "running": record them as stopped."""
     for spec in specs:
-        path = Path(spec.config.trainer.run_dir) / "run.json"
-        if not path.exists():
-            continue
-        record = json.loads(path.read_text())
-        if record.get("status") == "running" and record.get("last_step", 0) < record["total_steps"]:
-            record["status"] = "stopped"
-            path.write_text(json.dumps(record, indent=2))
+        mark_stopped(spec.config.trainer.run_dir)
 
 
 def fmt_lr(lr: float) -> str:

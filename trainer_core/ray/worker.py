@@ -12,14 +12,16 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import ray.train
+
+from trainer_core.build import build_trainer
 from trainer_core.callbacks import BaseCallback
-from trainer_core.configio import from_dict
+from trainer_core.distributed import teardown
 from trainer_core.ray.config import RayTrainConfig
+from trainer_core.ray.failures import FatalRunError, user_error_in
+from trainer_core.ray.reader import batches_from_shard, dataset_name, resume_step
 from trainer_core.ray.runtime import quiet_ray_loggers
-
-
-def dataset_name(dp_rank: int) -> str:
-    return f"train_dp{dp_rank}"
+from trainer_core.trainer import NonFiniteLossError
 
 
 class RayReporter(BaseCallback):
@@ -38,8 +40,6 @@ class RayReporter(BaseCallback):
         self.checkpoint = path
 
     def on_step_end(self, step: int) -> None:
-        import ray.train
-
         metrics, path = self.metrics or {}, self.checkpoint
         self.metrics, self.checkpoint = None, None
         if not (self.report_on_log or path or "eval/loss" in metrics):
@@ -80,8 +80,6 @@ def train_worker(config: dict[str, Any]) -> None:
     Input errors (config, data, checkpoint) leave as :class:`FatalRunError`, which Ray does not
     retry; divergence is reported as a result; anything else is Ray's to retry.
     """
-    from trainer_core.ray.failures import FatalRunError, user_error_in
-
     errors = logging.getLogger(RAY_TRAIN_FN_ERRORS)
     if not any(isinstance(f, _NoFatalTraceback) for f in errors.filters):
         errors.addFilter(_NoFatalTraceback())
@@ -95,16 +93,8 @@ def train_worker(config: dict[str, Any]) -> None:
 
 
 def _train(config: dict[str, Any]) -> None:
-    import ray.train
-
-    from trainer_core.distributed import teardown
-    from trainer_core.ray.data import batches_from_shard
-    from trainer_core.ray.train_run import resume_step
-    from trainer_core.run import build_trainer
-    from trainer_core.trainer import NonFiniteLossError
-
     quiet_ray_loggers()  # again: Train and Data loggers created since process start
-    cfg = from_dict(RayTrainConfig, config["train"])
+    cfg: RayTrainConfig = config["train"]
     tp = cfg.parallel.tp
     dp_rank = ray.train.get_context().get_world_rank() // tp
     rows_per_rank = cfg.trainer.global_batch_size // cfg.data.seq_len // (cfg.ray.num_workers // tp)

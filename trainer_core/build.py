@@ -1,4 +1,4 @@
-"""Assemble a run from its config: device, mesh, model, optimizer, data, callbacks -> Trainer.
+"""Build a training run from its config: device, mesh, model, optimizer, data, callbacks -> Trainer.
 
 Shared by ``python -m trainer_core.train`` (single process / torchrun) and the Ray Train worker,
 which passes its own batch source (Ray Data) and reporter callback.
@@ -20,10 +20,11 @@ from trainer_core.flops import peak_flops
 from trainer_core.model import Transformer, count_params, num_flops_per_token
 from trainer_core.optim import build_optimizer
 from trainer_core.parallel import build_mesh, dp_mesh, dp_rank_and_size, parallelize_model
+from trainer_core.run_dir import RunInfo
 from trainer_core.schedule import build_scheduler
 from trainer_core.tracking import tracking_callbacks
 from trainer_core.train_module import TrainModule
-from trainer_core.trainer import RunInfo, Trainer
+from trainer_core.trainer import Trainer
 
 BatchSource = Callable[[int], Iterator[torch.Tensor]]
 

@@ -1,49 +1,30 @@
-"""Ray Data: the parallel tokenization pipeline and the per-rank training reader.
+"""Ray Data's per-rank training reader: each data-parallel rank's batches as a Ray dataset.
 
-Training reader: a rank's dataset is built from the addressable order in
-:mod:`trainer_core.data`, not by skipping rows: row ``i`` of rank ``r``'s dataset for steps
-``[start_step, start_step + num_steps)`` is slot ``step * B + r * B/dp + i % (B/dp)`` with
-``step = start_step + i // (B/dp)``, read straight from parquet in a ``map_batches`` task. So the
-rows equal the local reader's batches, and a restarted worker group gets a dataset that starts
-exactly at its checkpoint's step. Ray Data reorders blocks unless told not to: consume with
-``preserve_order=True`` (in Ray Train: ``ray.train.DataConfig(datasets_to_split=[],
+A rank's dataset is built from the addressable order in :mod:`trainer_core.data`, not by skipping
+rows: row ``i`` of rank ``r``'s dataset for steps ``[start_step, start_step + num_steps)`` is slot
+``step * B + r * B/dp + i % (B/dp)`` with ``step = start_step + i // (B/dp)``, read straight from
+parquet in a ``map_batches`` task. So the rows equal the local reader's batches, and a restarted
+worker group gets a dataset that starts exactly at its checkpoint's step (:func:`resume_step`).
+Ray Data reorders blocks unless told not to: consume with ``preserve_order=True`` (in Ray Train:
+``ray.train.DataConfig(datasets_to_split=[],
 execution_options=ray.data.ExecutionOptions(preserve_order=True))``); every row carries its step
 and slot, and :func:`batches_from_shard` refuses rows out of order instead of training on them.
-
-Tokenization: one ``map_batches`` call per input file (read, decode, tokenize, hash for the
-split) in parallel; the driver takes the documents in input order and writes the shards, so the
-output is identical however many workers ran.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
+import ray.data
+import torch
 
-from trainer_core.shards import DataError, Manifest, token_dtype
-from trainer_core.text_sources import (
-    InputFile,
-    ReadOptions,
-    ReadStats,
-    finish_shards,
-    new_writer,
-    tokenize_file,
-)
-
-# torch (via trainer_core.data) is imported only where training reads need it: a tokenization
-# worker process then starts ~2 s faster.
-if TYPE_CHECKING:
-    import torch
-
-    from trainer_core.data import TokenData, TokenDataSpec
+from trainer_core.checkpoint import list_checkpoints
+from trainer_core.data import TokenData, TokenDataSpec, rank_batch_size
+from trainer_core.shards import DataError, token_dtype
 
 BLOCK_TOKENS = 1 << 23
 """Tokens per block of a training dataset (rounded to whole steps). A block's task and transfer
@@ -55,11 +36,6 @@ that hold most CPUs (with a whole CPU each, reads can starve and training hangs)
 READ_TASKS_IN_FLIGHT = 2
 """Per dataset: enough to read ahead of one consumer. Uncapped, fractional-CPU tasks run many at
 once, each in a fresh worker process that first imports numpy/pyarrow/torch (a start-up storm)."""
-GROUP_BYTES = 64 << 20
-"""Input bytes per tokenization task at most (more tasks than TASKS_PER_CPU x CPUs only then)."""
-TASKS_PER_CPU = 4
-GROUP_FILE_OVERHEAD = 4096
-"""Each file counts as this many extra bytes when grouping (opening a file has a cost too)."""
 ORDER_HINT = (
     "consume it in order: ray.train.DataConfig(datasets_to_split=[], "
     "execution_options=ray.data.ExecutionOptions(preserve_order=True))"
@@ -68,10 +44,19 @@ ORDER_HINT = (
 _opened: OrderedDict[TokenDataSpec, TokenData] = OrderedDict()
 
 
+def dataset_name(dp_rank: int) -> str:
+    """The name under which Ray Train hands data-parallel rank ``dp_rank`` its dataset."""
+    return f"train_dp{dp_rank}"
+
+
+def resume_step(run_dir: Path) -> int:
+    """The step the next worker group will start from: the latest complete checkpoint's."""
+    complete = [c for c in list_checkpoints(run_dir) if c.complete]
+    return complete[-1].step if complete else 0
+
+
 def _token_data(spec: TokenDataSpec) -> TokenData:
     """One TokenData per spec per worker process, so its row-group cache outlives a task."""
-    from trainer_core.data import TokenData
-
     data = _opened.get(spec)
     if data is None:
         data = _opened[spec] = TokenData.open(spec)
@@ -91,8 +76,6 @@ def _read_windows(
     dp_rank: int,
     dp_size: int,
 ) -> dict[str, np.ndarray]:
-    from trainer_core.data import rank_batch_size
-
     data = _token_data(spec)
     per_rank = rank_batch_size(global_batch_seqs, dp_rank, dp_size)
     ids = np.concatenate(
@@ -121,10 +104,6 @@ def ray_train_dataset(
     the shards' dtype). Iterated with ``preserve_order`` they equal
     ``TokenData.train_batches(seq_len, global_batch_seqs, seed, start_step, dp_rank, dp_size)``.
     """
-    import ray.data
-
-    from trainer_core.data import rank_batch_size
-
     per_rank = rank_batch_size(global_batch_seqs, dp_rank, dp_size)
     if start_step < 0 or num_steps < 0:
         raise DataError(f"start_step={start_step} and num_steps={num_steps} must be >= 0")
@@ -169,8 +148,6 @@ def batches_from_shard(
     else is a DataError rather than silently different training data. Whole blocks are fetched
     and cut into steps here: Ray's per-batch slicing costs more than the read on small batches.
     """
-    import torch
-
     expected, first = expected_start_step, True
     slot_pattern = np.arange(rows_per_batch)
     blocks = data_iterator.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=2)
@@ -224,108 +201,3 @@ def _whole_steps(
             f"the Ray dataset ended {len(carry['step'])} rows into a step of {rows_per_batch} "
             "rows; build it with ray_train_dataset, which holds whole steps"
         )
-
-
-def _doc_table(tokens: list[np.ndarray], keys: list[float], dtype: np.dtype) -> pa.Table:
-    lengths = np.array([t.size for t in tokens], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    values = np.concatenate(tokens).astype(dtype) if tokens else np.empty(0, dtype)
-    column = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values))
-    return pa.table(
-        {"tokens": column, "key": pa.array(keys, pa.float64()), "stats": pa.array([""] * len(keys))}
-    )
-
-
-def _stats_table(stats: dict, dtype: np.dtype) -> pa.Table:
-    empty = pa.LargeListArray.from_arrays(
-        pa.array([0, 0], pa.int64()), pa.array([], pa.from_numpy_dtype(dtype))
-    )
-    return pa.table(
-        {"tokens": empty, "key": pa.array([0.0]), "stats": pa.array([json.dumps(stats)])}
-    )
-
-
-def file_groups(files: list[InputFile], num_groups: int) -> list[tuple[int, int]]:
-    """Split ``files`` into at most ``num_groups`` runs ``[first, last)`` of about equal bytes.
-
-    One task per group: a task per small file would cost more in scheduling than in work.
-    """
-    weights = np.array([f.size + GROUP_FILE_OVERHEAD for f in files], dtype=np.int64)
-    before = np.cumsum(weights) - weights
-    group = before * num_groups // int(weights.sum())
-    cuts = [0, *(np.flatnonzero(np.diff(group)) + 1).tolist(), len(files)]
-    return list(itertools.pairwise(cuts))
-
-
-def _tokenize_files(
-    batch: dict[str, np.ndarray], files: list[InputFile], tokenizer, opts: ReadOptions
-):
-    """Ray task body: every document of each file in the group, then one stats row per file.
-
-    A DataError travels as a row too, so the driver raises the first one in input order with
-    its own message (not a remote traceback), whichever task hit it first.
-    """
-    dtype = token_dtype(tokenizer.vocab_size)
-    for index in range(int(batch["first"][0]), int(batch["last"][0])):
-        stats = ReadStats()
-        try:
-            for docs in tokenize_file(files[int(index)], tokenizer, opts, stats):
-                yield _doc_table(docs.tokens, docs.keys, dtype)
-        except DataError as e:
-            yield _stats_table({"error": str(e)}, dtype)
-            return
-        yield _stats_table(stats.to_dict(), dtype)
-
-
-def tokenize_to_shards(
-    files: list[InputFile],
-    tokenizer,
-    out_dir: str | Path,
-    opts: ReadOptions,
-    *,
-    val_fraction: float,
-    shard_tokens: int,
-    on_file: Callable[[ReadStats], None] | None = None,
-    info: dict | None = None,
-) -> tuple[Manifest, ReadStats]:
-    """Tokenize ``files`` with Ray Data into ``out_dir``: the same bytes as ``text_sources.write_shards``.
-
-    ``on_file`` is called with each file's counts as it completes (in input order), for progress.
-    A DataError about any file (bad JSON, undecodable text, ...) is raised here, on the driver.
-    """
-    import ray.data
-
-    totals = ReadStats()
-    writer = new_writer(out_dir, tokenizer, val_fraction, shard_tokens)
-    cpus = max(int(ray.cluster_resources().get("CPU", 1)), 1)
-    total = sum(f.size for f in files)
-    groups = file_groups(
-        files, min(len(files), max(TASKS_PER_CPU * cpus, -(-total // GROUP_BYTES)))
-    )
-    items = [{"first": a, "last": b} for a, b in groups]
-    ds = ray.data.from_items(items, override_num_blocks=len(items))
-    ds = ds.map_batches(
-        _tokenize_files,
-        batch_size=1,
-        batch_format="numpy",
-        fn_kwargs=dict(files=files, tokenizer=tokenizer, opts=opts),
-    )
-    ds.context.execution_options.preserve_order = True
-    file_index = 0
-    for table in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-        column = table.column("tokens").combine_chunks()
-        values, offsets = column.values.to_numpy(), column.offsets.to_numpy()
-        rows = zip(table.column("key").to_pylist(), table.column("stats").to_pylist(), strict=True)
-        for i, (key, stats) in enumerate(rows):
-            if not stats:
-                writer.add(values[offsets[i] : offsets[i + 1]], key, files[file_index].path)
-                continue
-            counts = json.loads(stats)
-            if "error" in counts:
-                raise DataError(counts["error"])
-            done = ReadStats(**counts)
-            totals.add(done)
-            file_index += 1
-            if on_file:
-                on_file(done)
-    return finish_shards(writer, totals, len(files), info), totals

@@ -1,45 +1,42 @@
 """Tokenize raw text into rayladder token shards with Ray Data.
 
-    python datasets/tokenize.py --input 'corpus/*.jsonl' --out shards/
-    python datasets/tokenize.py --input docs/ --input extra.parquet --train-bpe 8192 --out shards/
+    python datasets/tokenize_corpus.py --input 'corpus/*.jsonl' --out shards/
+    python datasets/tokenize_corpus.py --input docs/ --input extra.parquet --train-bpe 8192 --out shards/
 
 Inputs: text files (one document each), JSONL (``--text-field``), parquet (``--parquet-column``),
 optionally .gz/.zst compressed; files, directories (recursive), quoted globs or s3://, gs:// URLs.
 Starts a local Ray, or joins the cluster named by RAY_ADDRESS (as under ``ray job submit``).
+Ray is imported only once the arguments, ``--out`` and the inputs have passed their checks, so a
+mistake there is one line at once, not one after Ray's start-up.
 """
 
 from __future__ import annotations
 
-import os
-import sys
+import argparse
+import logging
+import time
+from pathlib import Path
 
-# This file's name shadows the standard library's ``tokenize`` (which inspect, linecache and Ray
-# import): take this folder off the import path first, and put the project root there instead.
-sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-import argparse  # noqa: E402
-import logging  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from trainer_core.cli import exit_on_error  # noqa: E402
-from trainer_core.configio import ConfigError  # noqa: E402
-from trainer_core.paths import check_output_dir, staged_dir  # noqa: E402
-from trainer_core.shards import (  # noqa: E402
+from trainer_core.cli import exit_on_error
+from trainer_core.configio import ConfigError
+from trainer_core.paths import check_output_dir, staged_dir
+from trainer_core.shards import (
     DEFAULT_SHARD_TOKENS,
     DEFAULT_VAL_FRACTION,
     MANIFEST,
     read_manifest,
     verify_shards,
 )
-from trainer_core.text_sources import (  # noqa: E402
+from trainer_core.text_sources import (
     DECODE_POLICIES,
     ReadOptions,
     ReadStats,
     discover_inputs,
     sample_texts,
 )
-from trainer_core.tokenizer import load_tokenizer, train_bpe  # noqa: E402
+from trainer_core.tokenizer import load_tokenizer, train_bpe
 
 BPE_SAMPLE_BYTES = 64 << 20
 
@@ -92,18 +89,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def start_ray(num_cpus: int | None) -> None:
-    import ray
-
-    if ray.is_initialized():
-        return
-    log = ray.LoggingConfig(log_level="ERROR")
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(address="auto", logging_config=log)
-    else:
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, logging_config=log)
-
-
 def check_out(out: str) -> Path:
     """``--out``, checked before any work: writable (the swap renames in its parent too), and
     new, empty or a shard dir, the only kind this command replaces, so that it never deletes
@@ -127,12 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer = train_bpe(sample_texts(files, opts, args.bpe_sample_mb << 20), args.train_bpe)
     else:
         tokenizer = load_tokenizer(args.tokenizer)
-    start_ray(args.num_cpus)
     import ray.data
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from trainer_core.ray.data import tokenize_to_shards
+    from trainer_core.ray.runtime import init_ray, submitted_or_local
+    from trainer_core.ray.tokenization import tokenize_to_shards
 
+    init_ray(submitted_or_local(), num_cpus=args.num_cpus, dashboard=False)
     logging.getLogger("ray.data").setLevel(logging.ERROR)
     ray.data.DataContext.get_current().enable_progress_bars = False
     columns = (
