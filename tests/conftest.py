@@ -236,15 +236,12 @@ def spawn_ranks(free_port):
 
 
 def _start_ray():
+    """The tests' Ray starts the way every entry point's does (``init_ray``), on 2 CPUs."""
     import ray
 
-    if not ray.is_initialized():
-        ray.init(
-            num_cpus=2,
-            include_dashboard=False,
-            logging_config=ray.LoggingConfig(log_level="ERROR"),
-            runtime_env={"env_vars": {"RAY_DATA_DISABLE_PROGRESS_BARS": "1"}},
-        )
+    from trainer_core.ray.runtime import init_ray
+
+    init_ray("local", num_cpus=2, dashboard=False)
     return ray
 
 

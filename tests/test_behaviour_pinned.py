@@ -5,8 +5,6 @@ before issue 13's config refactor, by ``PIN_REGENERATE=1 pytest tests/test_behav
 Regenerate them only for a behaviour change that is meant (and say so in the commit). One rename
 since, applied to the stored run configs by hand: ``train_module.rank_microbatch_size`` (tokens)
 became ``rank_microbatch_seqs`` (sequences), the tokens divided by ``data.seq_len``.
-Regenerated once after the refactor for a meant change: the demo's 50K trains 2x Chinchilla
-(was 4x); only the 50K rows of the plan changed.
 """
 
 from __future__ import annotations
@@ -18,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from trainer_core.configio import load_config, to_dict
-from trainer_core.ladder import plan_ladder
-from trainer_core.ray.ladder_run import LadderJobConfig, ladder_trials, write_experiment_record
+from trainer_core.ladder import plan_ladder, write_experiment_record
+from trainer_core.ray.ladder_run import LadderJobConfig, ladder_trials
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPECTED = Path(__file__).resolve().parent / "data" / "behaviour_pinned.json"

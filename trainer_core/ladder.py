@@ -20,6 +20,7 @@ when the batch drifts > 10% from target.
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from collections.abc import Mapping
@@ -29,9 +30,11 @@ from pathlib import Path
 from typing import ClassVar
 
 from trainer_core.config import SIZE_DIMS, ModelConfig, ScheduleConfig, TrainConfig, require
-from trainer_core.configio import ConfigError, load_yaml
+from trainer_core.configio import ConfigError, load_yaml, to_yaml
+from trainer_core.data import open_token_data
 from trainer_core.model import count_params, num_flops_per_token
-from trainer_core.run_dir import EXPERIMENT, RUNS
+from trainer_core.paths import check_output_dir
+from trainer_core.run_dir import EXPERIMENT, PLAN, RUNS, write_atomic
 from trainer_core.schedule import decay_windows, wsds_schedule
 from trainer_core.sizes import check_size
 
@@ -526,3 +529,26 @@ def recorded_experiment_kind(exp_dir: str | Path) -> str | None:
     (a new dir, a single run's dir)."""
     path = Path(exp_dir) / EXPERIMENT
     return experiment_kind(load_yaml(path) or {}) if path.is_file() else None
+
+
+def preflight(job: LadderConfig) -> None:
+    """Fail before any trial starts: unreadable data / tokenizer mismatch, unwritable output dir,
+    or a dir that already holds the other kind of experiment, whose runs and Tune state this one
+    would mix with."""
+    open_token_data(job.run.data, job.vocab_size)
+    out = Path(job.dir)
+    found = recorded_experiment_kind(out)
+    kind = experiment_kind(vars(job))
+    if found not in (None, kind):
+        raise ConfigError(
+            f"dir: {str(out)!r} already holds a different experiment ({found}, see its "
+            f"experiment.yaml); this {kind} would mix its runs with that one's: pick another --dir"
+        )
+    check_output_dir(out, "dir")
+
+
+def write_experiment_record(job: LadderConfig, plans: list[SizePlan], exp_dir: Path) -> None:
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(exp_dir / EXPERIMENT, to_yaml(job))
+    rows = [{**p.table_row(job), "lr_source": p.lr_source} for p in plans]
+    write_atomic(exp_dir / PLAN, json.dumps(rows, indent=2, default=str))

@@ -16,15 +16,10 @@ from rich.console import Console
 from rich.table import Table
 
 from trainer_core.cli import DEMO_LADDER, exit_on_error, parse_command
-from trainer_core.ladder import plan_ladder
+from trainer_core.ladder import plan_ladder, preflight
 from trainer_core.lr_feedback import lr_function
 from trainer_core.paths import check_output_dir
-from trainer_core.ray.ladder_run import (
-    LadderJobConfig,
-    benchmark_size,
-    preflight,
-    run_ladder,
-)
+from trainer_core.ray.ladder_run import LadderJobConfig, benchmark_size, run_ladder
 from trainer_core.schedule import plot_schedule
 
 FLAGS = {

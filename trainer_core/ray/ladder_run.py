@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from trainer_core.config import ScheduleConfig, TrainConfig
-from trainer_core.configio import ConfigError, to_yaml
-from trainer_core.data import open_token_data
 from trainer_core.ladder import (
     LadderConfig,
     SizePlan,
     check_unplanned,
-    experiment_kind,
     plan_ladder,
-    recorded_experiment_kind,
+    write_experiment_record,
 )
-from trainer_core.paths import check_output_dir
 from trainer_core.ray.config import RayConfig, RayTrainConfig
 from trainer_core.ray.tune_run import TrialSpec, costliest_first
-from trainer_core.run_dir import EXPERIMENT, PLAN, write_atomic
 
 
 @dataclass
@@ -41,29 +35,6 @@ def on_ray(cfg: TrainConfig, plan: SizePlan, job: LadderJobConfig) -> RayTrainCo
     """A run of ``plan`` on Ray: one worker per planned device."""
     ray = replace(job.ray, num_workers=plan.devices, use_gpu=job.uses_gpu)
     return RayTrainConfig.of(cfg, ray)
-
-
-def preflight(job: LadderJobConfig) -> None:
-    """Fail before any trial starts: unreadable data / tokenizer mismatch, unwritable output dir,
-    or a dir that already holds the other kind of experiment, whose runs and Tune state this one
-    would mix with."""
-    open_token_data(job.run.data, job.vocab_size)
-    out = Path(job.dir)
-    found = recorded_experiment_kind(out)
-    kind = experiment_kind(vars(job))
-    if found not in (None, kind):
-        raise ConfigError(
-            f"dir: {str(out)!r} already holds a different experiment ({found}, see its "
-            f"experiment.yaml); this {kind} would mix its runs with that one's: pick another --dir"
-        )
-    check_output_dir(out, "dir")
-
-
-def write_experiment_record(job: LadderJobConfig, plans: list[SizePlan], exp_dir: Path) -> None:
-    exp_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(exp_dir / EXPERIMENT, to_yaml(job))
-    rows = [{**p.table_row(job), "lr_source": p.lr_source} for p in plans]
-    write_atomic(exp_dir / PLAN, json.dumps(rows, indent=2, default=str))
 
 
 def ladder_trials(job: LadderJobConfig, plans: list[SizePlan]) -> list[TrialSpec]:
