@@ -4,7 +4,7 @@ import warnings
 
 import pytest
 
-from trainer_core.config import ModelConfig
+from trainer_core.config import ModelConfig, ParallelConfig, TrainModuleConfig
 from trainer_core.configio import ConfigError, from_dict
 from trainer_core.ladder import (
     BatchFormula,
@@ -13,12 +13,12 @@ from trainer_core.ladder import (
     LRFormula,
     batch_and_devices,
     beta2_for_batch,
-    estimate_memory_bytes,
     peak_lr,
     plan_ladder,
     plan_size,
     target_batch_tokens,
 )
+from trainer_core.memory import estimate_memory
 from trainer_core.schedule import decay_windows
 
 
@@ -45,10 +45,23 @@ def test_batch_rounding_and_device_expansion():
 
 def test_memory_estimate_grows_with_micro_batch_and_shrinks_with_sharding():
     m = ModelConfig(size="1B", vocab_size=50304)
-    one = estimate_memory_bytes(m, 4096, 1, 1, checkpointing=False)
-    assert estimate_memory_bytes(m, 4096, 2, 1, checkpointing=False) > one
-    assert estimate_memory_bytes(m, 4096, 1, 8, checkpointing=False) < one
-    assert estimate_memory_bytes(m, 4096, 1, 1, checkpointing=True) < one
+
+    def total(micro=1, shard=1, ac="none"):
+        parallel = ParallelConfig(activation_checkpointing=ac)
+        return estimate_memory(
+            m,
+            parallel,
+            TrainModuleConfig(),
+            seq_len=4096,
+            micro_seqs=micro,
+            dp_shard=shard,
+            grad_accum=1,
+        ).total
+
+    one = total()
+    assert total(micro=2) > one
+    assert total(shard=8) < one
+    assert total(ac="full") < one
 
 
 def gpu_ladder(**kw) -> LadderConfig:

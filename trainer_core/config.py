@@ -145,6 +145,10 @@ class TrainModuleConfig:
     z_loss_multiplier: float | None = None
     autocast_precision: Literal["bf16", "fp16"] | None = None
     label_ignore_index: int = -100
+    reduce_grads_every_micro_batch: bool = False
+    """Reduce-scatter gradients after every micro-batch instead of only the last: more traffic,
+    but FSDP never holds a full unsharded copy of the gradients (the planner turns it on where
+    that copy would not fit)."""
 
     def __post_init__(self) -> None:
         require(

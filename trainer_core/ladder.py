@@ -32,6 +32,7 @@ from typing import ClassVar
 from trainer_core.config import SIZE_DIMS, ModelConfig, ScheduleConfig, TrainConfig, require
 from trainer_core.configio import ConfigError, load_yaml, to_yaml
 from trainer_core.data import open_token_data
+from trainer_core.memory import estimate_memory
 from trainer_core.model import count_params, num_flops_per_token
 from trainer_core.paths import check_output_dir
 from trainer_core.run_dir import EXPERIMENT, PLAN, RUNS, write_atomic
@@ -255,23 +256,6 @@ def beta2_for_batch(batch_tokens: int, f: Beta2Formula) -> float:
     return f.large_batch if batch_tokens >= f.large_batch_tokens else f.small_batch
 
 
-def estimate_memory_bytes(
-    model: ModelConfig, seq_len: int, micro_seqs: int, shard_degree: int, checkpointing: bool
-) -> float:
-    """Per-device bytes: sharded fp32 params + grads + AdamW moments, plus activations.
-
-    Activations per token per layer follow Korthikanti et al. 2022: 34*d bytes in 16-bit without
-    recomputation (their 5*h*T attention-score term vanishes with flash attention, which never
-    stores the scores), ~2*d with full activation checkpointing; plus fp32 logits.
-    """
-    counts = count_params(model)
-    states = 16 * counts["total"] / shard_degree
-    tokens = micro_seqs * seq_len
-    per_layer = (2 if checkpointing else 34) * model.d_model
-    activations = tokens * (model.n_layers * per_layer + 8 * model.vocab_size)
-    return states + activations
-
-
 @dataclass
 class SizePlan:
     """Everything decided for one size: its run and the numbers behind it (``table_row`` is
@@ -366,23 +350,32 @@ class SizePlan:
         }
 
 
-def micro_batch_and_mesh(
-    model: ModelConfig, ladder: LadderConfig, checkpointing: bool
-) -> tuple[int, int]:
+def micro_batch_and_mesh(model: ModelConfig, ladder: LadderConfig) -> tuple[int, int]:
     """(micro-batch sequences per device, minimum devices): the smallest mesh that holds the model
     with one sequence, then the largest power-of-two micro-batch that fits on it."""
     budget = ladder.memory_bytes
+    run = ladder.run
+
+    def fits(micro: int, devices: int) -> bool:
+        # grad_accum=1: the planner does not know the accumulation yet (see issue 14).
+        estimate = estimate_memory(
+            model,
+            run.parallel,
+            run.train_module,
+            seq_len=ladder.seq_len,
+            micro_seqs=micro,
+            dp_shard=devices,
+            grad_accum=1,
+        )
+        return estimate.total <= budget
+
     devices = 1
-    while estimate_memory_bytes(model, ladder.seq_len, 1, devices, checkpointing) > budget:
+    while not fits(1, devices):
         devices *= 2
         if devices > 4096:
             break
     micro = 1
-    while (
-        micro * 2 <= ladder.max_micro_batch_seqs
-        and estimate_memory_bytes(model, ladder.seq_len, micro * 2, devices, checkpointing)
-        <= budget
-    ):
+    while micro * 2 <= ladder.max_micro_batch_seqs and fits(micro * 2, devices):
         micro *= 2
     return micro, devices
 
@@ -408,8 +401,7 @@ def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
     )
     n = count_params(model)["non_embedding"]
     seq = ladder.seq_len
-    checkpointing = run.parallel.activation_checkpointing != "none"
-    micro_seqs, min_devices = micro_batch_and_mesh(model, ladder, checkpointing)
+    micro_seqs, min_devices = micro_batch_and_mesh(model, ladder)
     if min_devices > ladder.max_devices:
         raise ConfigError(
             f"sizes: {size!r} needs at least {min_devices} devices of {ladder.device_type} "

@@ -67,7 +67,7 @@ class TrainModule:
         ce_total = torch.zeros((), device=self.device)
         z_total = torch.zeros((), device=self.device)
         for i, (start, stop) in enumerate(micro):
-            self._set_grad_sync(last=i == len(micro) - 1)
+            self._set_grad_sync(self.cfg.reduce_grads_every_micro_batch or i == len(micro) - 1)
             ce_sum, z_sum = self._loss_sums(inputs[start:stop], labels[start:stop])
             # FSDP averages gradients over DP ranks; scaling by dp_size undoes that so the
             # result is sum / global_tokens exactly.
@@ -178,7 +178,8 @@ class TrainModule:
             z_sum = self.cfg.z_loss_multiplier * (logits.logsumexp(-1)[valid] ** 2).sum()
         return ce_sum, z_sum
 
-    def _set_grad_sync(self, last: bool) -> None:
-        """Skip FSDP's reduce-scatter on all but the last micro-batch (gradients accumulate locally)."""
+    def _set_grad_sync(self, sync: bool) -> None:
+        """Off: FSDP skips the reduce-scatter and accumulates full gradients locally (all
+        micro-batches but the last, unless ``reduce_grads_every_micro_batch``)."""
         if hasattr(self.model, "set_requires_gradient_sync"):
-            self.model.set_requires_gradient_sync(last)
+            self.model.set_requires_gradient_sync(sync)
