@@ -6,6 +6,7 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,22 @@ def test_benchmark_prints_throughput_and_mfu(processes, ladder_yaml, tmp_path, n
     assert steps[-1] == 20 and not (run_dir / "checkpoints").exists()
 
 
+def alive(pid: int) -> bool:
+    """Running (a zombie left for a reaper that never comes counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def wait_for(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not reached in {timeout} s"
+        time.sleep(0.2)
+
+
 def run_status(exp: Path, size: str) -> str:
     path = exp / "runs" / size / "run.json"
     return json.loads(path.read_text())["status"] if path.exists() else "absent"
@@ -113,7 +130,10 @@ def test_killed_driver_resumes_and_fits(processes, ladder_yaml, repo_root, tmp_p
     processes.kill(first)
     assert read_log(hold_log)[-1] == {"held": 5}
     assert run_status(exp, "3M") == "running"
-    # Held, the run's workers go on until their next report but one: 3M is at step 5 to 10.
+    # Held, the run's workers go on until their next report but one, and until they notice the
+    # driver is gone: the checkpoints are final only once they have exited.
+    workers = read_log(hold_log)[0]["workers"]
+    wait_for(lambda: not any(map(alive, workers)), timeout=60)
     latest = latest_checkpoint(exp / "runs" / "3M").step
     assert 5 <= latest <= 10
     done_metrics = (exp / "runs" / "1M" / "metrics.jsonl").read_text()

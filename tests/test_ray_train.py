@@ -238,3 +238,19 @@ def test_unusable_shards_fail_in_the_driver_before_ray_train_starts(config, tmp_
     with pytest.raises(DataError, match=r"manifest\.json: unreadable manifest"):
         run_training(config(tmp_path / "run", f"--data.shards={shards}"))
     assert not (tmp_path / "run").exists()
+
+
+def test_a_failed_trial_fails_the_experiment_and_names_the_run(ray_session, config, tmp_path):
+    """A trial that errors is not a finished experiment: the error names the run and the cause,
+    and the run is not recorded as stopped early."""
+    from trainer_core.ray.tune_run import TrialsFailedError, TrialSpec, TuneSettings, run_trials
+
+    missing = tmp_path / "no-shards-here"
+    bad = config(tmp_path / "runs" / "bad", f"--data.shards={missing}")
+    with pytest.raises(TrialsFailedError) as failed:
+        run_trials([TrialSpec("bad", bad)], tmp_path, TuneSettings(), resume=False)
+    message = str(failed.value)
+    assert message.startswith("1 of 1 runs failed:\n  bad: ")
+    assert str(missing) in message.splitlines()[1] and "--resume" in message
+    assert "Traceback" not in message
+    assert not (tmp_path / "runs" / "bad" / "run.json").exists()

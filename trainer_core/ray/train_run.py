@@ -74,7 +74,6 @@ def build_torch_trainer(
             name=run_dir.name,
             storage_path=str(run_dir.parent),
             failure_config=ray.train.FailureConfig(max_failures=rc.max_failures),
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=None),
             callbacks=callbacks or [],
             logging_config=ray.train.LoggingConfig(log_level="WARNING"),
         ),

@@ -17,10 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainer_core.errors import UserError
 from trainer_core.ray.config import RayTrainConfig
+from trainer_core.ray.failures import user_error_in
 from trainer_core.run_dir import TUNE, mark_stopped
 
 DRIVER_CPUS = 0.05
+
+
+class TrialsFailedError(UserError, RuntimeError):
+    """Some trials ended in an error: the experiment is incomplete, whatever the others did."""
 
 
 @dataclass
@@ -160,8 +166,32 @@ def run_trials(
     started = time.perf_counter()
     grid = tuner.fit()
     wall_s = time.perf_counter() - started
-    mark_stopped_runs(specs)
+    failed = trial_failures(grid)
+    mark_stopped_runs([s for s in specs if s.name not in failed])
+    if failed:
+        lines = "\n".join(f"  {name}: {reason}" for name, reason in failed.items())
+        raise TrialsFailedError(
+            f"{len(failed)} of {len(specs)} runs failed:\n{lines}\nfinished runs, checkpoints "
+            f"and metrics are kept in {exp_dir}; fix the cause and re-run the same command "
+            "with --resume (finished runs are not trained again)"
+        )
     return TrialsRun(grid, concurrency, wall_s, restored)
+
+
+def trial_failures(grid) -> dict[str, str]:
+    """Run name -> why its trial errored, in one line (the user error's message when there is
+    one, else the last line of Ray's report)."""
+    failed = {}
+    for result in grid:
+        if result.error is None:
+            continue
+        cause = getattr(result.error, "cause", None) or result.error
+        found = user_error_in(cause)
+        text = str(found if found is not None else cause)
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        reason = (lines[0] if found is not None else lines[-1]) if lines else type(cause).__name__
+        failed[result.config["trial"]["name"]] = reason
+    return failed
 
 
 def _trial_name(trial) -> str:

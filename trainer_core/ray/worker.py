@@ -1,9 +1,9 @@
 """What each Ray Train worker runs: build the library's trainer, feed it Ray Data, report to Ray.
 
 Checkpoints are written by the library's checkpointer straight into the run dir, which is also
-Ray's experiment dir, and registered with Ray without a copy (``NO_UPLOAD``). On a worker-group
-restart the loop resumes from the latest *complete* checkpoint in the run dir; the per-rank
-datasets are rebuilt from that same step, so which checkpoint Ray itself tracks never matters.
+Ray's experiment dir; Ray does not track them. On a worker-group restart the loop resumes from
+the latest *complete* checkpoint in the run dir, and the per-rank datasets are rebuilt from that
+same step.
 """
 
 from __future__ import annotations
@@ -26,32 +26,29 @@ from trainer_core.trainer import NonFiniteLossError
 
 class RayReporter(BaseCallback):
     """Reports metrics (every rank: ``ray.train.report`` is a barrier) at eval and checkpoint
-    steps, once the step's checkpoint (if any) is committed, so the report can carry it."""
+    steps, once the step's checkpoint (if any) is committed.
+
+    Checkpoints are not registered with Ray: the library's checkpointer owns them (it prunes
+    superseded temporaries and sets corrupt ones aside), and Ray Train refuses to restart a run
+    whose snapshot names a checkpoint that is gone. Resuming reads the run dir, never Ray's list.
+    """
 
     def __init__(self, report_on_log: bool):
         self.report_on_log = report_on_log
         self.metrics: dict[str, float] | None = None
-        self.checkpoint: Path | None = None
+        self.saved = False
 
     def on_log(self, step: int, metrics: dict[str, float]) -> None:
         self.metrics = metrics
 
     def on_checkpoint(self, step: int, path: Path, permanent: bool) -> None:
-        self.checkpoint = path
+        self.saved = True
 
     def on_step_end(self, step: int) -> None:
-        metrics, path = self.metrics or {}, self.checkpoint
-        self.metrics, self.checkpoint = None, None
-        if not (self.report_on_log or path or "eval/loss" in metrics):
-            return
-        checkpoint = None
-        if path is not None and ray.train.get_context().get_world_rank() == 0:
-            checkpoint = ray.train.Checkpoint(str(path.resolve()))
-        ray.train.report(
-            {"step": step, **metrics},
-            checkpoint=checkpoint,
-            checkpoint_upload_mode=ray.train.CheckpointUploadMode.NO_UPLOAD,
-        )
+        metrics, saved = self.metrics or {}, self.saved
+        self.metrics, self.saved = None, False
+        if self.report_on_log or saved or "eval/loss" in metrics:
+            ray.train.report({"step": step, **metrics})
 
 
 class DataPositionChanged(RuntimeError):
