@@ -63,8 +63,8 @@ def test_round_trip_dump_and_reload(tmp_path):
         ),
         (
             ["--train_module.rank_microbatch_seqs=3"],
-            "trainer.global_batch_size: 2048 is not allowed; its 16 sequences must be divisible "
-            "by train_module.rank_microbatch_seqs=3",
+            "trainer.global_batch_size: 2048 is not allowed; it has 16 sequences, not a multiple "
+            "of train_module.rank_microbatch_seqs=3",
         ),
         (
             ["--schedule.warmup=300"],
@@ -218,7 +218,7 @@ def test_unwritable_output_dir_is_named():
     [
         ("trainer_core/train.py", ["--trainer.run_dir={target}"], "trainer.run_dir"),
         ("workflows/train.py", ["--trainer.run_dir={target}"], "trainer.run_dir"),
-        ("workflows/ladder.py", ["--dry-run", "--dir={target}"], "dir"),
+        ("workflows/ladder.py", ["--dir={target}"], "dir"),
         ("workflows/lr_sweep.py", ["--dry-run", "--sweep.dir={target}"], "sweep.dir"),
         ("workflows/analyze.py", ["{tmp}", "--out", "{target}"], "--out"),
         (
@@ -239,6 +239,26 @@ def test_every_entry_point_checks_its_output_dir_first(run_script, tmp_path, scr
         == f"error: {key}: {target} can't be created, {regular} is a file; choose another {key}\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_a_ray_config_checks_the_batch_splits_over_its_data_parallel_ranks(tiny_config, tmp_path):
+    from trainer_core.ray.config import RayTrainConfig
+
+    with pytest.raises(ConfigError) as e:
+        tiny_config(tmp_path, "--ray.num_workers=3", cls=RayTrainConfig)
+    assert str(e.value) == (
+        "trainer.global_batch_size: 512 is not allowed; its 8 sequences can't be split evenly "
+        "over 3 data-parallel ranks"
+    )
+    # 8 workers in TP pairs are 4 data-parallel ranks: 12 sequences are 3 per rank, and a
+    # micro-batch of 2 divides the 12 but not the 3.
+    args = ("--ray.num_workers=8", "--parallel.tp=2", "--train_module.rank_microbatch_seqs=2")
+    with pytest.raises(ConfigError) as e:
+        tiny_config(tmp_path, *args, "--trainer.global_batch_size=768", cls=RayTrainConfig)
+    assert str(e.value) == (
+        "trainer.global_batch_size: 768 is not allowed; each of the 4 data-parallel ranks gets 3 "
+        "sequences, not a multiple of train_module.rank_microbatch_seqs=2"
+    )
 
 
 def test_entry_points_print_config_errors_in_one_line(run_script, tmp_path):

@@ -13,6 +13,7 @@ from trainer_core.ladder import (
     LRFormula,
     batch_and_devices,
     beta2_for_batch,
+    device_counts,
     peak_lr,
     plan_ladder,
     plan_size,
@@ -34,13 +35,16 @@ def test_olmo_default_formulas_at_reference_size():
 
 
 def test_batch_rounding_and_device_expansion():
-    # micro-batch 8k tokens, 1 device minimum, 8 allowed: 100k target -> 12 micro-batches
-    # -> 8 devices x 2 accumulation steps = 16 micro-batches (131072 tokens).
-    batch, devices, dp = batch_and_devices(100_000, 8192, 1, 8)
-    assert (batch, devices, dp) == (131072, 8, 8)
-    # Fewer micro-batches than devices: only as many devices as there is work for.
-    batch, devices, dp = batch_and_devices(20_000, 8192, 1, 8)
-    assert (batch, devices) == (16384, 2)
+    counts = [1, 2, 4, 8]
+    # 98 sequences, micro-batches of 4: 8 devices would need 96 or 128 (2% / 31% off): 96.
+    assert batch_and_devices(98, 4, 1, counts, tp=1) == (96, 8)
+    # 12 sequences in micro-batches of 8 can't spread over 8 ranks within 10%; whole sequences
+    # can (one and a half micro-batches' worth per rank is not whole: 8 x 2 = 16 is 33% off).
+    assert batch_and_devices(12, 8, 1, counts, tp=1) == (12, 4)
+    # With tp=2 a device pair is one data-parallel rank: 8 devices = 4 ranks.
+    assert batch_and_devices(98, 4, 2, counts, tp=2) == (96, 8)
+    # Nothing within 10%: the closest batch (3 sequences can't become 8 ranks' worth).
+    assert batch_and_devices(3, 1, 8, [8], tp=1) == (8, 8)
 
 
 def test_memory_estimate_grows_with_micro_batch_and_shrinks_with_sharding():
@@ -89,6 +93,93 @@ def test_gpu_plan_is_consistent():
     assert big.devices > 1  # a 7B model does not fit one 80 GB device with AdamW state
 
 
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_gpu_config_plans_its_mesh_and_the_worker_gets_it(repo_root, tp):
+    """Every size of the GPU ladder config, for each tp: micro x seq x dp x accum = batch, a
+    device count the mesh and whole nodes allow, and a worker-side config with that mesh."""
+    from trainer_core.configio import load_config
+    from trainer_core.ray.ladder_run import LadderJobConfig, on_ray
+
+    job = load_config(
+        LadderJobConfig,
+        repo_root / "workflows" / "configs" / "ladder-gpu.yaml",
+        [f"--run.parallel.tp={tp}"],
+    )
+    splittable = [s for s in job.sizes if ModelConfig(size=s).n_heads % tp == 0]
+    assert len(splittable) >= 4  # 100M's 10 heads can't be split 4 or 8 ways: an error, below
+    for size in set(job.sizes) - set(splittable):
+        with pytest.raises(ConfigError, match=f"run.parallel.tp: {tp} does not divide"):
+            plan_ladder(job, [size])
+    for p in plan_ladder(job, splittable):
+        assert p.mesh == (1, p.devices // tp, tp)
+        assert p.batch_tokens == p.micro_batch_seqs * job.seq_len * p.dp_size * p.grad_accum
+        assert p.devices in (1, 2, 4, 8) or p.devices % job.devices_per_node == 0
+        assert p.memory.total <= job.memory_bytes
+        worker = on_ray(p.config, p, job)
+        assert (worker.ray.num_workers, worker.parallel.tp) == (p.devices, tp)
+        for rank in range(p.devices):
+            layout = worker.layout(rank)
+            assert (layout.replicate, layout.shard, layout.tp) == p.mesh
+            assert layout.dp_rank == rank // tp
+        assert worker.trainer.global_batch_size == p.batch_tokens
+        assert worker.train_module.rank_microbatch_seqs == p.micro_batch_seqs
+
+
+def test_mesh_the_ladder_cannot_build_fails_in_the_plan():
+    with pytest.raises(ConfigError, match="run.parallel.tp: 3 .* must divide devices_per_node=8"):
+        gpu_ladder(run={"parallel": {"tp": 3}})
+    with pytest.raises(ConfigError, match="run.parallel.dp_shard: 2 .* leave it -1"):
+        gpu_ladder(run={"parallel": {"dp_shard": 2}})
+    with pytest.raises(ConfigError, match="max_devices: 1 .* multiple of dp_replicate x tp = 2"):
+        gpu_ladder(max_devices=1, run={"parallel": {"tp": 2}})
+    with pytest.raises(
+        ConfigError,
+        match=r"run.parallel.tp: 4 does not divide model.n_heads=10; .* \(or drop size '100M'\)",
+    ):
+        plan_size("100M", gpu_ladder(sizes=["100M"], run={"parallel": {"tp": 4}}))
+
+
+def test_devices_are_a_power_of_two_in_a_node_or_whole_nodes():
+    ladder = gpu_ladder(max_devices=40, run={"parallel": {"tp": 2}})
+    assert device_counts(ladder) == [2, 4, 8, 16, 24, 32, 40]
+
+
+def test_accumulation_that_would_not_fit_reduces_every_micro_batch():
+    """FSDP keeps a full unsharded gradient copy while accumulating: a 7B on 4 devices with
+    accumulation does not fit 80 GB with it, so the plan reduces after every micro-batch."""
+    ladder = gpu_ladder(sizes=["7B"], max_devices=4, batch={"coef": 4 * 2048 * 160})
+    p = plan_size("7B", ladder)
+    assert p.grad_accum > 1 and p.config.train_module.reduce_grads_every_micro_batch
+    assert p.memory.unsharded_grads == 0 and p.memory.total <= ladder.memory_bytes
+    assert p.table_row(ladder)["grad reduce"] == "every micro"
+
+
+def test_dry_run_table_shows_memory_headroom_and_the_warmup_cap():
+    ladder = gpu_ladder(sizes=["200M"], duration={"chinchilla_multiple": 0.25})
+    p = plan_size("200M", ladder)
+    row = p.table_row(ladder)
+    assert row["mem GiB"] == round(p.memory.total / 2**30, 2)
+    assert row["headroom"] == f"{100 * (1 - p.memory.total / ladder.memory_bytes):.0f}%"
+    assert p.warmup_steps == p.steps // 10 < p.uncapped_warmup
+    assert row["warmup"] == f"{p.warmup_steps} (cap; formula {p.uncapped_warmup})"
+
+
+def test_one_peak_flops_table_for_mfu_and_device_hours():
+    from trainer_core.flops import device_peak_flops
+
+    assert device_peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert device_peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert device_peak_flops("NVIDIA H100 NVL") == 835e12
+    assert device_peak_flops("NVIDIA B200") == 2250e12
+    assert device_peak_flops("NVIDIA L4") == 121e12 and device_peak_flops("NVIDIA A10G") == 70e12
+    ladder = gpu_ladder(device_type="H100 PCIe")
+    assert ladder.peak_flops == device_peak_flops("H100 PCIe")
+    p = plan_size("200M", ladder)
+    assert p.device_hours(ladder) == pytest.approx(p.total_flops / (756e12 * 0.4) / 3600)
+    with pytest.raises(ConfigError, match="device_type: 'TPU' is not allowed"):
+        gpu_ladder(device_type="TPU")
+
+
 def test_wsds_checkpoints_bracket_each_decay():
     ladder = gpu_ladder(sizes=["200M"])
     p = plan_size("200M", ladder)
@@ -107,7 +198,7 @@ def test_cosine_override_has_single_decay():
 
 def test_too_few_devices_is_an_error():
     ladder = gpu_ladder(sizes=["7B"], max_devices=1)
-    with pytest.raises(ConfigError, match="'7B' needs at least .* devices .* max_devices is 1"):
+    with pytest.raises(ConfigError, match="'7B' needs more than 1 devices of H100"):
         plan_size("7B", ladder)
 
 

@@ -45,6 +45,23 @@ def test_dry_run_from_a_shell_prints_the_plan_and_plots_the_schedule(
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_gpu_dry_run_plans_without_the_cluster_data(run_script, repo_root, tmp_path):
+    """The GPU config's shards live on the cluster: the plan comes from the config, with a
+    warning, and the mesh, memory and headroom per size."""
+    gpu = repo_root / "workflows" / "configs" / "ladder-gpu.yaml"
+    args = ("--config", str(gpu), "--dry-run", f"--dir={tmp_path / 'gpu'}", "--run.parallel.tp=2")
+    code, out, err = run_script(LADDER, *args)
+    assert code == 0, err
+    assert "warning: /mnt/shared/shards/corpus/manifest.json: no shard manifest there" in out
+    assert "a launch stops here" in out
+    for column in ("mesh r/s/tp", "mem GiB", "headroom", "grad reduce"):
+        assert column in out
+    assert re.search(r"│ 1B .*│ +64 │ +1/32/2 │ +32 │", out)
+    assert (tmp_path / "gpu" / "lr_schedule.png").exists()
+    code, _, err = run_script(LADDER, *args[:2], f"--dir={tmp_path / 'gpu'}")
+    assert code == 2 and "no shard manifest there" in err  # a launch stops
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -25,16 +25,10 @@ from trainer_core.config import (
 )
 from trainer_core.configio import ConfigError
 from trainer_core.distributed import init_distributed, is_distributed, resolve_device, teardown
+from trainer_core.mesh import check_tensor_parallel, dp_layout, mesh_shape
 from trainer_core.model import Transformer
 from trainer_core.optim import build_optimizer
-from trainer_core.parallel import (
-    build_mesh,
-    check_tensor_parallel,
-    dp_mesh,
-    dp_rank_and_size,
-    mesh_shape,
-    parallelize_model,
-)
+from trainer_core.parallel import build_mesh, dp_mesh, parallelize_model
 from trainer_core.schedule import build_scheduler
 from trainer_core.train_module import TrainModule
 
@@ -63,7 +57,10 @@ def train(model_cfg: ModelConfig, parallel: ParallelConfig, world: int) -> dict[
     model = parallelize_model(Transformer(model_cfg, SEQ), mesh, parallel, CPU)
     opt = build_optimizer(model, OptimConfig(lr=3e-3), CPU)
     sched = build_scheduler(opt, ScheduleConfig(kind="cosine", warmup=2), STEPS)
-    dp_rank, dp_size = dp_rank_and_size(mesh)
+    layout = dp_layout(parallel, world, torch.distributed.get_rank() if mesh is not None else 0)
+    dp_rank, dp_size = layout.dp_rank, layout.dp_size
+    if mesh is not None:  # the torch-free rule is the mesh's own order
+        assert (dp_mesh(mesh).get_local_rank(), dp_mesh(mesh).size()) == (dp_rank, dp_size)
     dp_group = dp_mesh(mesh).get_group() if mesh is not None else None
     module = TrainModule(
         model,
@@ -214,6 +211,14 @@ def test_bad_mesh_is_a_config_error(parallel, world, message):
 )
 def test_mesh_shape_fills_dp_shard(parallel, world, shape):
     assert mesh_shape(parallel, world) == shape
+
+
+def test_dp_layout_puts_tp_innermost():
+    layouts = [dp_layout(ParallelConfig(dp_replicate=2, tp=2), 8, rank) for rank in range(8)]
+    assert [x.dp_rank for x in layouts] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert {(x.replicate, x.shard, x.tp, x.dp_size) for x in layouts} == {(2, 2, 2, 4)}
+    with pytest.raises(ConfigError, match="parallel.tp: 2 does not divide world size 3"):
+        dp_layout(ParallelConfig(tp=2), 3)
 
 
 def test_tensor_parallel_needs_whole_heads():

@@ -13,13 +13,13 @@ import torch
 
 from trainer_core.callbacks import Callback, ConsoleProgress, JsonlMetrics
 from trainer_core.config import TrainConfig
-from trainer_core.configio import ConfigError
 from trainer_core.data import open_token_data
 from trainer_core.distributed import init_distributed, resolve_device
 from trainer_core.flops import peak_flops
+from trainer_core.mesh import dp_layout
 from trainer_core.model import Transformer, count_params, num_flops_per_token
 from trainer_core.optim import build_optimizer
-from trainer_core.parallel import build_mesh, dp_mesh, dp_rank_and_size, parallelize_model
+from trainer_core.parallel import build_mesh, dp_mesh, parallelize_model
 from trainer_core.run_dir import RunInfo
 from trainer_core.schedule import build_scheduler
 from trainer_core.tracking import tracking_callbacks
@@ -53,15 +53,15 @@ def build_trainer(
     device = resolve_device(cfg.trainer.device)
     dist_info = init_distributed(device.type)
     device = dist_info.device
+    layout = dp_layout(cfg.parallel, dist_info.world_size, dist_info.rank)
+    cfg.check_dp_split(layout.dp_size)
     mesh = build_mesh(cfg.parallel, dist_info.world_size, device.type)
-    dp_rank, dp_size = dp_rank_and_size(mesh)
+    if mesh is not None:
+        dp = dp_mesh(mesh)
+        assert (dp.get_local_rank(), dp.size()) == (layout.dp_rank, layout.dp_size), "mesh order"
+    dp_rank, dp_size = layout.dp_rank, layout.dp_size
     seq_len = cfg.data.seq_len
     batch_seqs = cfg.trainer.global_batch_size // seq_len
-    if batch_seqs % dp_size:
-        raise ConfigError(
-            f"trainer.global_batch_size: {cfg.trainer.global_batch_size} tokens = {batch_seqs} "
-            f"sequences can't be split evenly over {dp_size} data-parallel ranks"
-        )
 
     # Same seed on every rank: identical initial weights before sharding.
     torch.manual_seed(cfg.trainer.seed)

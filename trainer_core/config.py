@@ -329,14 +329,7 @@ class TrainConfig:
             batch,
             f"must be a multiple of data.seq_len={seq_len} (it counts tokens)",
         )
-        micro = self.train_module.rank_microbatch_seqs
-        require(
-            not micro or batch // seq_len % micro == 0,
-            "trainer.global_batch_size",
-            batch,
-            f"its {batch // seq_len} sequences must be divisible by "
-            f"train_module.rank_microbatch_seqs={micro}",
-        )
+        self.check_dp_split(1)
         steps = self.total_steps
         warmup = self.schedule.warmup
         require(
@@ -344,6 +337,27 @@ class TrainConfig:
             "schedule.warmup",
             warmup,
             f"warmup must be shorter than the run ({steps} steps)",
+        )
+
+    def check_dp_split(self, dp_size: int) -> None:
+        """The batch splits into whole micro-batches on each of ``dp_size`` data-parallel ranks
+        (checked where the world size is known: a Ray config, or the trainer at start)."""
+        batch = self.trainer.global_batch_size
+        seqs = batch // self.data.seq_len
+        require(
+            seqs % dp_size == 0,
+            "trainer.global_batch_size",
+            batch,
+            f"its {seqs} sequences can't be split evenly over {dp_size} data-parallel ranks",
+        )
+        micro = self.train_module.rank_microbatch_seqs
+        ranks = f"each of the {dp_size} data-parallel ranks gets" if dp_size > 1 else "it has"
+        require(
+            not micro or seqs // dp_size % micro == 0,
+            "trainer.global_batch_size",
+            batch,
+            f"{ranks} {seqs // dp_size} sequences, not a multiple of "
+            f"train_module.rank_microbatch_seqs={micro}",
         )
 
     @property

@@ -9,19 +9,41 @@ from __future__ import annotations
 
 import functools
 import time
+import warnings
 
 import torch
 
-# Dense bf16 peak FLOP/s by substring of torch.cuda.get_device_name().
-GPU_PEAK_FLOPS = {
-    "H200": 989e12,
+PEAK_BF16_FLOPS = {
+    "H100 PCIe": 756e12,
+    "H100 NVL": 835e12,
     "H100": 989e12,
+    "H200 NVL": 835e12,
+    "H200": 989e12,
+    "B200": 2250e12,
     "A100": 312e12,
     "L40S": 362e12,
-    "A10G": 125e12,
+    "A10G": 70e12,
     "L4": 121e12,
-    "V100": 125e12,
 }
+"""Dense (no 2:4 sparsity) bf16 tensor-core FLOP/s per device, the one table for MFU and for
+the ladder's device-hours. From NVIDIA's datasheets, halving their with-sparsity figures: H100
+SXM 1979 -> 989, PCIe 1513 -> 756, NVL 1671 -> 835; H200 as H100 SXM (same compute), H200 NVL as
+H100 NVL; B200 4.5 P -> 2.25 P; A100 312 dense; L40S 733 -> 362; L4 242 -> 121. A10G (AWS's A10
+variant) has no NVIDIA datasheet: 70 T is the figure AWS's instance documentation implies; set
+``trainer.peak_flops_per_device`` when it matters. Keys are matched most specific first, so "H100
+PCIe" wins over "H100" and the SXM part (CUDA names it "NVIDIA H100 80GB HBM3") gets "H100"."""
+
+UNKNOWN_GPU_FLOPS = 312e12
+"""For a GPU missing from the table (an A100-class guess; the name is printed in the warning)."""
+
+
+def device_peak_flops(device_name: str) -> float | None:
+    """The table's figure for a device name or type ("H100", "NVIDIA H100 PCIe"); None if absent."""
+    name = device_name.lower()
+    for key in sorted(PEAK_BF16_FLOPS, key=len, reverse=True):
+        if key.lower() in name:
+            return PEAK_BF16_FLOPS[key]
+    return None
 
 
 @functools.cache
@@ -45,8 +67,13 @@ def peak_flops(device: torch.device, configured: float | None = None) -> float:
         return configured
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
-        for key, value in GPU_PEAK_FLOPS.items():
-            if key in name:
-                return value
-        return 312e12
+        found = device_peak_flops(name)
+        if found is None:
+            warnings.warn(
+                f"no peak FLOP/s known for {name!r}: MFU assumes {UNKNOWN_GPU_FLOPS:.3g}; set "
+                "trainer.peak_flops_per_device",
+                stacklevel=2,
+            )
+            return UNKNOWN_GPU_FLOPS
+        return found
     return measured_cpu_flops()

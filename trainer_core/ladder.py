@@ -12,10 +12,16 @@ A plan's output is the run itself: each size's :class:`TrainConfig`, the ladder'
 template with the planned fields filled in by ``dataclasses.replace``. A template field the plan
 fills in (:data:`PLANNED`) is an error to set, so no setting is silently replaced.
 
-The batch/devices arithmetic mirrors OLMo-core's: pick a memory-aware micro-batch per device and
-the minimum device mesh, round the global batch to a multiple of micro-batch x data-parallel
-size, expand devices up to ``max_devices`` (never beyond what grad accumulation allows), and warn
-when the batch drifts > 10% from target.
+The batch/devices arithmetic works on the device mesh (:mod:`trainer_core.mesh`): the fewest
+devices that hold the model (memory estimate, :mod:`trainer_core.memory`) with the largest
+micro-batch that fits there; then the most devices (a power of two within a node, or whole
+nodes; multiples of dp_replicate x tp; at most ``max_devices``) whose batch, whole micro-batches
+per data-parallel rank, stays within 10% of the target (a warning otherwise); then the largest
+micro-batch that fits on that final mesh, including FSDP's unsharded gradients during
+accumulation, or reduced after every micro-batch where those would not fit (the plan says so).
+
+Warmup is N tokens but at most a tenth of the run: at short durations (small multiples, large
+batches) the cap binds, and the dry run shows both numbers.
 """
 
 from __future__ import annotations
@@ -32,7 +38,10 @@ from typing import ClassVar
 from trainer_core.config import SIZE_DIMS, ModelConfig, ScheduleConfig, TrainConfig, require
 from trainer_core.configio import ConfigError, load_yaml, to_yaml
 from trainer_core.data import open_token_data
-from trainer_core.memory import estimate_memory
+from trainer_core.errors import UserError
+from trainer_core.flops import PEAK_BF16_FLOPS, device_peak_flops
+from trainer_core.memory import MemoryEstimate, estimate_memory
+from trainer_core.mesh import check_tensor_parallel, dp_layout, mesh_shape
 from trainer_core.model import count_params, num_flops_per_token
 from trainer_core.paths import check_output_dir
 from trainer_core.run_dir import EXPERIMENT, PLAN, RUNS, write_atomic
@@ -41,7 +50,9 @@ from trainer_core.sizes import check_size
 
 # Usable accelerator memory (GiB) by substring of the device type; "cpu" is a working-set budget.
 DEVICE_MEMORY_GB = {
+    "B200": 180,
     "H200": 141,
+    "H100 NVL": 94,
     "H100": 80,
     "A100": 80,
     "L40S": 48,
@@ -49,8 +60,8 @@ DEVICE_MEMORY_GB = {
     "L4": 24,
     "cpu": 16,
 }
-# Dense bf16 peak FLOP/s for the device-hours estimate (CPU: a nominal 2-core figure).
-DEVICE_PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "cpu": 1e11}
+CPU_NOMINAL_FLOPS = 1e11
+"""A CPU ladder's device-hours use a nominal 2-core figure (its MFU is measured, not looked up)."""
 
 
 @dataclass
@@ -149,6 +160,9 @@ class LadderConfig:
     sizes: list[str] = field(default_factory=lambda: ["1M", "3M", "5M"])
     max_devices: int = 1
     device_type: str = "cpu"
+    devices_per_node: int = 8
+    """A run's devices are a power of two within one node, or whole nodes (the mesh keeps a TP
+    group inside a node; partial nodes strand the rest)."""
     device_memory_gb: float | None = None
     memory_fraction: float = 0.8
     max_micro_batch_seqs: int = 64
@@ -173,6 +187,37 @@ class LadderConfig:
             check_size(s, "sizes")
         require(self.max_devices >= 1, "max_devices", self.max_devices, "must be >= 1")
         require(
+            self.devices_per_node >= 1, "devices_per_node", self.devices_per_node, "must be >= 1"
+        )
+        parallel = self.run.parallel
+        require(
+            parallel.dp_shard == -1,
+            "run.parallel.dp_shard",
+            parallel.dp_shard,
+            "the ladder sizes the mesh per size: leave it -1 (every device not used by "
+            "dp_replicate and tp)",
+        )
+        group = parallel.tp * parallel.dp_replicate
+        require(
+            self.devices_per_node % parallel.tp == 0,
+            "run.parallel.tp",
+            parallel.tp,
+            f"a TP group stays inside a node: must divide devices_per_node={self.devices_per_node}",
+        )
+        require(
+            bool(device_counts(self)),
+            "max_devices",
+            self.max_devices,
+            f"no run fits: devices must be a multiple of dp_replicate x tp = {group} and a power "
+            f"of two within a node or whole nodes of {self.devices_per_node}",
+        )
+        require(
+            not self.uses_gpu or device_peak_flops(self.device_type) is not None,
+            "device_type",
+            self.device_type,
+            f"use 'cpu' or a GPU of trainer_core.flops.PEAK_BF16_FLOPS ({', '.join(PEAK_BF16_FLOPS)})",
+        )
+        require(
             0 < self.memory_fraction <= 1,
             "memory_fraction",
             self.memory_fraction,
@@ -189,6 +234,13 @@ class LadderConfig:
         return gb * 2**30 * self.memory_fraction
 
     @property
+    def peak_flops(self) -> float:
+        """Per device, from the one table MFU uses too (:mod:`trainer_core.flops`)."""
+        if not self.uses_gpu:
+            return CPU_NOMINAL_FLOPS
+        return device_peak_flops(self.device_type)
+
+    @property
     def uses_gpu(self) -> bool:
         return self.device_type.lower() != "cpu"
 
@@ -201,6 +253,7 @@ PLANNED = {
     "optim.beta2": "beta2",
     "schedule": "duration",
     "train_module.rank_microbatch_seqs": "max_micro_batch_seqs",
+    "train_module.reduce_grads_every_micro_batch": "memory_fraction",
     "trainer.run_dir": "dir",
     "trainer.global_batch_size": "batch",
     "trainer.max_steps": "duration",
@@ -227,7 +280,8 @@ def check_unplanned(
 
 
 def _lookup(table: dict[str, float], device_type: str, default: float) -> float:
-    for key, value in table.items():
+    """The most specific key contained in ``device_type`` ("H100 NVL" before "H100")."""
+    for key, value in sorted(table.items(), key=lambda kv: -len(kv[0])):
         if key.lower() in device_type.lower():
             return value
     return default
@@ -265,8 +319,13 @@ class SizePlan:
     num_params: int
     target_batch_tokens: int
     devices: int
-    dp_size: int
+    mesh: tuple[int, int, int]
+    """(dp_replicate, dp_shard, tp)."""
     grad_accum: int
+    memory: MemoryEstimate
+    """Per device, for the planned micro-batch and accumulation."""
+    uncapped_warmup: int
+    """The warmup formula's steps before the cap of a tenth of the run."""
     lr_source: str
     flops_per_token: int
     chinchilla_multiple: float
@@ -299,6 +358,10 @@ class SizePlan:
         return self.batch_tokens // self.config.data.seq_len
 
     @property
+    def dp_size(self) -> int:
+        return self.mesh[0] * self.mesh[1]
+
+    @property
     def micro_batch_seqs(self) -> int:
         return self.config.train_module.rank_microbatch_seqs
 
@@ -323,8 +386,7 @@ class SizePlan:
         return float(self.flops_per_token) * self.steps * self.batch_tokens
 
     def device_hours(self, ladder: LadderConfig) -> float:
-        peak = _lookup(DEVICE_PEAK_FLOPS, ladder.device_type, 312e12)
-        return self.total_flops / (peak * ladder.assumed_mfu) / 3600
+        return self.total_flops / (ladder.peak_flops * ladder.assumed_mfu) / 3600
 
     def table_row(self, ladder: LadderConfig) -> dict[str, object]:
         m = self.model
@@ -337,10 +399,22 @@ class SizePlan:
             "batch seqs": self.batch_seqs,
             "micro seqs": self.micro_batch_seqs,
             "devices": self.devices,
+            "mesh r/s/tp": "/".join(map(str, self.mesh)),
             "dp": self.dp_size,
             "accum": self.grad_accum,
+            "grad reduce": (
+                "every micro"
+                if self.config.train_module.reduce_grads_every_micro_batch
+                else "per step"
+            ),
+            "mem GiB": round(self.memory.total / 2**30, 2),
+            "headroom": f"{100 * (1 - self.memory.total / ladder.memory_bytes):.0f}%",
             "peak lr": self.lr,
-            "warmup": self.warmup_steps,
+            "warmup": (
+                f"{self.warmup_steps} (cap; formula {self.uncapped_warmup})"
+                if self.warmup_steps < self.uncapped_warmup
+                else self.warmup_steps
+            ),
             "tokens": self.tokens,
             "x Chinchilla": self.chinchilla_multiple,
             "steps": self.steps,
@@ -350,48 +424,88 @@ class SizePlan:
         }
 
 
-def micro_batch_and_mesh(model: ModelConfig, ladder: LadderConfig) -> tuple[int, int]:
-    """(micro-batch sequences per device, minimum devices): the smallest mesh that holds the model
-    with one sequence, then the largest power-of-two micro-batch that fits on it."""
-    budget = ladder.memory_bytes
+def device_counts(ladder: LadderConfig) -> list[int]:
+    """Device counts a run may use, ascending: multiples of dp_replicate x tp that are a power of
+    two within one node or whole nodes, up to ``max_devices``."""
+    group = ladder.run.parallel.tp * ladder.run.parallel.dp_replicate
+    node = ladder.devices_per_node
+    within = [2**k for k in range(node.bit_length()) if 2**k <= node and node % 2**k == 0]
+    counts = set(within) | set(range(node, ladder.max_devices + 1, node))
+    return sorted(d for d in counts if d <= ladder.max_devices and d % group == 0)
+
+
+def step_memory(
+    model: ModelConfig, ladder: LadderConfig, devices: int, micro: int, accum: int, sync_every: bool
+) -> MemoryEstimate:
+    """The memory estimate of a step of ``model`` on ``devices`` (its mesh from the template)."""
     run = ladder.run
+    replicate, shard, _ = mesh_shape(run.parallel, devices)
+    return estimate_memory(
+        model,
+        run.parallel,
+        replace(run.train_module, reduce_grads_every_micro_batch=sync_every),
+        seq_len=ladder.seq_len,
+        micro_seqs=micro,
+        dp_shard=shard,
+        grad_accum=accum,
+    )
 
-    def fits(micro: int, devices: int) -> bool:
-        # grad_accum=1: the planner does not know the accumulation yet (see issue 14).
-        estimate = estimate_memory(
-            model,
-            run.parallel,
-            run.train_module,
-            seq_len=ladder.seq_len,
-            micro_seqs=micro,
-            dp_shard=devices,
-            grad_accum=1,
-        )
-        return estimate.total <= budget
 
-    devices = 1
-    while not fits(1, devices):
-        devices *= 2
-        if devices > 4096:
-            break
+def min_mesh_and_micro(model: ModelConfig, ladder: LadderConfig) -> tuple[int, int]:
+    """(minimum devices, micro-batch sequences on them): the fewest devices that hold the model
+    with one sequence, then the largest power-of-two micro-batch that fits there."""
+    budget = ladder.memory_bytes
+    counts = device_counts(ladder)
+    fitting = [d for d in counts if step_memory(model, ladder, d, 1, 1, True).total <= budget]
+    devices = fitting[0] if fitting else 2 * counts[-1]
     micro = 1
-    while micro * 2 <= ladder.max_micro_batch_seqs and fits(micro * 2, devices):
+    while (
+        micro * 2 <= ladder.max_micro_batch_seqs
+        and step_memory(model, ladder, devices, micro * 2, 1, True).total <= budget
+    ):
         micro *= 2
-    return micro, devices
+    return devices, micro
+
+
+BATCH_DRIFT = 0.1
+"""How far the planned global batch may sit from the formula's target before the plan warns."""
 
 
 def batch_and_devices(
-    target_tokens: int, micro_tokens: int, min_devices: int, max_devices: int
-) -> tuple[int, int, int]:
-    """OLMo-core's rounding: (global batch tokens, devices, data-parallel size)."""
-    micro_tokens = min(micro_tokens, target_tokens)
-    factor = micro_tokens * min_devices
-    batch = max(1, round(target_tokens / factor)) * factor
-    expansion = max(1, min(max_devices // min_devices, batch // factor))
-    devices = min_devices * expansion
-    per_step = micro_tokens * devices
-    batch = max(1, round(batch / per_step)) * per_step
-    return batch, devices, devices
+    target_seqs: int, micro_seqs: int, min_devices: int, counts: list[int], tp: int
+) -> tuple[int, int]:
+    """(global batch in sequences, devices): the most devices (of ``counts``, from
+    ``min_devices`` on) whose batch stays within :data:`BATCH_DRIFT` of the target, each
+    data-parallel rank getting whole micro-batches (or, failing that, whole sequences).
+    Without such a count: the count whose batch is closest to the target."""
+    fallback: tuple[float, int, int] | None = None
+    for devices in sorted((d for d in counts if d >= min_devices), reverse=True):
+        dp = devices // tp
+        for grain in (micro_seqs, 1):
+            batch = max(1, round(target_seqs / (dp * grain))) * grain * dp
+            drift = abs(batch - target_seqs) / target_seqs
+            if drift <= BATCH_DRIFT:
+                return batch, devices
+            if fallback is None or drift < fallback[0]:
+                fallback = (drift, batch, devices)
+    return fallback[1], fallback[2]
+
+
+def final_micro_batch(
+    model: ModelConfig, ladder: LadderConfig, devices: int, rank_seqs: int
+) -> tuple[int, bool, MemoryEstimate]:
+    """(micro-batch, reduce every micro-batch, its estimate) for the final mesh: the largest
+    divisor of this rank's sequences that fits with FSDP's unsharded gradients, else the largest
+    that fits reducing after every micro-batch (more traffic, no unsharded copy)."""
+    budget = ladder.memory_bytes
+    limit = min(rank_seqs, ladder.max_micro_batch_seqs)
+    micros = [m for m in range(1, limit + 1) if rank_seqs % m == 0]
+    for sync_every in (False, True):
+        for micro in reversed(micros):
+            estimate = step_memory(model, ladder, devices, micro, rank_seqs // micro, sync_every)
+            if estimate.total <= budget:
+                return micro, sync_every, estimate
+    return 1, True, step_memory(model, ladder, devices, 1, rank_seqs, True)
 
 
 def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
@@ -401,35 +515,47 @@ def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
     )
     n = count_params(model)["non_embedding"]
     seq = ladder.seq_len
-    micro_seqs, min_devices = micro_batch_and_mesh(model, ladder)
+    tp = run.parallel.tp
+    try:
+        check_tensor_parallel(model, tp)
+    except ConfigError as e:
+        raise ConfigError(f"run.{e} (or drop size {size!r})") from None
+    min_devices, micro_seqs = min_mesh_and_micro(model, ladder)
     if min_devices > ladder.max_devices:
         raise ConfigError(
-            f"sizes: {size!r} needs at least {min_devices} devices of {ladder.device_type} "
-            f"(memory estimate), but max_devices is {ladder.max_devices}; raise max_devices, "
-            "turn on activation checkpointing, or drop this size"
+            f"sizes: {size!r} needs more than {ladder.max_devices} devices of "
+            f"{ladder.device_type} (memory estimate); raise max_devices, turn on activation "
+            "checkpointing, or drop this size"
         )
     target = target_batch_tokens(n, ladder.batch)
-    target_tokens = max(seq, round(target / seq) * seq)  # whole sequences
-    batch, devices, dp = batch_and_devices(
-        target_tokens, micro_seqs * seq, min_devices, ladder.max_devices
+    batch_seqs, devices = batch_and_devices(
+        max(1, round(target / seq)), micro_seqs, min_devices, device_counts(ladder), tp
     )
-    micro_seqs = min(micro_seqs, batch // seq // dp)
-    accum = batch // (micro_seqs * seq * dp)
+    batch = batch_seqs * seq
+    layout = dp_layout(run.parallel, devices)
+    rank_seqs = batch // seq // layout.dp_size
+    micro_seqs, sync_every, memory = final_micro_batch(model, ladder, devices, rank_seqs)
+    if memory.total > ladder.memory_bytes:
+        raise ConfigError(
+            f"sizes: {size!r} does not fit on {devices} {ladder.device_type} with one sequence "
+            f"per micro-batch ({memory.total / 2**30:.1f} GiB estimated, "
+            f"{ladder.memory_bytes / 2**30:.1f} GiB usable); raise max_devices or turn on "
+            "activation checkpointing"
+        )
+    accum = rank_seqs // micro_seqs
     drift = abs(batch - target) / target
     warning = ""
-    if drift > 0.1:
+    if drift > BATCH_DRIFT:
         warning = (
             f"{size}: global batch {batch:,} tokens differs from the target {target:,} by "
             f"{100 * drift:.0f}%"
         )
-        if micro_seqs > 1:
-            warning += "; a smaller max_micro_batch_seqs would get closer"
         warnings.warn(warning, stacklevel=2)
     multiple = chinchilla_multiple(size, ladder.duration)
     tokens_target = train_tokens(n, multiple, ladder.duration)
     steps = max(1, math.ceil(tokens_target / batch))
-    warmup = max(1, round(ladder.duration.warmup_tokens_per_param * n / batch))
-    warmup = min(warmup, max(1, steps // 10))
+    uncapped_warmup = max(1, round(ladder.duration.warmup_tokens_per_param * n / batch))
+    warmup = min(uncapped_warmup, max(1, steps // 10))
     schedule, ckpt_steps = _schedule_and_checkpoints(steps, warmup, ladder.duration)
     lr, source = (
         (lr_fn(n), f"sweep {ladder.lr.from_sweep}") if lr_fn else (peak_lr(n, ladder.lr), "formula")
@@ -440,7 +566,11 @@ def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
         data=replace(run.data, seq_len=seq),
         optim=replace(run.optim, lr=lr, beta2=beta2_for_batch(batch, ladder.beta2)),
         schedule=schedule,
-        train_module=replace(run.train_module, rank_microbatch_seqs=micro_seqs),
+        train_module=replace(
+            run.train_module,
+            rank_microbatch_seqs=micro_seqs,
+            reduce_grads_every_micro_batch=sync_every,
+        ),
         trainer=replace(
             run.trainer,
             global_batch_size=batch,
@@ -466,8 +596,10 @@ def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
         num_params=n,
         target_batch_tokens=target,
         devices=devices,
-        dp_size=dp,
+        mesh=mesh_shape(run.parallel, devices),
         grad_accum=accum,
+        memory=memory,
+        uncapped_warmup=uncapped_warmup,
         lr_source=source,
         flops_per_token=num_flops_per_token(model, seq),
         chinchilla_multiple=multiple,
@@ -523,11 +655,25 @@ def recorded_experiment_kind(exp_dir: str | Path) -> str | None:
     return experiment_kind(load_yaml(path) or {}) if path.is_file() else None
 
 
-def preflight(job: LadderConfig) -> None:
+def preflight(job: LadderConfig, dry_run: bool = False) -> list[str]:
     """Fail before any trial starts: unreadable data / tokenizer mismatch, unwritable output dir,
     or a dir that already holds the other kind of experiment, whose runs and Tune state this one
-    would mix with."""
-    open_token_data(job.run.data, job.vocab_size)
+    would mix with.
+
+    A dry run plans from the config alone (the data and the dir may live on a cluster this
+    machine cannot see): it returns those problems as warnings instead, and a launch still stops.
+    """
+    problems = []
+    for check in (
+        lambda: open_token_data(job.run.data, job.vocab_size),
+        lambda: check_output_dir(Path(job.dir), "dir"),
+    ):
+        try:
+            check()
+        except UserError as e:
+            if not dry_run:
+                raise
+            problems.append(f"{e} (planned from the config; a launch stops here)")
     out = Path(job.dir)
     found = recorded_experiment_kind(out)
     kind = experiment_kind(vars(job))
@@ -536,7 +682,7 @@ def preflight(job: LadderConfig) -> None:
             f"dir: {str(out)!r} already holds a different experiment ({found}, see its "
             f"experiment.yaml); this {kind} would mix its runs with that one's: pick another --dir"
         )
-    check_output_dir(out, "dir")
+    return problems
 
 
 def write_experiment_record(job: LadderConfig, plans: list[SizePlan], exp_dir: Path) -> None:

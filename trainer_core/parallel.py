@@ -1,8 +1,8 @@
 """Device mesh and model wrapping: tensor parallel, activation checkpointing, compile, FSDP2.
 
 Applied in torchtitan's order (TP -> AC -> compile -> FSDP) so each transform sees the module
-structure it expects. The mesh is (dp_replicate, dp_shard, tp) with tp innermost, so the ranks of
-one TP group are neighbours (one node) and ``rank // tp`` is the data-parallel rank. FSDP2 shards
+structure it expects. The mesh's shape and each rank's data-parallel place come from
+:mod:`trainer_core.mesh` (no torch), the rule the planner and the Ray layer use too. FSDP2 shards
 over dp_shard and replicates over dp_replicate (HSDP), on the dp sub-mesh when tp > 1 (2D).
 
 Wrappers keep checkpoints portable: ``checkpoint_wrapper`` and ``torch.compile`` add
@@ -22,36 +22,10 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from trainer_core.config import ModelConfig, ParallelConfig
-from trainer_core.configio import ConfigError
+from trainer_core.config import ParallelConfig
+from trainer_core.mesh import MESH_DIMS, check_tensor_parallel, mesh_shape
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-MESH_DIMS = ("dp_replicate", "dp_shard", "tp")
-
-
-def mesh_shape(cfg: ParallelConfig, world_size: int) -> tuple[int, int, int]:
-    """``(dp_replicate, dp_shard, tp)`` for ``world_size`` devices, resolving ``dp_shard=-1``.
-
-    Raises a ConfigError naming the field that does not fit the world size.
-    """
-    for name in ("tp", "dp_replicate"):
-        value = getattr(cfg, name)
-        if world_size % value:
-            raise ConfigError(f"parallel.{name}: {value} does not divide world size {world_size}")
-    fixed = cfg.dp_replicate * cfg.tp
-    if world_size % fixed:
-        raise ConfigError(
-            f"parallel.tp: dp_replicate x tp = {cfg.dp_replicate} x {cfg.tp} = {fixed} does not "
-            f"divide world size {world_size}"
-        )
-    shard = world_size // fixed if cfg.dp_shard == -1 else cfg.dp_shard
-    if fixed * shard != world_size:
-        raise ConfigError(
-            f"parallel.dp_shard: dp_replicate x dp_shard x tp = {cfg.dp_replicate} x {shard} x "
-            f"{cfg.tp} = {fixed * shard} devices, but world size is {world_size}; "
-            "set dp_shard=-1 to use every remaining device"
-        )
-    return cfg.dp_replicate, shard, cfg.tp
 
 
 def build_mesh(cfg: ParallelConfig, world_size: int, device_type: str) -> DeviceMesh | None:
@@ -72,23 +46,6 @@ def dp_mesh(mesh: DeviceMesh) -> DeviceMesh:
     """The data-parallel sub-mesh (replicate x shard flattened): ranks that see different data,
     for splitting batches and counting the global tokens of the loss."""
     return mesh["dp_replicate", "dp_shard"]._flatten("dp")
-
-
-def dp_rank_and_size(mesh: DeviceMesh | None) -> tuple[int, int]:
-    if mesh is None:
-        return 0, 1
-    dp = dp_mesh(mesh)
-    return dp.get_local_rank(), dp.size()
-
-
-def check_tensor_parallel(cfg: ModelConfig, tp: int) -> None:
-    """TP splits attention by heads and the MLP by hidden units; each rank needs whole ones."""
-    for name in ("n_heads", "n_kv_heads", "mlp_hidden"):
-        count = getattr(cfg, name)
-        if count % tp:
-            raise ConfigError(
-                f"parallel.tp: {tp} does not divide model.{name}={count}; pick a tp that does"
-            )
 
 
 def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
@@ -172,7 +129,7 @@ def parallelize_model(
         apply_activation_checkpointing(model, cfg)
     if cfg.compile:
         apply_compile(model)
-    if mesh is not None and dp_rank_and_size(mesh)[1] > 1:
+    if mesh is not None and dp_mesh(mesh).size() > 1:
         apply_fsdp(model, mesh, cfg)
     return model
 

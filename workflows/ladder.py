@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainer_core.cli import DEMO_LADDER, exit_on_error, parse_command
+from trainer_core.configio import ConfigError
 from trainer_core.ladder import plan_ladder, preflight
 from trainer_core.lr_feedback import lr_function
 from trainer_core.paths import check_output_dir
@@ -36,13 +37,35 @@ def print_plan(job: LadderJobConfig, plans) -> None:
     )
     rows = [p.table_row(job) for p in plans]
     for key in rows[0]:
-        table.add_column(key, justify="left" if key in ("size", "ckpt steps") else "right")
+        table.add_column(
+            key, justify="left" if key in ("size", "ckpt steps") else "right", no_wrap=True
+        )
     for row in rows:
         table.add_row(*(_fmt(v) for v in row.values()))
-    Console(width=240).print(table)
+    Console(width=1000).print(table)  # one row per size, however wide: never wrapped
     for p in plans:
         if p.batch_warning:
             print(f"warning: {p.batch_warning}")
+        if p.config.train_module.reduce_grads_every_micro_batch:
+            print(
+                f"note: {p.size}: FSDP's unsharded gradients would not fit during accumulation; "
+                "gradients are reduced after every micro-batch instead (more traffic)"
+            )
+        if p.warmup_steps < p.uncapped_warmup:
+            print(
+                f"note: {p.size}: warmup capped at a tenth of the run, {p.warmup_steps} steps "
+                f"(the formula's N tokens would be {p.uncapped_warmup})"
+            )
+
+
+def schedule_plot_path(exp_dir: Path, name: str) -> Path:
+    """In the experiment dir; for a dry run whose dir this machine can't write (a cluster's
+    shared file system), in the current dir."""
+    try:
+        check_output_dir(exp_dir, "dir")
+    except ConfigError:
+        return Path.cwd() / f"{name}-lr_schedule.png"
+    return exp_dir / "lr_schedule.png"
 
 
 def _fmt(value) -> str:
@@ -58,31 +81,33 @@ def main() -> int:
     if parsed is None:
         return 0
     own, job = parsed
-    check_output_dir(job.dir, "dir")
     sizes = own["--sizes"].split(",") if "--sizes" in own else None
-
-    lr_fn = lr_function(job.lr)
-    plans = plan_ladder(job, sizes, lr_fn)
-    exp_dir = Path(job.dir)
+    dry_run = "--dry-run" in own
     if "--benchmark" in own:
+        check_output_dir(job.dir, "dir")
         result = benchmark_size(job, own["--benchmark"])
         print(
             f"benchmark {result['size']}: {result['tokens_per_s_per_device']:,.0f} tokens/s per device, "
             f"MFU {100 * result['mfu']:.1f}% on {result['devices']} device(s)"
         )
         return 0
-    preflight(job)
+    problems = preflight(job, dry_run=dry_run)
+    lr_fn = lr_function(job.lr)
+    plans = plan_ladder(job, sizes, lr_fn)
     print_plan(job, plans)
+    for problem in problems:
+        print(f"warning: {problem}")
+    exp_dir = Path(job.dir)
     largest = plans[-1]
     png = plot_schedule(
         largest.schedule,
         largest.steps,
         largest.lr,
-        exp_dir / "lr_schedule.png",
+        schedule_plot_path(exp_dir, job.name),
         title=f"{job.name} {largest.size}: LR schedule",
     )
     print(f"LR schedule plot: {png}")
-    if "--dry-run" in own:
+    if dry_run:
         return 0
 
     from trainer_core.analysis import report_experiment

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from trainer_core.config import TrainConfig, require
+from trainer_core.mesh import DPLayout, dp_layout
 
 
 @dataclass
@@ -39,6 +40,14 @@ class RayConfig:
 @dataclass
 class RayTrainConfig(TrainConfig):
     ray: RayConfig = field(default_factory=RayConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.check_dp_split(self.layout().dp_size)
+
+    def layout(self, rank: int = 0) -> DPLayout:
+        """World rank ``rank``'s place among ``ray.num_workers`` workers (the one DP rule)."""
+        return dp_layout(self.parallel, self.ray.num_workers, rank)
 
     @classmethod
     def of(cls, cfg: TrainConfig, ray: RayConfig) -> RayTrainConfig:

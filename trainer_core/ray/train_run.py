@@ -15,7 +15,6 @@ from typing import Any
 import ray.data
 import ray.train
 
-from trainer_core.configio import ConfigError
 from trainer_core.data import open_token_data
 from trainer_core.errors import RunFailedError
 from trainer_core.ray.config import RayTrainConfig
@@ -52,11 +51,7 @@ def build_torch_trainer(
 ):
     cfg = with_absolute_run_dir(cfg)
     rc = cfg.ray
-    if rc.num_workers % cfg.parallel.tp:
-        raise ConfigError(
-            f"ray.num_workers: {rc.num_workers} is not a multiple of parallel.tp={cfg.parallel.tp}"
-        )
-    dp_size = rc.num_workers // cfg.parallel.tp
+    dp_size = cfg.layout().dp_size
     run_dir = Path(cfg.trainer.run_dir).resolve()
     resources = {"CPU": rc.cpus_per_worker}
     if rc.use_gpu:

@@ -92,10 +92,9 @@ def train_worker(config: dict[str, Any]) -> None:
 def _train(config: dict[str, Any]) -> None:
     quiet_ray_loggers()  # again: Train and Data loggers created since process start
     cfg: RayTrainConfig = config["train"]
-    tp = cfg.parallel.tp
-    dp_rank = ray.train.get_context().get_world_rank() // tp
-    rows_per_rank = cfg.trainer.global_batch_size // cfg.data.seq_len // (cfg.ray.num_workers // tp)
-    shard = ray.train.get_dataset_shard(dataset_name(dp_rank))
+    layout = cfg.layout(ray.train.get_context().get_world_rank())
+    rows_per_rank = cfg.trainer.global_batch_size // cfg.data.seq_len // layout.dp_size
+    shard = ray.train.get_dataset_shard(dataset_name(layout.dp_rank))
     # Where this worker group's datasets start (built from the same listing just before the
     # workers started; read before the first collective, so before any rank can change it).
     data_start = resume_step(Path(cfg.trainer.run_dir))
