@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 import torch
 import yaml
 
+from trainer_core import storage
 from trainer_core.config import DataConfig
 from trainer_core.corpus import demo_shards
 from trainer_core.shards import (
@@ -42,6 +43,7 @@ from trainer_core.shards import (
     ShardFile,
     verify_shards,
 )
+from trainer_core.storage import Location
 from trainer_core.tokenizer import load_tokenizer
 
 MIX_BLOCK = 4096
@@ -93,7 +95,8 @@ def read_mix(path: str | Path) -> tuple[tuple[str, float], ...]:
     for key, weight in raw.items():
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
             raise DataError(f"{path}: weight of {key!r} is {weight!r}; weights must be numbers > 0")
-        sources.append((str((path.parent / str(key)).expanduser().resolve()), float(weight)))
+        source = key if storage.is_url(key) else path.parent / str(key)
+        sources.append((str(storage.normalize(source, absolute=True)), float(weight)))
     return tuple(sources)
 
 
@@ -101,7 +104,7 @@ def resolve_spec(cfg: DataConfig) -> TokenDataSpec:
     if cfg.mix:
         return TokenDataSpec(read_mix(cfg.mix), verify_checksums=cfg.verify_checksums)
     if cfg.shards:
-        path = str(Path(cfg.shards).expanduser().resolve())
+        path = str(storage.normalize(cfg.shards, absolute=True))
         return TokenDataSpec(((path, 1.0),), verify_checksums=cfg.verify_checksums)
     return TokenDataSpec(demo_tokenizer=cfg.tokenizer, verify_checksums=cfg.verify_checksums)
 
@@ -147,7 +150,7 @@ class ShardLayout:
 
 
 def decode_group(
-    file: pq.ParquetFile, path: Path, index: int, file_tokens: int, layout: ShardLayout
+    file: pq.ParquetFile, path: Location, index: int, file_tokens: int, layout: ShardLayout
 ) -> np.ndarray:
     """Decode one row group, its pages' CRCs verified, or raise a ShardError naming the file.
 
@@ -180,16 +183,28 @@ def decode_group(
     return tokens
 
 
+def open_parquet(path: Location) -> pq.ParquetFile:
+    """A local file memory-mapped; a remote one through its fsspec filesystem, whose reads
+    fetch only the row groups asked for."""
+    if storage.is_url(path):
+        fs, key = storage.filesystem(path)
+        # Opened by pyarrow from the filesystem (not a handle we pass), so close() releases it.
+        return pq.ParquetFile(key, filesystem=fs, page_checksum_verification=True)
+    return pq.ParquetFile(path, memory_map=True, page_checksum_verification=True)
+
+
 class RowGroupCache:
     """Decoded parquet row groups, least recently used first out, within a byte budget."""
 
     def __init__(self, budget_bytes: int = CACHE_BYTES):
         self.budget = budget_bytes
-        self._files: OrderedDict[Path, pq.ParquetFile] = OrderedDict()
-        self._groups: OrderedDict[tuple[Path, int], np.ndarray] = OrderedDict()
+        self._files: OrderedDict[Location, pq.ParquetFile] = OrderedDict()
+        self._groups: OrderedDict[tuple[Location, int], np.ndarray] = OrderedDict()
         self._bytes = 0
 
-    def group(self, path: Path, index: int, file_tokens: int, layout: ShardLayout) -> np.ndarray:
+    def group(
+        self, path: Location, index: int, file_tokens: int, layout: ShardLayout
+    ) -> np.ndarray:
         """Row group ``index`` of ``path`` (``file_tokens`` long), decoded and checked once."""
         key = (path, index)
         hit = self._groups.get(key)
@@ -203,11 +218,11 @@ class RowGroupCache:
             self._bytes -= self._groups.popitem(last=False)[1].nbytes
         return tokens
 
-    def _file(self, path: Path) -> pq.ParquetFile:
+    def _file(self, path: Location) -> pq.ParquetFile:
         handle = self._files.get(path)
         if handle is None:
             try:
-                handle = pq.ParquetFile(path, memory_map=True, page_checksum_verification=True)
+                handle = open_parquet(path)
             except (OSError, ValueError, pa.ArrowException) as e:
                 raise ShardError(
                     f"{path}: not a readable parquet file ({first_line(e)}); {RETOKENIZE}"
@@ -224,7 +239,7 @@ class Split:
 
     def __init__(self, manifest: Manifest, files: list[ShardFile]):
         self.manifest = manifest
-        self.paths = [manifest.dir / f.name for f in files]
+        self.paths = [storage.join(manifest.dir, f.name) for f in files]
         self.tokens = np.array([f.tokens for f in files], dtype=np.int64)
         self.layout = ShardLayout(
             np.dtype(manifest.dtype),
@@ -364,7 +379,7 @@ class TokenData:
         if spec.demo_tokenizer is not None:
             dirs = [demo_shards(tokenizer=spec.demo_tokenizer)]
         else:
-            dirs = [Path(d) for d, _ in spec.sources]
+            dirs = [storage.normalize(d) for d, _ in spec.sources]
         if not dirs:
             raise DataError(
                 "no shard dirs to read; set data.shards or data.mix (or neither for the demo corpus)"

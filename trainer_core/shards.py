@@ -26,7 +26,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trainer_core import storage
 from trainer_core.errors import UserError
+from trainer_core.storage import Location
 
 MANIFEST = "manifest.json"
 FORMAT = "rayladder-shards"
@@ -76,9 +78,9 @@ def check_ids(ids: np.ndarray, vocab_size: int, source: str = "") -> np.ndarray:
     return ids
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(path: Location) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with storage.open_file(path) as f:
         while chunk := f.read(1 << 22):
             h.update(chunk)
     return h.hexdigest()
@@ -118,11 +120,12 @@ class Manifest:
     info: dict = field(default_factory=dict)
     page_checksums: bool = False
     """Files carry parquet page CRCs; False in manifests written before they did."""
-    dir: Path = Path(".")
+    dir: Location = Path(".")
+    """A local dir, or a URL (``s3://bucket/prefix``) read through :mod:`trainer_core.storage`."""
 
     @property
-    def path(self) -> Path:
-        return self.dir / MANIFEST
+    def path(self) -> Location:
+        return storage.join(self.dir, MANIFEST)
 
     @property
     def num_train_tokens(self) -> int:
@@ -163,15 +166,15 @@ def write_manifest(manifest: Manifest) -> Path:
     return manifest.path
 
 
-def read_manifest(directory: str | Path) -> Manifest:
-    directory = Path(directory).expanduser()
-    path = directory / MANIFEST
-    if not path.is_file():
+def read_manifest(directory: Location) -> Manifest:
+    directory = storage.normalize(directory)
+    path = storage.join(directory, MANIFEST)
+    if not storage.is_file(path):
         raise DataError(
             f"{path}: no shard manifest there; create shards with datasets/tokenize_corpus.py --out {directory}"
         )
     try:
-        raw = json.loads(path.read_text())
+        raw = json.loads(storage.read_text(path))
         if raw.get("format") != FORMAT or raw.get("version") != FORMAT_VERSION:
             raise DataError(
                 f"{path}: not a {FORMAT} v{FORMAT_VERSION} manifest "
@@ -195,7 +198,7 @@ def read_manifest(directory: str | Path) -> Manifest:
         ) from None
 
 
-def verify_shards(directory: str | Path, checksums: bool = True) -> Manifest:
+def verify_shards(directory: Location, checksums: bool = True) -> Manifest:
     """Check every listed file exists with its recorded size and (``checksums``) sha256.
 
     The size check is instant and catches truncation and missing files; the checksum reads every
@@ -203,12 +206,12 @@ def verify_shards(directory: str | Path, checksums: bool = True) -> Manifest:
     """
     manifest = read_manifest(directory)
     for f in manifest.train + manifest.validation:
-        path = manifest.dir / f.name
-        if not path.is_file():
+        path = storage.join(manifest.dir, f.name)
+        if not storage.is_file(path):
             raise DataError(
                 f"{path}: shard file listed in {manifest.path} is missing; {RETOKENIZE}"
             )
-        size = path.stat().st_size
+        size = storage.size(path)
         if size != f.bytes:
             raise DataError(
                 f"{path}: shard is {size} bytes, the manifest says {f.bytes} (truncated?); {RETOKENIZE}"

@@ -10,8 +10,10 @@ laws. A sweep: every trial compared at a common step, the optimal LR per size an
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
 
+from trainer_core import storage
 from trainer_core.analysis import report_experiment
 from trainer_core.cli import exit_on_error
 from trainer_core.paths import check_output_dir
@@ -21,9 +23,11 @@ def main() -> int:
     doc = __doc__.strip().splitlines()
     parser = argparse.ArgumentParser(description="\n".join(doc[2:]), usage=doc[0].strip("`"))
     parser.add_argument(
-        "exp_dir", type=Path, help="experiment dir (with runs/) or a single run dir"
+        "exp_dir", help="experiment dir (with runs/) or a single run dir; may be a URL (s3://...)"
     )
-    parser.add_argument("--out", type=Path, help="where the PNGs go (default <exp_dir>/analysis)")
+    parser.add_argument(
+        "--out", help="where the PNGs go (default <exp_dir>/analysis); a URL is uploaded to"
+    )
     parser.add_argument(
         "--target-params", type=float, help="predict the loss of a model this size (N)"
     )
@@ -34,8 +38,14 @@ def main() -> int:
         "--bootstrap", type=int, default=200, help="bootstrap resamples for the CIs"
     )
     args = parser.parse_args()
-    check_output_dir(args.out or args.exp_dir / "analysis", "--out")
-    report_experiment(args.exp_dir, args.out, args.target_params, args.target_flops, args.bootstrap)
+    out = args.out or storage.join(args.exp_dir, "analysis")
+    report = (args.target_params, args.target_flops, args.bootstrap)
+    if not storage.is_url(out):
+        report_experiment(args.exp_dir, check_output_dir(out, "--out"), *report)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="rayladder-plots-") as tmp:
+        report_experiment(args.exp_dir, tmp, *report)
+        storage.upload_dir(Path(tmp), str(out))
     return 0
 
 

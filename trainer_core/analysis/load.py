@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from trainer_core import storage
 from trainer_core.checkpoint import list_checkpoints
 from trainer_core.errors import UserError
 from trainer_core.ladder import recorded_experiment_kind
@@ -55,7 +57,8 @@ class AnalysisError(UserError, ValueError):
 class ExperimentResults:
     """An experiment (or a single run) as DataFrames; see :func:`load`."""
 
-    path: Path
+    path: Path | str
+    """The experiment dir, or its URL (``s3://...``)."""
     runs: pd.DataFrame
     metrics: pd.DataFrame
     points: pd.DataFrame
@@ -132,8 +135,35 @@ class ExperimentResults:
 
 
 def load(exp_dir: str | Path) -> ExperimentResults:
-    """Load ``<exp_dir>/runs/*`` (or ``exp_dir`` itself when it is one run dir)."""
-    root = Path(exp_dir)
+    """Load ``<exp_dir>/runs/*`` (or ``exp_dir`` itself when it is one run dir).
+
+    ``exp_dir`` may be a URL (``s3://bucket/prefix``): its records are staged to a temporary dir
+    (checkpoint tensors left out, see :func:`storage.stage_records`) and read by the same code,
+    with the URL in place of the staged path in the result and in any error.
+    """
+    if not storage.is_url(exp_dir):
+        return _load_local(Path(exp_dir))
+    url = str(exp_dir).rstrip("/")
+    with tempfile.TemporaryDirectory(prefix="rayladder-analysis-") as tmp:
+        if not storage.is_dir(url):
+            raise AnalysisError(f"{url}: no such directory; pass an experiment dir or a run dir")
+        staged = storage.stage_records(url, Path(tmp))
+        try:
+            results = _load_local(staged)
+        except AnalysisError as e:
+            raise AnalysisError(str(e).replace(tmp, url)) from None
+
+    def relocate(value: Any) -> Any:
+        return str(value).replace(tmp, url) if isinstance(value, str | Path) else value
+
+    results.path = url
+    results.runs["dir"] = results.runs["dir"].map(relocate)
+    for column in ("path", "metrics_path"):
+        results.checkpoints[column] = results.checkpoints[column].map(relocate)
+    return results
+
+
+def _load_local(root: Path) -> ExperimentResults:
     run_dirs = find_run_dirs(root)
     runs, metrics, points, checkpoints = [], [], [], []
     for run_dir in run_dirs:
