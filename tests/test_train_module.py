@@ -46,10 +46,28 @@ def test_micro_batching_gives_the_same_gradients():
     torch.testing.assert_close(stats_split.ce_sum, stats_whole.ce_sum, atol=1e-4, rtol=1e-6)
 
 
-def test_bad_microbatch_is_a_clear_error():
-    module = make_module(3)
-    with pytest.raises(ValueError, match="must divide the per-rank batch of 8 sequences"):
-        module.train_batch(torch.randint(0, 300, (8, SEQ + 1)))
+def test_uneven_micro_batches_still_give_the_exact_gradient():
+    """The loss is a sum over global tokens, so a short last micro-batch weighs right."""
+    batch = batch_with_padding()
+    whole = make_module(0)
+    whole.train_batch(batch.clone())
+    uneven = make_module(3)
+    assert uneven.micro_batches(8) == [(0, 3), (3, 6), (6, 8)]
+    uneven.train_batch(batch.clone())
+    for name, g in grads(whole).items():
+        torch.testing.assert_close(grads(uneven)[name], g, atol=1e-6, rtol=0)
+
+
+def test_eval_forwards_never_exceed_the_micro_batch():
+    batch = batch_with_padding()
+    whole = make_module(0).eval_batch(batch)
+    split = make_module(3)
+    sizes = []
+    split.model.register_forward_pre_hook(lambda _, args: sizes.append(args[0].shape[0]))
+    ce, count = split.eval_batch(batch)
+    assert sizes == [3, 3, 2]
+    torch.testing.assert_close(ce, whole[0], atol=1e-4, rtol=1e-6)
+    assert count.item() == whole[1].item() == 8 * SEQ - 12 - 5
 
 
 def test_clipping_reports_pre_clip_norm_and_clips():
@@ -62,13 +80,28 @@ def test_clipping_reports_pre_clip_norm_and_clips():
     assert total.item() == pytest.approx(1e-3, rel=1e-3)
 
 
-def test_z_loss_adds_to_the_objective():
-    batch = torch.randint(0, 300, (4, SEQ + 1))
-    plain = make_module(0).train_batch(batch)
-    with_z = make_module(0, z_loss_multiplier=1e-4).train_batch(batch)
-    assert plain.z_sum.item() == 0
-    assert with_z.z_sum.item() > 0
-    torch.testing.assert_close(plain.ce_sum, with_z.ce_sum)
+def test_z_loss_by_hand_masked_in_the_gradient_and_out_of_eval():
+    batch = batch_with_padding()
+    plain, with_z = make_module(0), make_module(2, z_loss_multiplier=1e-4)
+    inputs, labels = batch[:, :-1].clamp(min=0), batch[:, 1:]
+    with torch.no_grad():
+        logits = with_z.model(inputs).float()
+    valid = labels != -100
+    by_hand = 1e-4 * (logits.logsumexp(-1)[valid] ** 2).sum()
+    stats = with_z.train_batch(batch.clone())
+    torch.testing.assert_close(stats.z_sum, by_hand, atol=1e-5, rtol=1e-5)
+    plain_stats = plain.train_batch(batch.clone())
+    assert plain_stats.z_sum.item() == 0
+    torch.testing.assert_close(plain_stats.ce_sum, stats.ce_sum, atol=1e-4, rtol=1e-6)
+    # it reaches the gradient: the difference is the z-loss term's own gradient
+    term = make_module(0)
+    z = 1e-4 * (term.model(inputs).float().logsumexp(-1)[valid] ** 2).sum()
+    (z / valid.sum()).backward()
+    diff = grads(with_z)["head.weight"] - grads(plain)["head.weight"]
+    assert term.model.head.weight.grad.abs().max().item() > 1e-6
+    torch.testing.assert_close(diff, term.model.head.weight.grad, atol=1e-7, rtol=1e-3)
+    # and stays out of the eval loss
+    torch.testing.assert_close(with_z.eval_batch(batch)[0], plain.eval_batch(batch)[0])
 
 
 def test_bf16_autocast_runs_on_cpu():

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import time
 
 import pytest
 
 from trainer_core.build import build_trainer
+from trainer_core.callbacks import BaseCallback
 from trainer_core.checkpoint import CheckpointError
 from trainer_core.config import TrainConfig
 from trainer_core.configio import load_config
@@ -274,3 +277,34 @@ def test_a_non_finite_gradient_norm_is_named_as_such(tmp_path, tiny_config):
     assert "loss=nan" not in message and "loss=inf" not in message
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert (info["status"], info["diverged_step"]) == ("diverged", 1)
+
+
+class SlowCheckpoint(BaseCallback):
+    """Makes every checkpoint take a second longer (its own commit hook, like a slow disk)."""
+
+    def on_checkpoint(self, step, path, permanent) -> None:
+        time.sleep(1.0)
+
+
+def test_step_throughput_leaves_out_eval_and_checkpoint_time(tmp_path, tiny_config):
+    args = (
+        "--trainer.max_steps=6",
+        "--trainer.log_interval=2",
+        "--trainer.eval_interval=2",
+        "--checkpoint.save_interval_steps=2",
+        "--train_module.z_loss_multiplier=1e-4",
+    )
+    cfg = tiny_config(tmp_path / "run", *args)
+    build_trainer(cfg, extra_callbacks=[SlowCheckpoint()]).fit()
+    lines = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    logged = [r for r in lines if "throughput/tokens_per_s" in r]
+    assert [r["step"] for r in logged] == [2, 4, 6]
+    for before, after in itertools.pairwise(logged):
+        # step 2's eval and (slow) checkpoint fall in the window that ends at step 4
+        assert after["time/checkpoint_s"] >= 1.0 and after["time/eval_s"] > 0
+        window_tokens = 2 * cfg.trainer.global_batch_size
+        wall = after["time"] - before["time"]
+        assert after["throughput/tokens_per_s"] > 2 * window_tokens / wall
+    assert logged[0]["time/checkpoint_s"] == 0
+    # the z-loss is logged as a token mean beside the loss, far smaller at this multiplier
+    assert all(0 < r["train/z_loss"] < 1e-2 * r["train/loss"] for r in logged)

@@ -79,11 +79,16 @@ class TrainModule:
 
     @torch.no_grad()
     def eval_batch(self, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Summed token CE and token count for ``[B, seq_len + 1]`` (reduce across ranks to average)."""
+        """Summed token CE and token count for ``[B, seq_len + 1]`` (reduce across ranks to
+        average), in forwards of at most one micro-batch: an eval batch is a whole rank batch
+        (micro x accumulation sequences), which would not fit in one forward at scale."""
         self.model.eval()
         inputs, labels = self._split(batch.to(self.device))
-        ce_sum, _ = self._loss_sums(inputs, labels, with_z=False)
-        return ce_sum, (labels != self.cfg.label_ignore_index).sum()
+        ce_total = torch.zeros((), device=self.device)
+        for start, stop in self.micro_batches(inputs.shape[0]):
+            ce_sum, _ = self._loss_sums(inputs[start:stop], labels[start:stop], with_z=False)
+            ce_total += ce_sum
+        return ce_total, (labels != self.cfg.label_ignore_index).sum()
 
     def optim_step(self) -> torch.Tensor:
         """Clip, step optimizer and schedule; returns the global pre-clip gradient norm.
@@ -138,13 +143,10 @@ class TrainModule:
     # -- helpers ------------------------------------------------------------------------------
 
     def micro_batches(self, rank_batch: int) -> list[tuple[int, int]]:
+        """Row ranges of at most ``rank_microbatch_seqs`` (the last may be shorter: an eval
+        batch need not divide evenly; a training batch does, checked at config time)."""
         per_micro = self.cfg.rank_microbatch_seqs or rank_batch
-        if rank_batch % per_micro:
-            raise ValueError(
-                f"train_module.rank_microbatch_seqs={per_micro} must divide the per-rank batch "
-                f"of {rank_batch} sequences"
-            )
-        return [(s, s + per_micro) for s in range(0, rank_batch, per_micro)]
+        return [(s, min(s + per_micro, rank_batch)) for s in range(0, rank_batch, per_micro)]
 
     def _split(self, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs and next-token labels; ignored label positions are fed to the model as id 0."""

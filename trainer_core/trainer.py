@@ -47,13 +47,17 @@ class NonFiniteLossError(UserError, RuntimeError):
 
 @dataclass
 class _Window:
-    """Sums since the last log line."""
+    """Sums since the last log line. Eval and checkpoint seconds are kept apart so the step
+    throughput (tokens/s, MFU) measures training alone."""
 
     ce: float = 0.0
+    z: float = 0.0
     tokens: float = 0.0
     grad_norms: list[float] = field(default_factory=list)
     start_time: float = field(default_factory=time.perf_counter)
     steps: int = 0
+    eval_s: float = 0.0
+    checkpoint_s: float = 0.0
 
 
 class Trainer:
@@ -165,10 +169,10 @@ class Trainer:
             if self.eval_batches_data and (
                 self.step % self.cfg.trainer.eval_interval == 0 or self.step == total
             ):
-                metrics["eval/loss"] = self.evaluate()
+                metrics["eval/loss"] = self._timed(window, "eval_s", self.evaluate)
             save = self._save_decision()
             if save == "permanent" and self.eval_batches_data and "eval/loss" not in metrics:
-                metrics["eval/loss"] = self.evaluate()
+                metrics["eval/loss"] = self._timed(window, "eval_s", self.evaluate)
             if metrics or save != "none":
                 # The step's record goes out before its checkpoint commits: a kill after the
                 # commit cannot lose it, a kill before resumes earlier and drops it with the
@@ -177,7 +181,9 @@ class Trainer:
                 self.last_metrics.update(metrics)
                 self._emit("on_log", self.step, metrics)
                 if save != "none":
-                    self._checkpoint(save == "permanent", metrics, lr)
+                    self._timed(
+                        window, "checkpoint_s", self._checkpoint, save == "permanent", metrics, lr
+                    )
                 self._emit("on_step_end", self.step)
 
     def evaluate(self) -> float:
@@ -194,8 +200,19 @@ class Trainer:
 
     # -- internals ----------------------------------------------------------------------------
 
+    @staticmethod
+    def _timed(window: _Window, field_name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, its seconds added to the window's ``field_name``."""
+        start = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            elapsed = time.perf_counter() - start
+            setattr(window, field_name, getattr(window, field_name) + elapsed)
+
     def _accumulate(self, window: _Window, stats: BatchStats, norm: torch.Tensor) -> None:
         window.ce += stats.ce_sum.item()
+        window.z += stats.z_sum.item()
         window.tokens += stats.num_tokens.item()
         window.grad_norms.append(norm.item())
         window.steps += 1
@@ -204,23 +221,32 @@ class Trainer:
         self, window: _Window, last: BatchStats, norm: torch.Tensor, lr: float
     ) -> dict[str, float]:
         sums = torch.tensor(
-            [window.ce, window.tokens, last.ce_sum.item(), last.num_tokens.item()],
+            [window.ce, window.tokens, last.ce_sum.item(), last.num_tokens.item(), window.z],
             dtype=torch.float64,
         )
         if self.world_size > 1 and self.module.dp_size > 1:
             dist.all_reduce(sums, group=self.module.dp_group)
-        elapsed = max(time.perf_counter() - window.start_time, 1e-9)
+        wall = time.perf_counter() - window.start_time
+        elapsed = max(wall - window.eval_s - window.checkpoint_s, 1e-9)
         tokens_per_s = window.steps * self.info.global_batch_tokens / elapsed
         flops_per_s = tokens_per_s * self.info.flops_per_token
+        z_loss = (
+            {"train/z_loss": (sums[4] / sums[1]).item()}
+            if self.module.cfg.z_loss_multiplier
+            else {}
+        )
         return {
             "train/loss": (sums[0] / sums[1]).item(),
             "train/loss_last": (sums[2] / sums[3]).item(),
+            **z_loss,
             "train/grad_norm": sum(window.grad_norms) / len(window.grad_norms),
             "train/grad_norm_last": norm.item(),
             "lr": lr,
             "throughput/tokens_per_s": tokens_per_s,
             "throughput/tokens_per_s_per_device": tokens_per_s / self.world_size,
             "throughput/mfu": flops_per_s / (self.peak_flops * self.world_size),
+            "time/eval_s": window.eval_s,
+            "time/checkpoint_s": window.checkpoint_s,
         }
 
     def _save_decision(self) -> str:
