@@ -106,6 +106,11 @@ def test_a_worker_sigkilled_mid_run_resumes_to_the_same_loss(reference_run, conf
     assert summary["status"] == "finished" and summary["last_step"] == 16
     assert summary["train/loss_last"] == pytest.approx(ref_summary["train/loss_last"], abs=1e-5)
     assert summary["eval/loss"] == pytest.approx(ref_summary["eval/loss"], abs=1e-5)
+    # the replayed steps are recorded once: the metrics file has the reference's steps
+    steps = [json.loads(x)["step"] for x in (tmp_path / "killed" / "metrics.jsonl").open()]
+    ref_steps = [json.loads(x)["step"] for x in (ref_dir / "metrics.jsonl").open()]
+    assert steps == ref_steps == sorted(set(steps))
+    assert losses(tmp_path / "killed") == pytest.approx(losses(ref_dir), abs=1e-5)
 
 
 def test_every_ray_worker_process_starts_with_ray_chatter_turned_down(no_local_ray, processes):
