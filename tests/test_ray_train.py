@@ -259,3 +259,18 @@ def test_a_failed_trial_fails_the_experiment_and_names_the_run(ray_session, conf
     assert str(missing) in message.splitlines()[1] and "--resume" in message
     assert "Traceback" not in message
     assert not (tmp_path / "runs" / "bad" / "run.json").exists()
+
+
+def test_a_run_started_from_another_runs_checkpoint_on_ray(reference_run, config, tmp_path):
+    """``checkpoint.resume_from`` on Ray: the per-rank datasets start at that checkpoint's step
+    (not the new run dir's latest, which has none), so the branch continues the reference."""
+    ref_dir, _ = reference_run
+    source = run_training(config(tmp_path / "source", "--checkpoint.keep_steps=[8]"))
+    assert source["status"] == "finished"
+    start = tmp_path / "source" / "checkpoints" / "step-00000008"
+    branch = run_training(config(tmp_path / "branch", f"--checkpoint.resume_from={start}"))
+    assert branch["status"] == "finished" and branch["last_step"] == 16
+    resumed = losses(tmp_path / "branch")
+    assert min(resumed) > 8
+    expected = {step: loss for step, loss in losses(ref_dir).items() if step > 8}
+    assert resumed == pytest.approx(expected, abs=1e-5)

@@ -153,6 +153,19 @@ def listed_files(path: Path) -> FileListing:
     return listing
 
 
+def checkpoint_step(path: str | Path) -> int:
+    """The step a checkpoint dir holds: from its ``step-N`` name, else its info.json."""
+    path = Path(path)
+    match = STEP_DIR.match(path.name)
+    step = int(match.group(1)) if match else _read_info(path).get("step")
+    if step is None:
+        raise CheckpointError(
+            f"checkpoint {path}: no step in its name (step-NNNNNNNN) or its info.json; point "
+            "checkpoint.resume_from at a checkpoint dir"
+        )
+    return int(step)
+
+
 def list_checkpoints(run_dir: str | Path) -> list[CheckpointInfo]:
     """Every ``step-N`` dir of a run (complete or not), sorted by step; scratch dirs are left out."""
     root = checkpoints_dir(run_dir)

@@ -16,13 +16,13 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import ray.data
 import torch
 
-from trainer_core.checkpoint import list_checkpoints
+from trainer_core.checkpoint import checkpoint_step, list_checkpoints
+from trainer_core.config import TrainConfig
 from trainer_core.data import TokenData, TokenDataSpec, rank_batch_size
 from trainer_core.shards import DataError, token_dtype
 
@@ -49,9 +49,12 @@ def dataset_name(dp_rank: int) -> str:
     return f"train_dp{dp_rank}"
 
 
-def resume_step(run_dir: Path) -> int:
-    """The step the next worker group will start from: the latest complete checkpoint's."""
-    complete = [c for c in list_checkpoints(run_dir) if c.complete]
+def resume_step(cfg: TrainConfig) -> int:
+    """The step the next worker group will start from: ``checkpoint.resume_from``'s when set
+    (the trainer loads exactly that one, on every start), else the latest complete checkpoint's."""
+    if cfg.checkpoint.resume_from:
+        return checkpoint_step(cfg.checkpoint.resume_from)
+    complete = [c for c in list_checkpoints(cfg.trainer.run_dir) if c.complete]
     return complete[-1].step if complete else 0
 
 

@@ -32,7 +32,7 @@ def with_absolute_run_dir(cfg: RayTrainConfig) -> RayTrainConfig:
 
 def _rank_dataset(cfg: RayTrainConfig, dp_rank: int, dp_size: int):
     """Built by Ray on every worker-group (re)start, from the position the workers will resume at."""
-    start = resume_step(Path(cfg.trainer.run_dir))
+    start = resume_step(cfg)
     data = open_token_data(cfg.data, cfg.model.vocab_size)
     return ray_train_dataset(
         data.spec,

@@ -97,12 +97,10 @@ def _train(config: dict[str, Any]) -> None:
     shard = ray.train.get_dataset_shard(dataset_name(layout.dp_rank))
     # Where this worker group's datasets start (built from the same listing just before the
     # workers started; read before the first collective, so before any rank can change it).
-    data_start = resume_step(Path(cfg.trainer.run_dir))
+    data_start = resume_step(cfg)
 
     def train_batches(start_step: int):
-        # Only a fallback moves the start (checkpoint.resume_from, which these datasets do not
-        # follow, stays the data layer's error below: a retry would not change it).
-        if start_step != data_start and not cfg.checkpoint.resume_from:
+        if start_step != data_start:
             raise DataPositionChanged(
                 f"resumed at step {start_step}, not {data_start}: the checkpoint of step "
                 f"{data_start} failed its checksums; restarting the workers so the data "
