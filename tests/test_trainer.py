@@ -60,11 +60,13 @@ def test_checkpoint_metrics_carry_their_own_step_lr_and_tokens(tmp_path, tiny_co
     run = tmp_path / "run"
     pre, post = (json.loads((run / f"metrics_step{s}.json").read_text()) for s in (7, 10))
     assert (pre["step"], pre["tokens"], pre["lr"]) == (7, 7 * 512, pytest.approx(cfg.optim.lr))
-    floor = pytest.approx(cfg.optim.lr * cfg.schedule.min_lr_ratio)
-    assert (post["step"], post["tokens"], post["lr"]) == (10, 10 * 512, floor)
+    # the decay's last update: 3/4 of the way to the floor, which the next update would reach
+    floor = cfg.schedule.min_lr_ratio
+    last = pytest.approx(cfg.optim.lr * (floor + (1 - floor) / 4))
+    assert (post["step"], post["tokens"], post["lr"]) == (10, 10 * 512, last)
     assert pre["eval/loss"] != post["eval/loss"]
     logged = {r["step"]: r["lr"] for r in read_jsonl(run / "metrics.jsonl") if "lr" in r}
-    assert logged[10] == floor and logged[5] == pytest.approx(cfg.optim.lr)
+    assert logged[10] == last and logged[5] == pytest.approx(cfg.optim.lr)
     points = load(run).points.set_index("step")
     assert not points.loc[7, "annealed"] and points.loc[10, "annealed"]
 

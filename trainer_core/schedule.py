@@ -7,9 +7,10 @@ decay: that is WSD-S, one run that yields an annealed model at the end of every 
 
 Step convention: ``lr_multiplier(s)`` is the factor for optimizer update ``s`` (0-based) and equals
 the schedule evaluated after ``s + 1`` updates. So warmup gives ``(s + 1) / warmup`` (the very
-first update already moves), the last warmup step reaches peak, the last step of every cycle lands
-exactly on ``min_lr_ratio``, and ``decay_windows`` starts are the number of updates done before
-the first decayed one (a checkpoint there is the un-annealed model).
+first update already moves), the last warmup step reaches peak, a decay of D updates takes them at
+progress 1/(D+1) .. D/(D+1), so the LR reaches ``min_lr_ratio`` just after the cycle's last update
+(none is spent at LR 0), and ``decay_windows`` starts are the number of updates done before the
+first decayed one (a checkpoint there is the un-annealed model).
 matplotlib (~1 s to import) is loaded by :func:`plot_schedule` alone, not by training.
 """
 
@@ -152,7 +153,9 @@ def _value(step: int, plan: list[_Cycle], cfg: ScheduleConfig) -> float:
         return c.rewarm_from + (1 - c.rewarm_from) * into / c.warmup
     if done <= c.decay_start:
         return 1.0
-    return _decay_shape(cfg.kind, (done - c.decay_start) / c.decay, cfg.min_lr_ratio)
+    # The decay would reach its floor one update after the cycle's last: every decayed update
+    # moves the weights (an update at LR 0 is a wasted step), the last at the lowest LR > floor.
+    return _decay_shape(cfg.kind, (done - c.decay_start) / (c.decay + 1), cfg.min_lr_ratio)
 
 
 def lr_multiplier(step: int, total_steps: int, cfg: ScheduleConfig) -> float:
