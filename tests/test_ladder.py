@@ -339,3 +339,36 @@ def test_multiple_by_size_overrides_the_duration_of_one_size():
         from_dict(LadderConfig, {"duration": {"multiple_by_size": {"25K": 3}}})
     with pytest.raises(ConfigError, match="multiple_by_size.*'9K'"):
         from_dict(LadderConfig, {"duration": {"multiple_by_size": {"9K": 2}}})
+
+
+def test_a_planned_wsds_run_gives_an_annealed_point_at_each_decay_end(tmp_path):
+    """A ladder-planned WSD-S run, trained for real: a permanent eval at every decay start (peak
+    LR, not annealed) and end (annealed), and the analysis fits exactly the ends."""
+    from trainer_core.analysis import load
+    from trainer_core.build import build_trainer
+
+    ladder = from_dict(
+        LadderConfig,
+        {
+            "dir": str(tmp_path),
+            "sizes": ["15K"],
+            "seq_len": 64,
+            "batch": {"coef": 20480.0},
+            "duration": {"chinchilla_multiple": 0.0625},
+            "run": {
+                "trainer": {"eval_batches": 1, "progress": False},
+                "checkpoint": {"save_interval_minutes": None},
+            },
+        },
+    )
+    plan = plan_size("15K", ladder)
+    windows = decay_windows(plan.steps, plan.schedule)
+    assert len(windows) == 4 and windows[-1][1] == plan.steps
+    build_trainer(plan.config).fit()
+    points = load(tmp_path).points.set_index("step")
+    starts, ends = {s for s, _ in windows}, {e for _, e in windows}
+    assert set(points.index) == starts | ends
+    assert set(points.index[points["annealed"]]) == ends
+    assert points.loc[sorted(starts), "lr_at_step"].tolist() == pytest.approx([plan.lr] * 4)
+    fitted = load(tmp_path).fit_points()
+    assert sorted(fitted["step"]) == sorted(ends)
