@@ -31,6 +31,7 @@ bench: setup
 	$(BIN)/python benchmarks/checkpoint.py
 	$(BIN)/python benchmarks/ray_overhead.py
 	$(BIN)/python benchmarks/fit_coverage.py
+	$(BIN)/python benchmarks/memory.py
 
 lint: setup
 	$(BIN)/ruff check .

@@ -147,7 +147,11 @@ def test_devices_are_a_power_of_two_in_a_node_or_whole_nodes():
 def test_accumulation_that_would_not_fit_reduces_every_micro_batch():
     """FSDP keeps a full unsharded gradient copy while accumulating: a 7B on 4 devices with
     accumulation does not fit 80 GB with it, so the plan reduces after every micro-batch."""
-    ladder = gpu_ladder(sizes=["7B"], max_devices=4, batch={"coef": 4 * 2048 * 160})
+    run = {
+        "parallel": {"activation_checkpointing": "full"},
+        "train_module": {"autocast_precision": "bf16"},
+    }
+    ladder = gpu_ladder(sizes=["7B"], max_devices=4, batch={"coef": 4 * 2048 * 160}, run=run)
     p = plan_size("7B", ladder)
     assert p.grad_accum > 1 and p.config.train_module.reduce_grads_every_micro_batch
     assert p.memory.unsharded_grads == 0 and p.memory.total <= ladder.memory_bytes
