@@ -35,15 +35,21 @@ def test_run_json_is_written_whole_in_the_documented_order(tmp_path):
 
 
 def test_mark_stopped_touches_only_runs_cut_short(tmp_path):
-    short, done = tmp_path / "short", tmp_path / "done"
-    for path in (short, done):
+    short, done, cut_at_end = tmp_path / "short", tmp_path / "done", tmp_path / "cut_at_end"
+    for path in (short, done, cut_at_end):
         path.mkdir()
-    run_dir.write_run_json(short, INFO, "running", last_step=4)
+        run_dir.write_run_json(path, INFO, "running", last_step=0)
+    (short / "metrics.jsonl").write_text('{"step": 5}\n{"step": 1')  # a line cut mid-write
     run_dir.write_run_json(done, INFO, "finished", last_step=10)
-    for path in (short, done, tmp_path / "never-started"):
+    # stopped by ASHA at its last report, before it could write "finished"
+    (cut_at_end / "metrics.jsonl").write_text('{"step": 5}\n{"step": 10}\n')
+    for path in (short, done, cut_at_end, tmp_path / "never-started"):
         run_dir.mark_stopped(path)
     assert run_dir.read_run_json(short)["status"] == "stopped"
+    assert run_dir.read_run_json(short)["last_step"] == 5
     assert run_dir.read_run_json(done)["status"] == "finished"
+    assert run_dir.read_run_json(cut_at_end)["status"] == "finished"
+    assert run_dir.read_run_json(cut_at_end)["last_step"] == 10
 
 
 def test_checkpoint_and_metrics_names(tmp_path):

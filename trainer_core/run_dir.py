@@ -145,15 +145,29 @@ def read_run_json(run_dir: str | Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def last_logged_step(run_dir: str | Path) -> int:
+    """The step of the last whole line of ``metrics.jsonl`` (0: none)."""
+    path = metrics_path(run_dir)
+    last = 0
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            last = int(json.loads(line).get("step", last))
+        except (ValueError, AttributeError):
+            continue  # a line cut by a kill mid-write
+    return last
+
+
 def mark_stopped(run_dir: str | Path) -> None:
-    """Record a run still ``running`` short of its last step (Tune's early stopping ended it) as
-    ``stopped``."""
+    """Record a run still ``running`` after its trial ended (Tune's early stopping ended it) as
+    ``stopped``, or as ``finished`` when its last step was logged: ASHA stops every trial that
+    reaches ``max_t``, at its last report, which can land before the run writes "finished"."""
     record = read_run_json(run_dir)
     if record is None or record.get("status") != "running":
         return
-    if record.get("last_step", 0) < record["total_steps"]:
-        record["status"] = "stopped"
-        write_atomic(run_json_path(run_dir), json.dumps(record, indent=2))
+    record["last_step"] = max(record.get("last_step", 0), last_logged_step(run_dir))
+    done = record["last_step"] >= record["total_steps"]
+    record["status"] = "finished" if done else "stopped"
+    write_atomic(run_json_path(run_dir), json.dumps(record, indent=2))
 
 
 def write_metrics_step(run_dir: str | Path, step: int, record: dict[str, Any]) -> None:
