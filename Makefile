@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench lint format clean
+.PHONY: setup demo test test-fast bench gpu-check lint format clean
 
 setup: $(STAMP)
 
@@ -32,6 +32,12 @@ bench: setup
 	$(BIN)/python benchmarks/ray_overhead.py
 	$(BIN)/python benchmarks/fit_coverage.py
 	$(BIN)/python benchmarks/memory.py
+	$(BIN)/python benchmarks/object_storage.py
+
+# On a CUDA machine: the tests marked cuda, the 1B train-step benchmark (bf16, float8) against
+# OLMo-core's throughput, a tiny GPU ladder on Ray. Without CUDA it says so and fails.
+gpu-check: setup
+	$(BIN)/python benchmarks/gpu_check.py
 
 lint: setup
 	$(BIN)/ruff check .

@@ -1,112 +1,254 @@
 """Peak memory of real train steps against the planner's estimate (trainer_core.memory).
 
-python benchmarks/memory.py [--device cpu|cuda] [--sizes 1M,5M,20M] [--seq-len 512] [--micro 4,8]
+python benchmarks/memory.py [--device cpu|cuda] [--cases logits,fsdp2,...]
 
-Each case runs in a fresh process: the model, AdamW and the train module built the way the
-trainer builds them, two steps (optimizer state allocated), then one measured step.
-On CUDA the measure is ``torch.cuda.max_memory_allocated``. On CPU it is the process's peak
-resident set: ``/proc/self/clear_refs`` resets the kernel's high-water mark (VmHWM) after the
-warm-up steps, and the measured step's VmHWM minus the RSS before the model existed is the step's
-peak (weights, gradients, AdamW state, activations, logits and the allocator's slack: what a
-device would have to hold). Prints estimate, measured and the error per case.
+Each case runs in fresh processes (two gloo ranks for the FSDP2 cases; NCCL on two GPUs): the
+model, AdamW and the train module built the way the trainer builds them (mesh, FSDP2, the
+autocast rule of :mod:`trainer_core.precision`), one step (optimizer state allocated), then one
+measured step. The measure is what the allocator holds at the step's peak. On CUDA that is
+``torch.cuda.max_memory_allocated``. On CPU torch has no allocator statistics, but c10's CPU
+allocator reports every allocation and free to ``torch.profiler`` under ``profile_memory=True``:
+profiling from before the model exists, the running sum of those events is the bytes live, and
+its maximum inside the measured step is the same quantity. The process's peak resident set
+(VmHWM, reset after the warm-up step, minus the RSS before the model) is printed beside it:
+allocator bytes plus malloc's slack and what lives outside tensors. With two ranks, the larger
+rank's figures.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
-import subprocess
+import os
+import socket
 import sys
+from dataclasses import asdict, dataclass, replace
+from subprocess import PIPE, Popen
 
-CASE = r"""
-import json, sys, torch
-from trainer_core.config import ModelConfig, OptimConfig, ParallelConfig, ScheduleConfig, TrainModuleConfig
-from trainer_core.memory import estimate_memory
-from trainer_core.model import Transformer
-from trainer_core.optim import build_optimizer
-from trainer_core.parallel import parallelize_model
-from trainer_core.schedule import build_scheduler
-from trainer_core.train_module import TrainModule
+import torch
 
-size, seq, micro, accum, ac, device = sys.argv[1:7]
-seq, micro, accum = int(seq), int(micro), int(accum)
-device = torch.device(device)
-torch.set_num_threads(2)
 
-def rss(field):
-    for line in open("/proc/self/status"):
-        if line.startswith(field):
-            return int(line.split()[1]) * 1024
+@dataclass(frozen=True)
+class Case:
+    """One measured configuration (per-rank micro-batch and accumulation)."""
+
+    name: str
+    size: str
+    vocab: int
+    seq: int
+    micro: int
+    accum: int = 2
+    ac: str = "none"
+    autocast: str | None = None
+    param_dtype: str = "float32"
+    ranks: int = 1
+    reduce_every_micro_batch: bool = False
+    z_loss: float | None = None
+
+
+LOGITS = Case("logits", "5M", 50304, 512, 2)
+"""A 50k vocabulary on short sequences: the logits and their loss intermediates dominate."""
+ACTIVATIONS = Case("activ.", "5M", 320, 512, 4)
+"""A byte-level vocabulary, 4 x 512 tokens a micro-batch: the blocks' saved activations dominate."""
+FSDP = Case("fsdp2", "20M", 320, 256, 2, ranks=2)
+"""Two ranks accumulating over two micro-batches: FSDP's unsharded gradients are live (and, with
+a 50k vocabulary, the gathered embedding and LM head)."""
+
+CASES = [
+    LOGITS,
+    replace(LOGITS, ac="full"),
+    replace(LOGITS, name="logits-z", z_loss=1e-4),
+    replace(LOGITS, name="logits-bf16", autocast="bf16"),
+    ACTIVATIONS,
+    replace(ACTIVATIONS, ac="full"),
+    replace(ACTIVATIONS, name="activ.-bf16", autocast="bf16"),
+    FSDP,
+    replace(FSDP, name="fsdp2-every", reduce_every_micro_batch=True),
+    replace(FSDP, name="fsdp2-bf16", param_dtype="bfloat16"),
+    replace(LOGITS, name="fsdp2-vocab", seq=256, ranks=2, reduce_every_micro_batch=True),
+]
+
+
+def rss(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
     raise KeyError(field)
 
-cfg = ModelConfig(size=size, vocab_size=50304)
-parallel = ParallelConfig(activation_checkpointing=ac)
-module_cfg = TrainModuleConfig(rank_microbatch_seqs=micro)
-batch = torch.randint(0, cfg.vocab_size, (micro * accum, seq + 1))
-if device.type == "cuda":
-    torch.cuda.reset_peak_memory_stats()
-before = rss("VmRSS:")
-torch.manual_seed(0)
-model = parallelize_model(Transformer(cfg, seq), None, parallel, device)
-opt = build_optimizer(model, OptimConfig(), device)
-module = TrainModule(model, opt, build_scheduler(opt, ScheduleConfig(kind="constant", warmup=0), 9),
-                     module_cfg, seq_len=seq, device=device)
-for _ in range(2):
-    module.train_batch(batch); module.optim_step(); module.zero_grads()
-if device.type == "cuda":
-    torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
-else:
-    open("/proc/self/clear_refs", "w").write("5")
-module.train_batch(batch); module.optim_step(); module.zero_grads()
-if device.type == "cuda":
-    torch.cuda.synchronize()
-    measured = torch.cuda.max_memory_allocated()
-else:
-    measured = rss("VmHWM:") - before
-est = estimate_memory(cfg, parallel, module_cfg, seq_len=seq, micro_seqs=micro, dp_shard=1, grad_accum=accum)
-print(json.dumps({"measured": measured, "estimate": est.total,
-                  "states": est.params + est.grads + est.optimizer,
-                  "activations": est.activations, "logits": est.logits}))
-"""
+
+def allocator_peak(prof: torch.profiler.profile, window: str) -> int:
+    """The most bytes live during the ``record_function(window)`` region, from the profiler's
+    allocation (+) and free (-) events since profiling began."""
+    events = prof.profiler.kineto_results.events()
+    (region,) = [(e.start_ns(), e.end_ns()) for e in events if e.name() == window]
+    live = peak = 0
+    for start, nbytes in sorted(
+        (e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"
+    ):
+        if start > region[1]:
+            break
+        live += nbytes
+        if start >= region[0]:
+            peak = max(peak, live)
+    return peak
 
 
-def run_case(size: str, seq: int, micro: int, accum: int, ac: str, device: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", CASE, size, str(seq), str(micro), str(accum), ac, device],
-        capture_output=True,
-        text=True,
-        check=True,
+def measure(case: Case, device_type: str) -> dict:
+    """One rank of ``case``: build as the trainer does, warm up, measure one step."""
+    from trainer_core.config import (
+        ModelConfig,
+        OptimConfig,
+        ParallelConfig,
+        ScheduleConfig,
+        TrainModuleConfig,
     )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    from trainer_core.distributed import init_distributed, teardown
+    from trainer_core.memory import estimate_memory
+    from trainer_core.model import Transformer
+    from trainer_core.optim import build_optimizer
+    from trainer_core.parallel import build_mesh, dp_mesh, parallelize_model
+    from trainer_core.precision import autocast_precision
+    from trainer_core.schedule import build_scheduler
+    from trainer_core.train_module import TrainModule
+
+    torch.set_num_threads(max(1, 2 // case.ranks))
+    info = init_distributed(device_type)
+    device = info.device
+    cfg = ModelConfig(size=case.size, vocab_size=case.vocab)
+    parallel = ParallelConfig(activation_checkpointing=case.ac, param_dtype=case.param_dtype)
+    module_cfg = TrainModuleConfig(
+        rank_microbatch_seqs=case.micro,
+        autocast_precision=case.autocast,
+        reduce_grads_every_micro_batch=case.reduce_every_micro_batch,
+        z_loss_multiplier=case.z_loss,
+    )
+    batch = torch.randint(0, cfg.vocab_size, (case.micro * case.accum, case.seq + 1))
+    cuda = device.type == "cuda"
+    profiler = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+    )
+    before = rss("VmRSS:")
+    with profiler:
+        mesh = build_mesh(parallel, info.world_size, device.type)
+        torch.manual_seed(0)
+        model = parallelize_model(Transformer(cfg, case.seq), mesh, parallel, device)
+        opt = build_optimizer(model, OptimConfig(), device)
+        sched = build_scheduler(opt, ScheduleConfig(kind="constant", warmup=0), 9)
+        autocast = autocast_precision(parallel, module_cfg, fsdp=info.world_size > 1)
+        module = TrainModule(
+            model,
+            opt,
+            sched,
+            replace(module_cfg, autocast_precision=autocast),
+            seq_len=case.seq,
+            device=device,
+            dp_group=dp_mesh(mesh).get_group() if mesh is not None else None,
+            dp_size=info.world_size,
+        )
+        for step in range(2):
+            if step == 1:
+                if cuda:
+                    torch.cuda.synchronize()
+                    torch.cuda.reset_peak_memory_stats()
+                with open("/proc/self/clear_refs", "w") as refs:
+                    refs.write("5")  # VmHWM := VmRSS
+            with torch.profiler.record_function(f"step {step}"):
+                module.train_batch(batch)
+                module.optim_step()
+                module.zero_grads()
+    if cuda:
+        torch.cuda.synchronize()
+        allocated = torch.cuda.max_memory_allocated()
+    else:
+        allocated = allocator_peak(profiler, "step 1")
+    est = estimate_memory(
+        cfg,
+        parallel,
+        module_cfg,
+        seq_len=case.seq,
+        micro_seqs=case.micro,
+        dp_shard=info.world_size,
+        grad_accum=case.accum,
+    )
+    teardown()
+    return {
+        "allocated": allocated,
+        "rss": rss("VmHWM:") - before,
+        "estimate": est.total,
+        "states": est.params + est.grads + est.optimizer,
+        "fsdp": est.unsharded_grads + est.gathered_params,
+        "activations": est.activations,
+        "logits": est.logits,
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_case(case: Case, device: str) -> dict:
+    """``case`` in ``case.ranks`` fresh processes; the figures of the rank that held most."""
+    port = free_port()
+    procs = []
+    for rank in range(case.ranks):
+        env = {
+            **os.environ,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(case.ranks),
+        }
+        cmd = [sys.executable, __file__, "--device", device, "--measure", json.dumps(asdict(case))]
+        procs.append(Popen(cmd, env=env, stdout=PIPE, stderr=PIPE, text=True))
+    results = []
+    for proc in procs:
+        out, err = proc.communicate()
+        if proc.returncode:
+            raise SystemExit(f"case {case.name}: a rank exited with {proc.returncode}\n{err}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return max(results, key=lambda r: r["allocated"])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--sizes", default="1M,5M,20M")
-    ap.add_argument("--seq-len", type=int, default=512)
-    ap.add_argument("--micro", default="4,8", help="micro-batch sequences to try")
-    ap.add_argument("--accum", type=int, default=2)
+    ap.add_argument(
+        "--cases",
+        default=",".join(dict.fromkeys(c.name for c in CASES)),
+        help="case names to run (a name covers its AC variants)",
+    )
+    ap.add_argument("--measure", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.measure:
+        print(json.dumps(measure(Case(**json.loads(args.measure)), args.device)))
+        return
+    names = set(args.cases.split(","))
     mib = 2**20
-    print(f"peak memory per step, {args.device}, seq {args.seq_len}, accumulation {args.accum}")
+    print(f"peak memory per step and device, {args.device} (allocator bytes; RSS beside it)")
     print(
-        f"{'size':>5} {'micro':>5} {'AC':>5} {'states':>8} {'activ.':>8} {'logits':>8} "
-        f"{'estimate':>9} {'measured':>9} {'error':>7}   (MiB)"
+        f"{'case':>12} {'size':>4} {'vocab':>5} {'seq':>4} {'micro':>5} {'accum':>5} {'AC':>4} "
+        f"{'ranks':>5} {'states':>7} {'FSDP':>7} {'activ.':>7} {'logits':>7} {'estimate':>8} "
+        f"{'measured':>8} {'RSS':>7} {'error':>7}   (MiB)"
     )
     worst = 0.0
-    cases = itertools.product(
-        args.sizes.split(","), map(int, args.micro.split(",")), ["none", "full"]
-    )
-    for size, micro, ac in cases:
-        r = run_case(size, args.seq_len, micro, args.accum, ac, args.device)
-        error = r["estimate"] / r["measured"] - 1
+    for case in (c for c in CASES if c.name in names):
+        if args.device == "cuda" and torch.cuda.device_count() < case.ranks:
+            print(f"{case.name:>12} skipped: needs {case.ranks} GPUs", flush=True)
+            continue
+        r = run_case(case, args.device)
+        error = r["estimate"] / r["allocated"] - 1
         worst = max(worst, abs(error))
         print(
-            f"{size:>5} {micro:>5} {ac:>5} {r['states'] / mib:8.1f} {r['activations'] / mib:8.1f} "
-            f"{r['logits'] / mib:8.1f} {r['estimate'] / mib:9.1f} {r['measured'] / mib:9.1f} "
-            f"{100 * error:+6.1f}%"
+            f"{case.name:>12} {case.size:>4} {case.vocab:>5} {case.seq:>4} {case.micro:>5} "
+            f"{case.accum:>5} {case.ac:>4} {case.ranks:>5} {r['states'] / mib:7.1f} "
+            f"{r['fsdp'] / mib:7.1f} {r['activations'] / mib:7.1f} {r['logits'] / mib:7.1f} "
+            f"{r['estimate'] / mib:8.1f} {r['allocated'] / mib:8.1f} {r['rss'] / mib:7.1f} "
+            f"{100 * error:+6.1f}%",
+            flush=True,
         )
     print(f"largest error {100 * worst:.1f}% (target: within 25%)")
 

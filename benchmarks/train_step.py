@@ -1,75 +1,177 @@
-"""Train-step throughput: tokens/s and MFU for a model size and batch (median after warm-up).
+"""Train-step throughput on one device: tokens/s, MFU and peak memory (median after warm-up).
 
-python benchmarks/train_step.py --size 1M [--seq-len 128] [--batch-seqs 16] [--steps 12]
+python benchmarks/train_step.py --size 1M [--seq-len 128] [--batch-seqs 16] [--micro-seqs 0]
+    [--steps 12] [--vocab-size 320] [--precision fp32|bf16] [--compile]
+    [--float8 none|tensorwise|rowwise] [--attention auto|flash|cudnn|efficient|math] [--json]
+
+The model is built and wrapped the way the trainer builds it (parallelize_model: float8, compile;
+fused AdamW on CUDA; bf16 from trainer_core.precision, i.e. autocast on one device). MFU is
+FLOPs/token (6N + 12 L d s) x tokens/s over the device's peak (trainer_core.flops); peak memory
+(CUDA only) is set beside the planner's estimate (trainer_core.memory). One more step runs
+under the profiler to name the attention kernel that ran. ``--json`` prints the result as one
+JSON line (benchmarks/gpu_check.py reads it).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
+from dataclasses import replace
+from typing import get_args, get_type_hints
 
 import torch
 
-from trainer_core.config import ModelConfig, OptimConfig, ScheduleConfig, TrainModuleConfig
+from trainer_core.attention import attention_backends_run, check_attention_backend
+from trainer_core.cli import exit_on_error
+from trainer_core.config import (
+    ModelConfig,
+    OptimConfig,
+    ParallelConfig,
+    ScheduleConfig,
+    TrainModuleConfig,
+)
 from trainer_core.flops import peak_flops
+from trainer_core.memory import estimate_memory
 from trainer_core.model import Transformer, count_params, num_flops_per_token
 from trainer_core.optim import build_optimizer
+from trainer_core.parallel import parallelize_model
+from trainer_core.precision import autocast_precision, computes_in_16_bit
 from trainer_core.schedule import build_scheduler
 from trainer_core.train_module import TrainModule
 
+PARAM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
-def main() -> None:
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     ap.add_argument("--size", default="1M")
+    ap.add_argument("--vocab-size", type=int, default=ModelConfig.vocab_size)
     ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--batch-seqs", type=int, default=16)
+    ap.add_argument("--batch-seqs", type=int, default=16, help="sequences per optimizer step")
+    ap.add_argument("--micro-seqs", type=int, default=0, help="sequences per forward; 0 = all")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--autocast", choices=["bf16", "fp16"], default=None)
-    args = ap.parse_args()
+    ap.add_argument("--precision", choices=list(PARAM_DTYPES), default="fp32")
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--float8", choices=_choices(ParallelConfig, "float8"), default="none")
+    ap.add_argument("--float8-emulate", action="store_true", help="no GPU needed, no speed-up")
+    ap.add_argument(
+        "--attention", choices=_choices(ModelConfig, "attention_backend"), default="auto"
+    )
+    ap.add_argument("--json", action="store_true", help="print one JSON line")
+    return ap.parse_args(argv)
 
+
+def _choices(cls: type, name: str) -> list[str]:
+    """The values a ``Literal`` config field allows."""
+    return list(get_args(get_type_hints(cls)[name]))
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Build the model as configured, time ``args.steps`` optimizer steps, return the figures."""
     device = torch.device(args.device)
+    cfg = ModelConfig(size=args.size, vocab_size=args.vocab_size, attention_backend=args.attention)
+    parallel = ParallelConfig(
+        param_dtype=PARAM_DTYPES[args.precision],
+        compile=args.compile,
+        float8=args.float8,
+        float8_emulate=args.float8_emulate,
+    )
+    module_cfg = TrainModuleConfig(rank_microbatch_seqs=args.micro_seqs)
+    check_attention_backend(cfg.attention_backend, device, computes_in_16_bit(parallel, module_cfg))
+    autocast = autocast_precision(parallel, module_cfg, fsdp=False)
     torch.manual_seed(0)
-    cfg = ModelConfig(size=args.size)
-    model = Transformer(cfg, args.seq_len).to(device)
+    model = parallelize_model(Transformer(cfg, args.seq_len), None, parallel, device)
     opt = build_optimizer(model, OptimConfig(), device)
     sched = build_scheduler(
-        opt, ScheduleConfig(kind="constant", warmup=0), args.steps + args.warmup
+        opt, ScheduleConfig(kind="constant", warmup=0), args.steps + args.warmup + 1
     )
     module = TrainModule(
         model,
         opt,
         sched,
-        TrainModuleConfig(autocast_precision=args.autocast),
+        replace(module_cfg, autocast_precision=autocast),
         seq_len=args.seq_len,
         device=device,
     )
     batch = torch.randint(0, cfg.vocab_size, (args.batch_seqs, args.seq_len + 1))
-    times = []
-    for i in range(args.warmup + args.steps):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
+
+    def step() -> None:
         module.train_batch(batch)
         module.optim_step()
         module.zero_grads()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+
+    times = []
+    for i in range(args.warmup + args.steps):
+        if i == args.warmup and device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        _sync(device)
+        start = time.perf_counter()
+        step()
+        _sync(device)
         if i >= args.warmup:
             times.append(time.perf_counter() - start)
+    peak_memory = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    attention = sorted(attention_backends_run(step))
     step_s = statistics.median(times)
     tokens_per_s = args.batch_seqs * args.seq_len / step_s
-    flops = num_flops_per_token(cfg, args.seq_len) * tokens_per_s
+    flops_per_token = num_flops_per_token(cfg, args.seq_len)
     peak = peak_flops(device)
-    print(
-        f"size {args.size} ({count_params(cfg)['non_embedding']:,} non-embedding params), "
-        f"batch {args.batch_seqs}x{args.seq_len} on {device.type} ({torch.get_num_threads()} threads): "
-        f"median step {1000 * step_s:.1f} ms, {tokens_per_s:,.0f} tokens/s, "
-        f"{flops / 1e9:.1f} GFLOP/s, MFU {100 * flops / peak:.1f}% of {peak / 1e9:.0f} GFLOP/s peak"
+    micro = args.micro_seqs or args.batch_seqs
+    estimate = estimate_memory(
+        cfg,
+        parallel,
+        module_cfg,
+        seq_len=args.seq_len,
+        micro_seqs=micro,
+        dp_shard=1,
+        grad_accum=args.batch_seqs // micro,
+    )
+    return {
+        "size": args.size,
+        "non_embedding_params": count_params(cfg)["non_embedding"],
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "precision": args.precision,
+        "compile": args.compile,
+        "float8": parallel.float8,
+        "batch": f"{args.batch_seqs}x{args.seq_len} (micro {micro})",
+        "step_ms": 1000 * step_s,
+        "tokens_per_s": tokens_per_s,
+        "mfu": flops_per_token * tokens_per_s / peak,
+        "peak_flops": peak,
+        "peak_memory_bytes": peak_memory,
+        "estimated_memory_bytes": estimate.total,
+        "attention": attention,
+    }
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def summary_line(r: dict) -> str:
+    gib = 2**30
+    measured = f"{r['peak_memory_bytes'] / gib:.1f} GiB" if r["peak_memory_bytes"] else "n/a"
+    return (
+        f"size {r['size']} ({r['non_embedding_params']:,} non-embedding params) on {r['device']}, "
+        f"{r['precision']}, compile {'on' if r['compile'] else 'off'}, float8 {r['float8']}, "
+        f"batch {r['batch']}: median step {r['step_ms']:.1f} ms, {r['tokens_per_s']:,.0f} "
+        f"tokens/s, MFU {100 * r['mfu']:.1f}% of {r['peak_flops'] / 1e12:.3g} TFLOP/s, peak memory "
+        f"{measured} (estimate {r['estimated_memory_bytes'] / gib:.1f} GiB), attention "
+        f"{','.join(r['attention']) or 'inlined by compile'}"
     )
 
 
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    result = measure(args)
+    print(json.dumps(result) if args.json else summary_line(result))
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    exit_on_error(main)

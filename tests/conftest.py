@@ -28,6 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
+# Ray reads its auth mode once per process: every Ray this process starts or joins (the local
+# one, the multi-node cluster) runs without tokens, so none sees another's mode. Subprocesses
+# get Ray's default instead (see Processes), as a user's commands do.
+os.environ["RAY_AUTH_MODE"] = "disabled"
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
@@ -141,19 +145,22 @@ def tiny_experiment(tmp_path) -> Callable[..., Path]:
 
 class Processes:
     """Starts processes as a shell in the repo root would, with the session's environment minus
-    ``RAY_ADDRESS`` (so each starts its own local Ray), each in a session of its own. It kills
+    ``RAY_ADDRESS`` (so each starts its own local Ray) and ``RAY_AUTH_MODE`` (so it has Ray's
+    default, token auth, unless a test sets it), each in a session of its own. It kills
     only what it started: a process group at a timeout, and at teardown whatever is still running.
     """
 
     def __init__(self):
-        self.env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        self.env = {
+            k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")
+        }
         self.env["PYTHONUNBUFFERED"] = "1"
         self.started: list[subprocess.Popen] = []
 
-    def _popen(self, argv, env, **kw) -> subprocess.Popen:
+    def _popen(self, argv, env, cwd=ROOT, **kw) -> subprocess.Popen:
         proc = subprocess.Popen(
             [str(a) for a in argv],
-            cwd=ROOT,
+            cwd=cwd,
             env={**self.env, **(env or {})},
             start_new_session=True,
             text=True,
@@ -162,9 +169,9 @@ class Processes:
         self.started.append(proc)
         return proc
 
-    def run(self, *argv, timeout: float = 300, env: dict | None = None):
-        """Run ``argv`` to the end: a CompletedProcess with its stdout and stderr."""
-        proc = self._popen(argv, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    def run(self, *argv, timeout: float = 300, env: dict | None = None, cwd: Path = ROOT):
+        """Run ``argv`` to the end (in ``cwd``): a CompletedProcess with its stdout and stderr."""
+        proc = self._popen(argv, env, cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

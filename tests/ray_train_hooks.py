@@ -17,6 +17,7 @@ import signal
 import time
 from pathlib import Path
 
+import ray
 from ray.train.v2._internal.execution.callback import (
     ControllerCallback,
     ReportCallback,
@@ -99,3 +100,51 @@ class HoldRun(StepHook):
         self.record(held=step)
         while True:
             time.sleep(3600)
+
+
+RELEASE_ENV = "RAYLADDER_TEST_HOLD_UNTIL"
+"""``<step>:<log path>:<release path>`` for :class:`HoldUntilReleased`."""
+
+
+class HoldUntilReleased(StepHook):
+    """Holds every run at its report of ``step`` until the file ``<release path>`` exists: a
+    test acts while all runs are mid-way at a known point (takes a node away), then lets their
+    controllers go on (and find out).
+
+    Besides :class:`StepHook`'s lines, each run records ``{"run", "controller": <node id>}``
+    (where its controller, so its trial driver, runs), ``{"run", "held": step}`` and, whenever
+    its controller acts on a failure, ``{"run", "failure": <unix time>}``. For drivers on a
+    cluster, the nodes' ``ray start`` environment sets
+    ``RAY_TRAIN_CALLBACKS=ray_train_hooks.HoldUntilReleased``, :data:`RELEASE_ENV` and this
+    directory on ``PYTHONPATH`` (Ray's processes inherit them from their node).
+    """
+
+    def __init__(self):
+        step, log, self.release = os.environ[RELEASE_ENV].split(":", 2)
+        super().__init__(log, int(step))
+        self.name = ""
+
+    def after_controller_start(self, train_run_context) -> None:
+        self.name = train_run_context.run_config.name
+        self.record(run=self.name, controller=ray.get_runtime_context().get_node_id())
+
+    def act(self, step: int) -> None:
+        self.record(run=self.name, held=step)
+        while not os.path.exists(self.release):
+            time.sleep(0.1)
+
+    def before_controller_execute_failure_decision(self, failure_decision) -> None:
+        self.record(run=self.name, failure=time.time())
+
+
+KILL_ENV = "RAYLADDER_TEST_KILL"
+"""``<run name>:<step>:<rank>:<log path>`` for :class:`KillWorkerFromEnv`."""
+
+
+class KillWorkerFromEnv(KillWorker):
+    """:class:`KillWorker` for a driver in another process (configured like :class:`HoldRun`,
+    through :data:`KILL_ENV`)."""
+
+    def __init__(self):
+        run, step, rank, log = os.environ[KILL_ENV].split(":", 3)
+        super().__init__(log, int(step), int(rank), run)

@@ -1,4 +1,5 @@
-"""Sweep scheduling: early stopping compares LRs within a size; wall time against the ideal."""
+"""Sweep scheduling: early stopping compares LRs within a size; wall time against the ideal;
+failed trials named by run."""
 
 from __future__ import annotations
 
@@ -57,3 +58,16 @@ def test_concurrency_report_against_the_ideal_and_after_a_resume():
     )
     resumed = TrialsRun(grid, concurrency=2, wall_s=30.0, restored=True).concurrency_report()
     assert "ideal" not in resumed.split("(")[0] and "resumed" in resumed
+
+
+def test_a_trial_that_never_ran_is_named_by_its_run():
+    """A trial whose driver died before it started (a lost node, say) has no config in its
+    result: the experiment's failure still names the run, by its trial dir."""
+    from ray.tune import Result
+
+    from trainer_core.ray.tune_run import trial_failures
+
+    error = RuntimeError("The actor died unexpectedly.\nThe actor never ran.")
+    never_ran = Result({}, None, error, "/exp/tune/3M")
+    assert never_ran.config is None
+    assert trial_failures([never_ran]) == {"3M": "The actor never ran."}

@@ -14,9 +14,11 @@ from trainer_core.ladder import (
     batch_and_devices,
     beta2_for_batch,
     device_counts,
+    min_mesh_and_micro,
     peak_lr,
     plan_ladder,
     plan_size,
+    step_memory,
     target_batch_tokens,
 )
 from trainer_core.memory import estimate_memory
@@ -156,6 +158,52 @@ def test_accumulation_that_would_not_fit_reduces_every_micro_batch():
     assert p.grad_accum > 1 and p.config.train_module.reduce_grads_every_micro_batch
     assert p.memory.unsharded_grads == 0 and p.memory.total <= ladder.memory_bytes
     assert p.table_row(ladder)["grad reduce"] == "every micro"
+
+
+def test_the_micro_batch_is_the_largest_that_fits_the_final_mesh():
+    """The fewest devices that hold a 200M (one) take micro-batches of 4 (powers of two); the
+    final mesh (8 devices, FSDP-sharded states) takes the largest divisor of its 20 sequences per
+    rank that fits there: 5, which would not fit on the one device; 10 and 20 fit nowhere."""
+    base = gpu_ladder(sizes=["200M"], max_devices=8)
+    model = plan_size("200M", base).model
+
+    def need(ladder, devices: int, micro: int, rank_seqs: int = 20) -> float:
+        return step_memory(model, ladder, devices, micro, rank_seqs // micro, False).total
+
+    # a budget (GiB) between 5 sequences on 8 devices and 5 on one
+    gib = (need(base, 8, 5) + need(base, 1, 5)) / 2 / 2**30
+    ladder = gpu_ladder(sizes=["200M"], max_devices=8, device_memory_gb=gib, memory_fraction=1.0)
+    p = plan_size("200M", ladder)
+    rank_seqs = p.batch_seqs // p.dp_size
+    assert min_mesh_and_micro(model, ladder) == (1, 4)
+    assert (p.devices, rank_seqs, p.micro_batch_seqs, p.grad_accum) == (8, 20, 5, 4)
+    assert need(ladder, 8, 5) <= ladder.memory_bytes < need(ladder, 1, 5)
+    for micro in range(6, min(rank_seqs, ladder.max_micro_batch_seqs) + 1):
+        assert rank_seqs % micro or need(ladder, 8, micro) > ladder.memory_bytes, micro
+    assert p.memory == step_memory(model, ladder, 8, 5, 4, False)
+    assert not p.config.train_module.reduce_grads_every_micro_batch
+
+
+def test_a_rank_batch_with_few_divisors_gives_way_to_one_with_a_larger_micro_batch(repo_root):
+    """The GPU config's 400M at tp=2: the batch nearest its target is 7 sequences per rank, whose
+    only micro-batches are 7 (too big) and 1. Another batch within the 10% drift, 6 per rank,
+    takes micro-batches of 6: the planner uses it rather than leave the GPU mostly idle."""
+    from trainer_core.configio import load_config
+    from trainer_core.ray.ladder_run import LadderJobConfig
+
+    job = load_config(
+        LadderJobConfig,
+        repo_root / "workflows" / "configs" / "ladder-gpu.yaml",
+        ["--run.parallel.tp=2"],
+    )
+    (p,) = plan_ladder(job, ["400M"])
+    target_seqs = round(p.target_batch_tokens / job.seq_len)
+    nearest = round(target_seqs / p.dp_size)
+    assert (nearest, p.dp_size) == (7, 32)
+    assert step_memory(p.model, job, p.devices, 7, 1, False).total > job.memory_bytes
+    assert (p.batch_seqs // p.dp_size, p.micro_batch_seqs, p.grad_accum) == (6, 6, 1)
+    assert abs(p.batch_tokens - p.target_batch_tokens) / p.target_batch_tokens <= 0.1
+    assert p.memory.total <= job.memory_bytes
 
 
 def test_dry_run_table_shows_memory_headroom_and_the_warmup_cap():

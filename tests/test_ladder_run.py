@@ -1,19 +1,13 @@
-"""The ladder workflow end to end: dry run, bad input, a Tune ladder whose driver is killed and resumed."""
+"""The ladder workflow: dry runs (CPU and the GPU config), bad input, the benchmark mode. A ladder
+killed and resumed: tests/test_object_storage.py (on S3) and tests/test_multinode.py (a node lost)."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import sys
-import time
 from pathlib import Path
 
 import pytest
-from ray_train_hooks import HOLD_ENV, read_log
-
-from trainer_core.analysis import load
-from trainer_core.checkpoint import latest_checkpoint
 
 LADDER = "workflows/ladder.py"
 
@@ -99,76 +93,3 @@ def test_benchmark_prints_throughput_and_mfu(processes, ladder_yaml, tmp_path, n
     (run_dir,) = (tmp_path / "exp" / "benchmarks").iterdir()
     steps = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps[-1] == 20 and not (run_dir / "checkpoints").exists()
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie left for a reaper that never comes counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
-
-
-def wait_for(condition, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not reached in {timeout} s"
-        time.sleep(0.2)
-
-
-def run_status(exp: Path, size: str) -> str:
-    path = exp / "runs" / size / "run.json"
-    return json.loads(path.read_text())["status"] if path.exists() else "absent"
-
-
-@pytest.mark.ray
-@pytest.mark.slow
-def test_killed_driver_resumes_and_fits(processes, ladder_yaml, repo_root, tmp_path, no_local_ray):
-    """The driver is SIGKILLed once 1M has finished while 3M is held (by its own Ray Train
-    controller) at its step-5 report, its step-5 checkpoint committed: no timing window."""
-    exp = tmp_path / "exp"
-    hold_log = tmp_path / "hold.jsonl"
-    hold = {
-        "RAY_TRAIN_CALLBACKS": "ray_train_hooks.HoldRun",
-        HOLD_ENV: f"3M:5:{hold_log}",
-        "PYTHONPATH": os.pathsep.join(
-            p for p in (str(repo_root / "tests"), os.environ.get("PYTHONPATH")) if p
-        ),
-    }
-    log = tmp_path / "first.log"
-    first = processes.start(sys.executable, LADDER, "--config", ladder_yaml, log=log, env=hold)
-
-    def held_and_one_done() -> bool:
-        held = hold_log.exists() and '"held"' in hold_log.read_text()
-        return held and run_status(exp, "1M") == "finished"
-
-    processes.wait_until(held_and_one_done, first, log, timeout=300)
-    processes.kill(first)
-    assert read_log(hold_log)[-1] == {"held": 5}
-    assert run_status(exp, "3M") == "running"
-    # Held, the run's workers go on until their next report but one, and until they notice the
-    # driver is gone: the checkpoints are final only once they have exited.
-    workers = read_log(hold_log)[0]["workers"]
-    wait_for(lambda: not any(map(alive, workers)), timeout=60)
-    latest = latest_checkpoint(exp / "runs" / "3M").step
-    assert 5 <= latest <= 10
-    done_metrics = (exp / "runs" / "1M" / "metrics.jsonl").read_text()
-
-    second = processes.python(LADDER, "--config", ladder_yaml, "--resume", timeout=600)
-    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    # the finished size was not trained again; the other resumed from its checkpoint
-    assert (exp / "runs" / "1M" / "metrics.jsonl").read_text() == done_metrics
-    assert f"resumed at step {latest}" in second.stdout
-    assert {run_status(exp, s) for s in ("1M", "3M")} == {"finished"}
-
-    results = load(exp)
-    grid = results.result_grid()  # Tune's view, restored across the driver kill
-    assert sorted(r.metrics["finished"] for r in grid) == [1, 1]
-    assert grid.get_best_result().metrics["eval/loss"] == pytest.approx(
-        results.final()["final_eval_loss"].min()
-    )
-    final = results.final().set_index("size")
-    assert final.loc["3M", "final_eval_loss"] < final.loc["1M", "final_eval_loss"]
-    assert (exp / "lr_schedule.png").exists()
-    assert "L(C)" in second.stdout or "loss vs compute" in second.stdout

@@ -5,22 +5,34 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import sys
+from dataclasses import replace
 
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import s3fs
 import torch
+from ray_train_hooks import HOLD_ENV, KILL_ENV, read_log
 from s3_server import SECRET, s3_server  # noqa: F401  (s3_server: the fixture)
 from test_analysis import make_ladder, write_checkpoint
+from test_ladder_run import LADDER
+from waiting import alive, wait_for
 
+from trainer_core import storage
 from trainer_core.analysis import load
 from trainer_core.analysis.load import AnalysisError
+from trainer_core.build import build_trainer
+from trainer_core.checkpoint import list_checkpoints
 from trainer_core.config import DataConfig
+from trainer_core.configio import load_config
 from trainer_core.data import open_token_data
+from trainer_core.ladder import plan_ladder
+from trainer_core.ray.ladder_run import LadderJobConfig
 from trainer_core.ray.reader import batches_from_shard, ray_train_dataset
 from trainer_core.ray.runtime import init_ray
 from trainer_core.shards import DataError, ShardError
+from trainer_core.storage import STAGE_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -146,3 +158,135 @@ def test_credentials_reach_no_log_config_dump_or_run_dir(
     for secret in (SECRET, os.environ["AWS_ACCESS_KEY_ID"]):
         assert secret not in out + err
         assert [p for p in written if secret.encode() in p.read_bytes()] == []
+
+
+def s3_objects(url: str) -> dict[str, bytes]:
+    """Every object under ``url``, by key relative to it (pyarrow's empty "dir/" markers left out)."""
+    fs = s3fs.S3FileSystem()
+    root = url.removeprefix("s3://").rstrip("/") + "/"
+    return {key[len(root) :]: fs.cat(key) for key in fs.find(url) if not key.endswith("/")}
+
+
+def test_a_run_on_s3_killed_mid_upload_resumes_past_the_torn_checkpoint(
+    s3_server,  # noqa: F811
+    processes,
+    tiny_args,
+    tiny_config,
+    tmp_path,
+):
+    """The run dir is a URL. The process is killed while it uploads step 10's checkpoint (the
+    server holds the upload of its commit marker): the torn step 10, whose tensors are all
+    there, is never loaded; the resumed run starts from step 5 and ends where an uninterrupted
+    local run does, and the metrics on S3 hold each step once."""
+    args = ("--trainer.max_steps=15", "--checkpoint.save_interval_steps=5")
+    reference = build_trainer(tiny_config(tmp_path / "local", *args)).fit()
+    url = f"s3://{s3_server.bucket}/runs/torn"
+    log = tmp_path / "killed.log"
+    with s3_server.hold_upload(r"/step-00000010/\.done-rank0-of-1$") as held:
+        proc = processes.start(
+            sys.executable, "-m", "trainer_core.train", *tiny_args(url, *args), log=log
+        )
+        processes.wait_until(held.is_set, proc, log, timeout=180)
+        processes.kill(proc)
+    torn = s3_objects(f"{url}/checkpoints/step-00000010")
+    assert {".metadata", "__0_0.distcp", "info.json"} <= set(torn)
+    assert ".done-rank0-of-1" not in torn
+    assert [c.step for c in list_checkpoints(url) if c.complete] == [5]
+
+    with pytest.warns(UserWarning, match=r"skipping incomplete checkpoint .*step-00000010"):
+        resumed = build_trainer(tiny_config(url, *args)).fit()
+    assert resumed["train/loss_last"] == pytest.approx(reference["train/loss_last"], abs=1e-6)
+    assert resumed["eval/loss"] == pytest.approx(reference["eval/loss"], abs=1e-6)
+    objects = s3_objects(url)
+    steps = [json.loads(line)["step"] for line in objects["metrics.jsonl"].splitlines()]
+    assert steps == [5, 10, 15]
+    assert json.loads(objects["run.json"])["status"] == "finished"
+    assert [(c.step, c.complete) for c in list_checkpoints(url)] == [(15, True)]
+    assert "metrics_step15.json" in objects and "config.yaml" in objects
+    assert [k for k, v in objects.items() if SECRET.encode() in v] == []
+
+
+def s3_run_json(url: str, size: str) -> dict:
+    path = f"{url}/runs/{size}/run.json"
+    return json.loads(storage.read_text(path)) if storage.is_file(path) else {}
+
+
+@pytest.mark.ray
+def test_a_ladder_on_s3_survives_a_killed_worker_and_a_killed_driver(
+    s3_server,  # noqa: F811
+    processes,
+    tiny_experiment,
+    repo_root,
+    tmp_path,
+    no_local_ray,
+):
+    """The whole experiment lives on S3. 1M's worker is SIGKILLed at its step-5 report (Ray
+    Train restarts it from the checkpoint on S3); the driver is SIGKILLed once 1M has finished
+    while 3M is held at step 5; ``--resume`` finishes 3M from S3. 1M ends where a plain local
+    run of its plan does, Tune's state and the plots are on S3, and no credential is anywhere."""
+    url = f"s3://{s3_server.bucket}/ladders/exp"
+    config = tiny_experiment(
+        "exp",
+        dir=url,
+        sizes=["1M", "3M"],
+        duration={"chinchilla_multiple": 0.0009765625},
+        run={
+            "trainer": {"log_interval": 5, "eval_interval": 1000000},
+            "checkpoint": {"save_interval_steps": 5},
+        },
+    )
+    hold_log, kill_log = tmp_path / "hold.jsonl", tmp_path / "kill.jsonl"
+    hooks = {
+        "RAY_TRAIN_CALLBACKS": "ray_train_hooks.HoldRun,ray_train_hooks.KillWorkerFromEnv",
+        HOLD_ENV: f"3M:5:{hold_log}",
+        KILL_ENV: f"1M:5:0:{kill_log}",
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(repo_root / "tests"), os.environ.get("PYTHONPATH")) if p
+        ),
+        STAGE_ENV: str(tmp_path / "stage"),
+    }
+    log = tmp_path / "first.log"
+    first = processes.start(sys.executable, LADDER, "--config", config, log=log, env=hooks)
+
+    def held_and_one_done() -> bool:
+        held = hold_log.exists() and '"held"' in hold_log.read_text()
+        return held and s3_run_json(url, "1M").get("status") == "finished"
+
+    processes.wait_until(held_and_one_done, first, log, timeout=400)
+    processes.kill(first)
+    workers = read_log(hold_log)[0]["workers"]
+    wait_for(lambda: not any(map(alive, workers)), timeout=60)
+    assert s3_run_json(url, "3M")["status"] == "running"
+    first_group, kill, second_group = read_log(kill_log)
+    assert kill == {"killed": first_group["workers"][0], "step": 5}
+    assert len(second_group["workers"]) == 1
+    one = s3_run_json(url, "1M")
+    assert [g["start_step"] for g in one["workers"]] == [0, 5]
+
+    env = {STAGE_ENV: str(tmp_path / "stage")}
+    second = processes.python(LADDER, "--config", config, "--resume", timeout=600, env=env)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert "[exp-3M] training exp-3M" in second.stdout and "resumed at step" in second.stdout
+    assert "[exp-1M]" not in second.stdout  # finished: not trained again
+    assert "Found credentials" not in second.stderr  # the S3 client's chatter stays quiet
+
+    job = load_config(LadderJobConfig, config, [])
+    (plan,) = plan_ladder(job, ["1M"])
+    local = replace(
+        plan.config, trainer=replace(plan.config.trainer, run_dir=str(tmp_path / "ref"))
+    )
+    reference = build_trainer(local).fit()
+    results = load(url)
+    final = results.final().set_index("size")
+    assert final.loc["1M", "final_eval_loss"] == pytest.approx(reference["eval/loss"], abs=1e-5)
+    assert set(final["status"]) == {"finished"}
+    assert final.loc["3M", "final_eval_loss"] < final.loc["1M", "final_eval_loss"]
+    grid = results.result_grid()  # Tune's state, on S3, restored across the driver kill
+    assert sorted(r.metrics["finished"] for r in grid) == [1, 1]
+
+    objects = s3_objects(url)
+    assert "lr_schedule.png" in objects and "analysis/loss_curves.png" in objects
+    assert any(key.startswith("tune/") for key in objects)
+    assert [k for k, v in objects.items() if SECRET.encode() in v] == []
+    for text in (log.read_text(), second.stdout, second.stderr):
+        assert SECRET not in text

@@ -66,6 +66,11 @@ def without_ray(cfg: RayTrainConfig) -> TrainConfig:
 def test_two_worker_run_matches_plain_loop(reference_run, config, tmp_path):
     run_dir, summary = reference_run
     assert summary["status"] == "finished" and summary["last_step"] == 16
+    # run.json says where the ranks ran: one worker group, both ranks on this Ray's one node
+    (group,) = summary["workers"]
+    node = ray.get_runtime_context().get_node_id()
+    assert group["start_step"] == 0
+    assert [r["node_id"] for r in group["ranks"]] == [node, node]
     build_trainer(without_ray(config(tmp_path / "plain"))).fit()
     ray_losses, plain = losses(run_dir), losses(tmp_path / "plain")
     assert sorted(ray_losses) == list(range(2, 17, 2))
@@ -104,6 +109,8 @@ def test_a_worker_sigkilled_mid_run_resumes_to_the_same_loss(reference_run, conf
     assert len(second["workers"]) == 2 and not set(second["workers"]) & set(first["workers"])
     assert len(failures.read_text().splitlines()) == 1
     assert summary["status"] == "finished" and summary["last_step"] == 16
+    # the restart is a second worker group in run.json, resumed from a checkpoint (4 or 8)
+    assert [g["start_step"] for g in summary["workers"]] in ([0, 4], [0, 8])
     assert summary["train/loss_last"] == pytest.approx(ref_summary["train/loss_last"], abs=1e-5)
     assert summary["eval/loss"] == pytest.approx(ref_summary["eval/loss"], abs=1e-5)
     # the replayed steps are recorded once: the metrics file has the reference's steps

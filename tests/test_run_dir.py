@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from trainer_core import run_dir
-from trainer_core.run_dir import RUN_FIELDS, RunInfo
+from trainer_core.run_dir import RUN_FIELDS, RunInfo, WorkerGroup
 
 INFO = RunInfo(
     name="1M",
@@ -28,10 +28,23 @@ def test_run_json_is_written_whole_in_the_documented_order(tmp_path):
     assert tuple(record) == RUN_FIELDS
     assert record["status"] == "running" and record["last_step"] == 3
     assert record["tags"] == {"ladder": "demo"} and record["diverged_step"] is None
+    assert record["workers"] == []
     run_dir.write_run_json(tmp_path, INFO, "failed", last_step=4, error="bad shard")
     assert run_dir.read_run_json(tmp_path)["error"] == "bad shard"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]  # no .tmp left behind
     assert run_dir.read_run_json(tmp_path / "absent") is None
+
+
+def test_worker_groups_are_kept_in_order_across_rewrites(tmp_path):
+    """Each (re)start's placement, read back as written; marking the run stopped keeps them."""
+    assert run_dir.worker_groups(tmp_path) == []
+    first = WorkerGroup(start_step=0, time=1.0, ranks=[{"host": "a", "node_id": "n1"}])
+    second = WorkerGroup(start_step=5, time=2.0, ranks=[{"host": "b", "node_id": "n2"}])
+    run_dir.write_run_json(tmp_path, INFO, "running", last_step=5, workers=[first, second])
+    assert run_dir.worker_groups(tmp_path) == [first, second]
+    run_dir.mark_stopped(tmp_path)
+    assert run_dir.read_run_json(tmp_path)["status"] == "stopped"
+    assert run_dir.worker_groups(tmp_path) == [first, second]
 
 
 def test_mark_stopped_touches_only_runs_cut_short(tmp_path):

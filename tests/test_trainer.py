@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import socket
 import time
 
 import pytest
@@ -14,6 +15,7 @@ from trainer_core.callbacks import BaseCallback
 from trainer_core.checkpoint import CheckpointError
 from trainer_core.config import TrainConfig
 from trainer_core.configio import load_config
+from trainer_core.ray.reader import resume_step
 from trainer_core.trainer import NonFiniteLossError
 
 
@@ -83,6 +85,11 @@ def test_resume_continues_bit_for_bit(tmp_path, tiny_config):
     lines = read_jsonl(tmp_path / "b" / "run" / "metrics.jsonl")
     assert [r["step"] for r in lines] == [5, 10, 15, 20]
     assert [r["train/loss_last"] for r in lines] == full
+    # run.json keeps where each start ran: the first at step 0, the resume at 10, on this host
+    started, resumed_at = json.loads((tmp_path / "b" / "run" / "run.json").read_text())["workers"]
+    assert (started["start_step"], resumed_at["start_step"]) == (0, 10)
+    assert started["ranks"] == resumed_at["ranks"] == [{"host": socket.gethostname()}]
+    assert started["time"] < resumed_at["time"]
 
 
 def test_non_finite_loss_names_the_step_and_keeps_checkpoints(tmp_path, tiny_config):
@@ -234,6 +241,7 @@ import os, sys
 from trainer_core.callbacks import BaseCallback
 from trainer_core.config import TrainConfig
 from trainer_core.configio import load_config
+from trainer_core.ray.reader import resume_step
 from trainer_core.build import build_trainer
 
 hook, step = sys.argv[1], int(sys.argv[2])
@@ -310,3 +318,32 @@ def test_step_throughput_leaves_out_eval_and_checkpoint_time(tmp_path, tiny_conf
     assert logged[0]["time/checkpoint_s"] == 0
     # the z-loss is logged as a token mean beside the loss, far smaller at this multiplier
     assert all(0 < r["train/z_loss"] < 1e-2 * r["train/loss"] for r in logged)
+
+
+class StopAfterCheckpoint(BaseCallback):
+    """Ends the run (as a crash would) once the checkpoint of ``step`` is committed."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_checkpoint(self, step, path, permanent) -> None:
+        if step == self.step:
+            raise RuntimeError(f"stopped after the checkpoint of step {step}")
+
+
+def test_a_branched_run_resumes_from_its_own_progress_not_the_branch_point(tmp_path, tiny_config):
+    """``checkpoint.resume_from`` starts a new run from another run's checkpoint; once the new run
+    has checkpoints of its own, a restart (a lost worker) resumes from those, and the Ray layer's
+    data position follows the same rule."""
+    build_trainer(tiny_config(tmp_path / "origin", "--trainer.max_steps=10")).fit()
+    branch = tiny_config(
+        tmp_path / "branch",
+        "--trainer.max_steps=20",
+        "--checkpoint.save_interval_steps=5",
+        f"--checkpoint.resume_from={tmp_path / 'origin' / 'checkpoints' / 'step-00000010'}",
+    )
+    assert resume_step(branch) == 10
+    with pytest.raises(RuntimeError, match="stopped after the checkpoint of step 15"):
+        build_trainer(branch, extra_callbacks=[StopAfterCheckpoint(15)]).fit()
+    assert resume_step(branch) == 15
+    assert build_trainer(branch).restore() == 15

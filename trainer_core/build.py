@@ -7,19 +7,23 @@ which passes its own batch source (Ray Data) and reporter callback.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from dataclasses import replace
 
 import torch
 
+from trainer_core import storage
+from trainer_core.attention import check_attention_backend
 from trainer_core.callbacks import Callback, ConsoleProgress, JsonlMetrics
 from trainer_core.config import TrainConfig
 from trainer_core.data import open_token_data
 from trainer_core.distributed import init_distributed, resolve_device
+from trainer_core.float8 import float8_all_gather, precompute_scales_after_step
 from trainer_core.flops import peak_flops
 from trainer_core.mesh import dp_layout
 from trainer_core.model import Transformer, count_params, num_flops_per_token
 from trainer_core.optim import build_optimizer
 from trainer_core.parallel import build_mesh, dp_mesh, parallelize_model
+from trainer_core.precision import autocast_precision, computes_in_16_bit
 from trainer_core.run_dir import RunInfo
 from trainer_core.schedule import build_scheduler
 from trainer_core.tracking import tracking_callbacks
@@ -31,7 +35,7 @@ BatchSource = Callable[[int], Iterator[torch.Tensor]]
 
 def run_info(cfg: TrainConfig, tags: dict | None = None) -> RunInfo:
     return RunInfo(
-        name=cfg.tracking.name or Path(cfg.trainer.run_dir).name,
+        name=cfg.tracking.name or storage.name(cfg.trainer.run_dir),
         size=cfg.model.size,
         num_params=count_params(cfg.model)["non_embedding"],
         flops_per_token=num_flops_per_token(cfg.model, cfg.data.seq_len),
@@ -49,6 +53,7 @@ def build_trainer(
     train_batches: BatchSource | None = None,
     extra_callbacks: list[Callback] | None = None,
     tags: dict | None = None,
+    placement: dict[str, str] | None = None,
 ) -> Trainer:
     device = resolve_device(cfg.trainer.device)
     dist_info = init_distributed(device.type)
@@ -62,18 +67,25 @@ def build_trainer(
     dp_rank, dp_size = layout.dp_rank, layout.dp_size
     seq_len = cfg.data.seq_len
     batch_seqs = cfg.trainer.global_batch_size // seq_len
+    fsdp = dp_size > 1  # parallelize_model shards over the data-parallel ranks
+    check_attention_backend(
+        cfg.model.attention_backend, device, computes_in_16_bit(cfg.parallel, cfg.train_module)
+    )
 
     # Same seed on every rank: identical initial weights before sharding.
     torch.manual_seed(cfg.trainer.seed)
     model = Transformer(cfg.model, max_seq_len=seq_len)
     model = parallelize_model(model, mesh, cfg.parallel, device)
     optimizer = build_optimizer(model, cfg.optim, device)
+    if float8_all_gather(cfg.parallel, fsdp):
+        precompute_scales_after_step(model, optimizer)
     scheduler = build_scheduler(optimizer, cfg.schedule, cfg.total_steps)
+    autocast = autocast_precision(cfg.parallel, cfg.train_module, fsdp=fsdp)
     module = TrainModule(
         model,
         optimizer,
         scheduler,
-        cfg.train_module,
+        replace(cfg.train_module, autocast_precision=autocast),
         seq_len=seq_len,
         device=device,
         dp_group=dp_mesh(mesh).get_group() if mesh is not None else None,
@@ -95,8 +107,8 @@ def build_trainer(
     info = run_info(cfg, tags)
     callbacks: list[Callback] = []
     if dist_info.rank == 0:
-        run_dir = Path(cfg.trainer.run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir = storage.normalize(cfg.trainer.run_dir)
+        storage.makedirs(run_dir)
         if cfg.trainer.progress:
             callbacks.append(ConsoleProgress(info.name))
         callbacks.append(JsonlMetrics(run_dir))
@@ -112,4 +124,5 @@ def build_trainer(
         world_size=dist_info.world_size,
         peak_flops=peak_flops(device, cfg.trainer.peak_flops_per_device),
         callbacks=callbacks,
+        placement=placement,
     )

@@ -3,28 +3,30 @@
 Callbacks run on rank 0 only (the trainer decides) and never touch the model, so adding one can't
 change a run's numbers. The Ray layer adds its own reporter the same way.
 
-At a step with something to say the trainer calls ``on_log`` (the step's metrics, before its
-checkpoint is written, so the record is durable first), then ``on_checkpoint`` if it saved, then
-``on_step_end``.
+At a step with something to say the trainer calls ``on_log`` (the step's metrics), then, if it
+saves, ``flush`` (whatever a callback buffers goes out: the record is durable before the
+checkpoint that would skip it on resume) and ``on_checkpoint``, then ``on_step_end``. ``flush``
+comes again when the loop ends, however it ends.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
-from pathlib import Path
 from typing import Any, Protocol
 
-from trainer_core.run_dir import metrics_path, write_atomic
+from trainer_core import storage
+from trainer_core.run_dir import metrics_path
+from trainer_core.storage import Location, write_atomic
 
 
 class Callback(Protocol):
     def on_start(self, info: dict[str, Any]) -> None: ...
     def on_log(self, step: int, metrics: dict[str, float]) -> None: ...
-    def on_checkpoint(self, step: int, path: Path, permanent: bool) -> None: ...
+    def on_checkpoint(self, step: int, path: Location, permanent: bool) -> None: ...
     def on_step_end(self, step: int) -> None: ...
+    def flush(self) -> None: ...
     def on_end(self, summary: dict[str, Any]) -> None: ...
 
 
@@ -37,10 +39,13 @@ class BaseCallback:
     def on_log(self, step: int, metrics: dict[str, float]) -> None:
         pass
 
-    def on_checkpoint(self, step: int, path: Path, permanent: bool) -> None:
+    def on_checkpoint(self, step: int, path: Location, permanent: bool) -> None:
         pass
 
     def on_step_end(self, step: int) -> None:
+        pass
+
+    def flush(self) -> None:
         pass
 
     def on_end(self, summary: dict[str, Any]) -> None:
@@ -111,24 +116,47 @@ class JsonlMetrics(BaseCallback):
     On resume, lines from steps after the resumed checkpoint are dropped first, so a replayed
     stretch of training is not recorded twice; the file is replaced whole, so a kill during that
     rewrite loses nothing either.
+
+    Object storage has no appends: for a run dir there, the lines are kept here and the file is
+    replaced whole at :meth:`flush` (before every checkpoint, at the end) and at most every
+    :attr:`UPLOAD_EVERY_S` seconds in between, so a watcher sees progress without one upload per
+    log line.
     """
 
-    def __init__(self, run_dir: str | os.PathLike):
+    UPLOAD_EVERY_S = 60.0
+
+    def __init__(self, run_dir: Location):
         self.path = metrics_path(run_dir)
+        self.remote = storage.is_url(self.path)
+        self.lines: list[str] = []
+        self.uploaded_at = time.monotonic()
 
     def on_start(self, info: dict[str, Any]) -> None:
-        if not self.path.exists():
+        if not storage.is_file(self.path):
             return
         keep = []
-        for line in self.path.read_text().splitlines():
+        for line in storage.read_text(self.path).splitlines():
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by a crash mid-write
             if record.get("step", 0) <= info["start_step"]:
-                keep.append(line)
-        write_atomic(self.path, "".join(k + "\n" for k in keep))
+                keep.append(line + "\n")
+        if self.remote:
+            self.lines = keep
+        write_atomic(self.path, "".join(keep))
 
     def on_log(self, step: int, metrics: dict[str, float]) -> None:
-        with self.path.open("a") as f:
-            f.write(json.dumps({"step": step, "time": time.time(), **metrics}) + "\n")
+        line = json.dumps({"step": step, "time": time.time(), **metrics}) + "\n"
+        if not self.remote:
+            with open(self.path, "a") as f:
+                f.write(line)
+            return
+        self.lines.append(line)
+        if time.monotonic() - self.uploaded_at >= self.UPLOAD_EVERY_S:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.remote:
+            write_atomic(self.path, "".join(self.lines))
+            self.uploaded_at = time.monotonic()

@@ -34,6 +34,7 @@ import shutil
 import time
 import uuid
 import warnings
+from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,17 +44,20 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 from torch.distributed.checkpoint._nested_dict import flatten_state_dict
 from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 from torch.distributed.checkpoint.stateful import Stateful
 
+from trainer_core import storage
 from trainer_core.checksums import FileListing, checksum_problems, list_files, size_problems
 from trainer_core.config import CheckpointConfig
 from trainer_core.distributed import is_distributed
 from trainer_core.errors import UserError
 from trainer_core.run_dir import (
+    CHECKPOINTS,
     STEP_DIR,
     beside,
     checkpoints_dir,
@@ -62,6 +66,7 @@ from trainer_core.run_dir import (
     step_dir,
     write_metrics_step,
 )
+from trainer_core.storage import Location
 
 log = logging.getLogger(__name__)
 # DCP warns on every save/load without a process group (also from async save's thread); a
@@ -86,77 +91,85 @@ class CorruptCheckpointError(CheckpointError):
 class CheckpointInfo:
     step: int
     tokens: int
-    path: Path
+    path: Location
     complete: bool
     permanent: bool
-    metrics_path: Path | None
+    metrics_path: Location | None
 
 
 def marker_name(rank: int, world_size: int) -> str:
     return f".done-rank{rank}-of-{world_size}"
 
 
-def _read_info(path: Path) -> dict[str, Any]:
+MARKER = re.compile(r"^\.done-rank(\d+)-of-(\d+)$")
+
+
+def _read_json(path: Location) -> Any:
     try:
-        return json.loads((path / "info.json").read_text())
+        return json.loads(storage.read_text(path))
     except (OSError, ValueError):  # absent, or not UTF-8 JSON (its listed CRC32 names it)
-        return {}
-
-
-def _read_listing(marker: Path) -> FileListing | None:
-    """The files a rank's marker lists (None: no marker, or not one this code wrote)."""
-    try:
-        listing = json.loads(marker.read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _read_info(path: Location) -> dict[str, Any]:
+    info = _read_json(storage.join(path, "info.json"))
+    return info if isinstance(info, dict) else {}
+
+
+def _read_listing(marker: Location) -> FileListing | None:
+    """The files a rank's marker lists (None: no marker, or not one this code wrote)."""
+    record = _read_json(marker)
+    listing = record.get("files") if isinstance(record, dict) else None
     return listing if isinstance(listing, dict) else None
 
 
-def _world_size(path: Path) -> int | None:
+def _world_size(path: Location, names: Iterable[str]) -> int | None:
+    """The world that saved ``path`` (info.json, else a marker's name); ``names``: the dir's."""
     world = _read_info(path).get("world_size")
-    markers = sorted(m.name for m in path.glob(".done-rank*-of-*"))
+    markers = sorted(int(m.group(2)) for n in names if (m := MARKER.match(n)))
     if world is None and markers:
-        world = int(markers[0].rsplit("-", 1)[1])
+        world = markers[0]
     return world
 
 
-def incomplete_parts(path: Path) -> list[str]:
+def incomplete_parts(path: Location) -> list[str]:
     """What keeps ``path`` from being a complete checkpoint, one phrase each (empty: complete).
 
     Complete: DCP's ``.metadata``, a marker per rank, and every file a marker lists present with
-    its listed size. Checksums are left to loading: they read every byte.
+    its listed size. Checksums are left to loading: they read every byte. One listing of the dir
+    (one request on object storage), then the small marker files.
     """
-    if not path.is_dir():
+    found = storage.entries(path)
+    if not found:
         return ["the directory is missing"]
-    problems = [] if (path / ".metadata").is_file() else [".metadata is missing"]
-    world = _world_size(path)
+    problems = [] if found.get(".metadata") is not None else [".metadata is missing"]
+    world = _world_size(path, found)
     if world is None:
         return [*problems, "the rank markers (.done-rank*-of-*) are missing"]
     for rank in range(world):
-        marker = path / marker_name(rank, world)
-        listing = _read_listing(marker)
+        name = marker_name(rank, world)
+        listing = _read_listing(storage.join(path, name)) if name in found else None
         if listing is not None:
-            problems += size_problems(path, listing)
-        elif marker.is_file():
-            problems.append(f"{marker.name} holds no file listing")
+            problems += size_problems(found, listing)
+        elif name in found:
+            problems.append(f"{name} holds no file listing")
         else:
-            problems.append(f"{marker.name} is missing")
+            problems.append(f"{name} is missing")
     return problems
 
 
-def listed_files(path: Path) -> FileListing:
+def listed_files(path: Location) -> FileListing:
     """Every file the markers of a complete checkpoint list, with its size and CRC32."""
-    world = _world_size(path) or 0
+    world = _world_size(path, storage.entries(path)) or 0
     listing: FileListing = {}
     for rank in range(world):
-        listing.update(_read_listing(path / marker_name(rank, world)) or {})
+        listing.update(_read_listing(storage.join(path, marker_name(rank, world))) or {})
     return listing
 
 
-def checkpoint_step(path: str | Path) -> int:
+def checkpoint_step(path: Location) -> int:
     """The step a checkpoint dir holds: from its ``step-N`` name, else its info.json."""
-    path = Path(path)
-    match = STEP_DIR.match(path.name)
+    match = STEP_DIR.match(storage.name(path))
     step = int(match.group(1)) if match else _read_info(path).get("step")
     if step is None:
         raise CheckpointError(
@@ -166,14 +179,16 @@ def checkpoint_step(path: str | Path) -> int:
     return int(step)
 
 
-def list_checkpoints(run_dir: str | Path) -> list[CheckpointInfo]:
+def list_checkpoints(run_dir: Location) -> list[CheckpointInfo]:
     """Every ``step-N`` dir of a run (complete or not), sorted by step; scratch dirs are left out."""
     root = checkpoints_dir(run_dir)
+    in_run = storage.entries(run_dir)
     found = []
-    for path in root.iterdir() if root.is_dir() else []:
-        match = STEP_DIR.match(path.name)
-        if not match or not path.is_dir():
+    for name, size in storage.entries(root).items():
+        match = STEP_DIR.match(name)
+        if not match or size is not None:
             continue
+        path = storage.join(root, name)
         step, info = int(match.group(1)), _read_info(path)
         complete = not incomplete_parts(path)
         metrics = metrics_step_path(run_dir, step)
@@ -185,13 +200,13 @@ def list_checkpoints(run_dir: str | Path) -> list[CheckpointInfo]:
                 complete=complete,
                 # An unreadable info.json in a complete dir: keep it rather than guess "temporary".
                 permanent=bool(info.get("permanent", complete)),
-                metrics_path=metrics if metrics.is_file() else None,
+                metrics_path=metrics if in_run.get(storage.name(metrics)) is not None else None,
             )
         )
     return sorted(found, key=lambda c: c.step)
 
 
-def complete_checkpoints(run_dir: str | Path) -> list[CheckpointInfo]:
+def complete_checkpoints(run_dir: Location) -> list[CheckpointInfo]:
     """The complete checkpoints, oldest first; warns naming every incomplete or scratch dir."""
     for path in scratch_dirs(run_dir):
         warnings.warn(f"skipping unfinished checkpoint dir {path}", stacklevel=3)
@@ -205,7 +220,7 @@ def complete_checkpoints(run_dir: str | Path) -> list[CheckpointInfo]:
     return complete
 
 
-def latest_checkpoint(run_dir: str | Path) -> CheckpointInfo | None:
+def latest_checkpoint(run_dir: Location) -> CheckpointInfo | None:
     """The newest complete checkpoint (checksums unverified); warns like :func:`complete_checkpoints`."""
     complete = complete_checkpoints(run_dir)
     return complete[-1] if complete else None
@@ -356,11 +371,17 @@ class _MetadataUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-class _SafeReader(dcp.FileSystemReader):
+class _SafeMetadata:
+    """DCP's reader with ``.metadata`` read through :class:`_MetadataUnpickler` (for both the
+    local reader and the fsspec one, which streams a checkpoint straight from object storage)."""
+
+    path: Any
+    load_id: Any
+
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         rank = kwargs.get("rank")
         name = ".metadata" if rank is None else f"__{rank}.metadata"
-        with open(Path(self.path) / name, "rb") as f:
+        with storage.open_file(storage.join(str(self.path), name)) as f:
             metadata = _MetadataUnpickler(f).load()
         if not isinstance(metadata, Metadata):
             raise pickle.UnpicklingError(
@@ -369,6 +390,18 @@ class _SafeReader(dcp.FileSystemReader):
         metadata.storage_meta = metadata.storage_meta or StorageMeta()
         metadata.storage_meta.load_id = self.load_id
         return metadata
+
+
+class _SafeReader(_SafeMetadata, dcp.FileSystemReader):
+    pass
+
+
+class _SafeRemoteReader(_SafeMetadata, FsspecReader):
+    pass
+
+
+def _safe_reader(path: Location) -> dcp.FileSystemReader:
+    return (_SafeRemoteReader if storage.is_url(path) else _SafeReader)(str(path))
 
 
 class _SafeLoadPlanner(dcp.DefaultLoadPlanner):
@@ -382,10 +415,10 @@ class _SafeLoadPlanner(dcp.DefaultLoadPlanner):
             self.state_dict[read_item.dest_index.fqn] = obj
 
 
-def read_metadata(path: str | Path) -> Metadata:
+def read_metadata(path: Location) -> Metadata:
     """A checkpoint's DCP metadata, read with the allow-listed unpickler."""
     try:
-        return _SafeReader(str(path)).read_metadata()
+        return _safe_reader(path).read_metadata()
     except Exception as e:  # truncated, foreign or malicious .metadata
         raise CheckpointError(f"checkpoint {path} has an unreadable .metadata ({e})") from None
 
@@ -419,7 +452,7 @@ def _listing(title: str, items: list[str]) -> list[str]:
     return [f"  {title}: {item}" for item in items[:_MAX_LISTED]] + more
 
 
-def check_compatible(path: Path, metadata: Metadata, state: dict[str, Any]) -> None:
+def check_compatible(path: Location, metadata: Metadata, state: dict[str, Any]) -> None:
     """Compare the saved keys and tensor shapes with ``state`` (Statefuls already resolved).
 
     Checkpoint keys under top-level sections that ``state`` does not ask for are ignored, so a
@@ -485,7 +518,8 @@ class _ListingWriter(dcp.FileSystemWriter):
 class _PendingSave:
     step: int
     tmp: Path
-    final: Path
+    """Where the ranks write: beside ``final``, or a node-local stage when the run is remote."""
+    final: Location
     tokens: int
     permanent: bool
     metrics: dict[str, Any] | None
@@ -499,16 +533,24 @@ class Checkpointer:
     With ``cfg.async_save`` a save returns once the state is staged in CPU memory; it is
     committed (markers, rename, cleanup) at the next :meth:`save`, :meth:`wait` or
     :meth:`close`, so the returned path exists only after one of those.
+
+    A run dir on object storage (a URL) keeps the same rule with no rename: each rank writes its
+    shards to a node-local stage, uploads the files its marker lists, then the marker, so the
+    checkpoint is complete exactly when the last rank's marker lands; an upload cut short leaves
+    a dir without all markers, which no listing calls complete. Loading streams the files
+    straight from the store (checksums and DCP's reads alike), nothing is downloaded whole.
     """
 
     def __init__(
-        self, run_dir: str | Path, cfg: CheckpointConfig, rank: int = 0, world_size: int = 1
+        self, run_dir: Location, cfg: CheckpointConfig, rank: int = 0, world_size: int = 1
     ):
-        self.run_dir, self.cfg = Path(run_dir), cfg
+        self.run_dir, self.cfg = storage.normalize(run_dir), cfg
+        self.remote = storage.is_url(self.run_dir)
         self.rank, self.world_size = rank, world_size
         self._pending: _PendingSave | None = None
         self._save_group: Any = None
-        self.last_committed: Path | None = None
+        self._stage_cleared = False
+        self.last_committed: Location | None = None
         """The newest checkpoint this checkpointer committed (with async saves: not the newest saved)."""
 
     # -- saving ---------------------------------------------------------------------------
@@ -521,7 +563,7 @@ class Checkpointer:
         tokens: int,
         permanent: bool,
         metrics: dict[str, Any] | None = None,
-    ) -> Path:
+    ) -> Location:
         """Write ``app_state`` as ``step-N`` and return that path; all ranks call it together."""
         group_size = dist.get_world_size() if is_distributed() else 1
         if group_size != self.world_size:
@@ -531,7 +573,7 @@ class Checkpointer:
         self.wait()
         final = step_dir(self.run_dir, step)
         token = self._from_rank0(uuid.uuid4().hex[:8])
-        tmp = beside(final, "tmp", token)
+        tmp = self._scratch(final, token)
         tmp.mkdir(parents=True, exist_ok=True)
         writer = _ListingWriter(tmp)
         pending = _PendingSave(step, tmp, final, tokens, permanent, metrics, writer)
@@ -542,6 +584,19 @@ class Checkpointer:
             dcp.save(app_state, storage_writer=writer, no_dist=not is_distributed())
             self._commit(pending)
         return final
+
+    def _scratch(self, final: Location, token: str) -> Path:
+        """The dir this save writes into. For a remote run, the node's stage; stages that
+        killed saves left on this node go first (never this save's: its token is new)."""
+        if not self.remote:
+            return beside(final, "tmp", token)
+        stage = storage.stage_dir(str(self.run_dir), CHECKPOINTS)
+        if not self._stage_cleared:
+            for old in stage.glob("step-*.tmp-*"):
+                if not old.name.endswith(f"-{token}"):
+                    shutil.rmtree(old, ignore_errors=True)
+            self._stage_cleared = True
+        return stage / f"{storage.name(final)}.tmp-{token}"
 
     def _async_save(self, app_state: dict[str, Any], writer: dcp.FileSystemWriter) -> Future:
         if is_distributed() and self._save_group is None:
@@ -576,7 +631,7 @@ class Checkpointer:
     def _commit(self, p: _PendingSave) -> None:
         written = list(p.writer.written)
         if self.rank == 0:
-            replaced = _read_info(p.final) if p.final.is_dir() else {}
+            replaced = _read_info(p.final)
             info = {
                 "step": p.step,
                 "tokens": p.tokens,
@@ -587,19 +642,24 @@ class Checkpointer:
             }
             (p.tmp / "info.json").write_text(json.dumps(info))
             written.append("info.json")
-        self._write_marker(p.tmp, list_files(p.tmp, written))
+        listing = list_files(p.tmp, written)
+        self._write_marker(p.tmp, listing)
+        if self.remote:
+            self._upload(p, listing)
         self._barrier()
         error = None
         if self.rank == 0:
             try:
-                self._swap_into_place(p)
+                self._put_in_place(p)
                 if p.metrics is not None and p.permanent:
                     write_metrics_step(
                         self.run_dir, p.step, {**p.metrics, "step": p.step, "tokens": p.tokens}
                     )
             except Exception as e:  # every rank must reach the broadcast below, so no raise here
-                error = f"could not commit checkpoint {p.tmp} as {p.final.name}: {e}"
-        error = self._from_rank0(error)  # doubles as the barrier after the rename
+                error = f"could not commit checkpoint {p.tmp} as {p.final}: {e}"
+        error = self._from_rank0(error)  # doubles as the barrier after the rename / uploads
+        if self.remote:
+            shutil.rmtree(p.tmp, ignore_errors=True)
         if error:
             raise CheckpointError(error)
         self.last_committed = p.final
@@ -613,10 +673,25 @@ class Checkpointer:
         partial.write_text(json.dumps({"rank": self.rank, "files": listing}))
         partial.rename(marker)
 
-    def _swap_into_place(self, p: _PendingSave) -> None:
-        problems = incomplete_parts(p.tmp)
+    def _upload(self, p: _PendingSave, listing: FileListing) -> None:
+        """Every rank puts the files it listed into ``p.final``, its marker last.
+
+        A step saved again (a run resumed from before it) first loses the old copy, whole,
+        before any rank uploads: the two never mix in one dir.
+        """
+        if self.rank == 0 and storage.is_dir(p.final):
+            storage.remove(p.final)
+        self._barrier()
+        for name in [*sorted(listing), marker_name(self.rank, self.world_size)]:
+            storage.put_file(p.tmp / name, storage.join(p.final, name))
+
+    def _put_in_place(self, p: _PendingSave) -> None:
+        """Rank 0, once every rank is done: check the whole checkpoint, then (locally) rename."""
+        problems = incomplete_parts(p.final if self.remote else p.tmp)
         if problems:
             raise CheckpointError(f"{'; '.join(problems)} after every rank finished")
+        if self.remote:
+            return
         _recover_interrupted_swaps(self.run_dir)
         if not p.final.exists():
             p.tmp.rename(p.final)
@@ -627,15 +702,21 @@ class Checkpointer:
         p.tmp.rename(p.final)
         shutil.rmtree(old, ignore_errors=True)
 
-    def _drop_superseded(self, keep: Path) -> None:
+    def _drop_superseded(self, keep: Location) -> None:
         """Delete every other temporary checkpoint and leftover scratch dir (rank 0, after commit)."""
         for info in list_checkpoints(self.run_dir):
             if info.path != keep and not info.permanent:
-                shutil.rmtree(info.path, ignore_errors=True)
+                storage.remove(info.path)
         for path in scratch_dirs(self.run_dir):
-            shutil.rmtree(path, ignore_errors=True)
+            storage.remove(path)
 
     # -- loading --------------------------------------------------------------------------
+
+    def has_checkpoint(self) -> bool:
+        """Whether the run has a complete checkpoint of its own (rank 0 looks; all ranks agree)."""
+        return self._from_rank0(
+            bool(complete_checkpoints(self.run_dir)) if self.rank == 0 else None
+        )
 
     def load_latest(self, app_state: dict[str, Any]) -> CheckpointInfo | None:
         """Load the newest complete checkpoint whose files verify; None when the run has none.
@@ -649,7 +730,7 @@ class Checkpointer:
         candidates = self._from_rank0(
             complete_checkpoints(self.run_dir) if self.rank == 0 else None
         )
-        corrupt: list[Path] = []
+        corrupt: list[Location] = []
         for info in reversed(candidates):
             problems = self._verify(info.path)
             if not problems:
@@ -670,14 +751,14 @@ class Checkpointer:
             )
         return None
 
-    def load(self, path: str | Path, app_state: dict[str, Any]) -> None:
+    def load(self, path: Location, app_state: dict[str, Any]) -> None:
         """Load ``path`` into ``app_state`` in place, after checking it is whole and fits.
 
         ``app_state["rng"]`` is replaced by what the checkpoint holds for this rank (an empty
         dict when it was saved by a smaller world); pass it to :func:`restore_rng`.
         """
-        path = Path(path)
-        if not path.exists():
+        path = storage.normalize(path)
+        if not storage.is_dir(path):
             raise CheckpointError(f"checkpoint {path} does not exist")
         incomplete = incomplete_parts(path)
         if incomplete:
@@ -690,7 +771,7 @@ class Checkpointer:
             raise CorruptCheckpointError(f"checkpoint {path} is corrupt: {'; '.join(problems)}")
         self._load(path, app_state)
 
-    def _verify(self, path: Path) -> list[str]:
+    def _verify(self, path: Location) -> list[str]:
         """Checksum problems of a complete checkpoint; every rank reads a share of its files
         and every rank gets the whole answer (collective with a process group)."""
         listing = listed_files(path)
@@ -703,13 +784,13 @@ class Checkpointer:
             problems = sorted(p for part in parts for p in part)
         return problems
 
-    def _set_aside(self, paths: list[Path]) -> None:
+    def _set_aside(self, paths: list[Location]) -> None:
         if self.rank == 0:
             for path in paths:
-                path.rename(beside(path, "corrupt", uuid.uuid4().hex[:8]))
+                storage.move(path, beside(path, "corrupt", uuid.uuid4().hex[:8]))
         self._barrier()
 
-    def _load(self, path: Path, app_state: dict[str, Any]) -> None:
+    def _load(self, path: Location, app_state: dict[str, Any]) -> None:
         metadata = read_metadata(path)
         resolved = {
             k: v.state_dict() if isinstance(v, Stateful) else v for k, v in app_state.items()
@@ -722,7 +803,7 @@ class Checkpointer:
         try:
             dcp.load(
                 resolved,
-                storage_reader=_SafeReader(str(path)),
+                storage_reader=_safe_reader(path),
                 planner=_SafeLoadPlanner(),
                 no_dist=not is_distributed(),
             )
@@ -736,7 +817,7 @@ class Checkpointer:
         if "rng" in app_state:
             app_state["rng"] = resolved["rng"]
 
-    def _rng_to_load(self, path: Path, rng: dict[str, Any], saved: set[str]) -> dict[str, Any]:
+    def _rng_to_load(self, path: Location, rng: dict[str, Any], saved: set[str]) -> dict[str, Any]:
         kept = _prune_to_saved(rng, "rng", saved) or {}
         dropped = sorted(set(rng) - set(kept))
         if dropped:

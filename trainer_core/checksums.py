@@ -11,18 +11,22 @@ from __future__ import annotations
 import zlib
 from pathlib import Path
 
+from trainer_core import storage
+from trainer_core.storage import Location
+
 CHUNK_BYTES = 8 << 20
 
 FileListing = dict[str, dict[str, int]]
 """``{relative name: {"size": bytes, "crc32": checksum}}``"""
 
 
-def crc32_of(path: Path) -> int:
-    """CRC32 of a whole file, read in chunks into one reused buffer (zlib releases the GIL)."""
+def crc32_of(path: Location) -> int:
+    """CRC32 of a whole file, read in chunks into one reused buffer (zlib releases the GIL);
+    a remote file is streamed, never stored."""
     crc = 0
     buffer = bytearray(CHUNK_BYTES)
     view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as f:
+    with storage.open_file(path) if storage.is_url(path) else open(path, "rb", buffering=0) as f:
         while n := f.readinto(buffer):
             crc = zlib.crc32(view[:n], crc)
     return crc
@@ -36,23 +40,24 @@ def list_files(root: Path, names: list[str]) -> FileListing:
     }
 
 
-def size_problems(root: Path, listing: FileListing) -> list[str]:
-    """Listed files that are absent or of another size: a cheap check (one ``stat`` per file)."""
+def size_problems(found: dict[str, int | None], listing: FileListing) -> list[str]:
+    """Listed files that are absent or of another size in ``found`` (a dir's
+    :func:`trainer_core.storage.entries`): a cheap check, one listing for the whole dir."""
     problems = []
     for name, entry in sorted(listing.items()):
-        path = root / name
-        if not path.is_file():
+        size = found.get(name)
+        if size is None:
             problems.append(f"{name} is missing")
-        elif path.stat().st_size != entry["size"]:
-            problems.append(f"{name} is {path.stat().st_size} bytes, listed as {entry['size']}")
+        elif size != entry["size"]:
+            problems.append(f"{name} is {size} bytes, listed as {entry['size']}")
     return problems
 
 
-def checksum_problems(root: Path, listing: FileListing) -> list[str]:
+def checksum_problems(root: Location, listing: FileListing) -> list[str]:
     """Listed files whose content no longer has the listed CRC32 (reads every byte)."""
     problems = []
     for name, entry in sorted(listing.items()):
-        found = crc32_of(root / name)
+        found = crc32_of(storage.join(root, name))
         if found != entry["crc32"]:
             problems.append(
                 f"{name} has CRC32 {found:08x}, listed as {entry['crc32']:08x} "

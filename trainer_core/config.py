@@ -44,6 +44,10 @@ class ModelConfig:
     rope_theta: float = 10_000.0
     norm_eps: float = 1e-6
     init_std: float = 0.02
+    attention_backend: Literal["auto", "flash", "cudnn", "efficient", "math"] = "auto"
+    """The ``scaled_dot_product_attention`` kernel. "auto" lets torch choose; naming one forces
+    it, so a run that cannot use it fails at start instead of quietly falling back to a slower
+    kernel. CPU has "flash" and "math"; "flash" and "cudnn" on a GPU need 16-bit compute."""
 
     def __post_init__(self) -> None:
         if self.size:
@@ -178,6 +182,12 @@ class ParallelConfig:
     activation_checkpointing: Literal["none", "full", "every_k"] = "none"
     ac_every_k: int = 2
     compile: bool = False
+    float8: Literal["none", "tensorwise", "rowwise"] = "none"
+    """torchao float8 training of the blocks' linear layers (embedding and LM head stay bf16):
+    a GPU of compute capability 8.9+ (9.0+ for rowwise) and ``pip install -e '.[gpu]'``."""
+    float8_emulate: bool = False
+    """Run float8 casts with fp32 matmuls instead of float8 kernels: no GPU needed, no speed-up
+    (tests and debugging)."""
 
     def __post_init__(self) -> None:
         require(self.dp_replicate >= 1, "dp_replicate", self.dp_replicate, "must be >= 1")
@@ -189,6 +199,20 @@ class ParallelConfig:
         )
         require(self.tp >= 1, "tp", self.tp, "must be >= 1")
         require(self.ac_every_k >= 1, "ac_every_k", self.ac_every_k, "must be >= 1")
+        if self.float8 != "none":
+            require(
+                self.param_dtype == "bfloat16",
+                "float8",
+                self.float8,
+                "float8 matmuls run inside bf16 training: set parallel.param_dtype=bfloat16",
+            )
+            require(
+                self.tp == 1,
+                "float8",
+                self.float8,
+                "float8 with tensor parallel is not supported: set parallel.tp=1 or "
+                "parallel.float8=none",
+            )
 
 
 @dataclass

@@ -8,8 +8,10 @@ use that: MFU on CPU then reads "fraction of achievable matmul speed".
 from __future__ import annotations
 
 import functools
+import re
 import time
 import warnings
+from collections.abc import Iterable
 
 import torch
 
@@ -19,31 +21,55 @@ PEAK_BF16_FLOPS = {
     "H100": 989e12,
     "H200 NVL": 835e12,
     "H200": 989e12,
+    "GH200": 989e12,
     "B200": 2250e12,
     "A100": 312e12,
     "L40S": 362e12,
+    "L40": 181e12,
     "A10G": 70e12,
     "L4": 121e12,
 }
 """Dense (no 2:4 sparsity) bf16 tensor-core FLOP/s per device, the one table for MFU and for
 the ladder's device-hours. From NVIDIA's datasheets, halving their with-sparsity figures: H100
-SXM 1979 -> 989, PCIe 1513 -> 756, NVL 1671 -> 835; H200 as H100 SXM (same compute), H200 NVL as
-H100 NVL; B200 4.5 P -> 2.25 P; A100 312 dense; L40S 733 -> 362; L4 242 -> 121. A10G (AWS's A10
-variant) has no NVIDIA datasheet: 70 T is the figure AWS's instance documentation implies; set
-``trainer.peak_flops_per_device`` when it matters. Keys are matched most specific first, so "H100
-PCIe" wins over "H100" and the SXM part (CUDA names it "NVIDIA H100 80GB HBM3") gets "H100"."""
+SXM 1979 -> 989, PCIe 1513 -> 756, NVL 1671 -> 835; H200 and GH200 as H100 SXM (same compute),
+H200 NVL as H100 NVL; B200 4.5 P -> 2.25 P; A100 312 dense; L40S 733 -> 362; L40 362 -> 181; L4
+242 -> 121. A10G (AWS's A10 variant) has no NVIDIA datasheet: 70 T is the figure AWS's instance
+documentation implies; set ``trainer.peak_flops_per_device`` when it matters. Keys match whole
+model names, most specific first (:func:`match_device`)."""
 
 UNKNOWN_GPU_FLOPS = 312e12
 """For a GPU missing from the table (an A100-class guess; the name is printed in the warning)."""
 
 
+def _words(name: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", name.lower())
+
+
+def match_device(device_name: str, keys: Iterable[str]) -> str | None:
+    """The key whose words appear whole and in order in ``device_name``, the most specific
+    (most words) first; None if none does. Whole words, because model names nest as substrings:
+    "NVIDIA L40" is not an "L4", "NVIDIA GH200" not an "H200"; "NVIDIA H100 PCIe" is "H100 PCIe"
+    before "H100", and the SXM part (CUDA's "NVIDIA H100 80GB HBM3") is "H100"."""
+    words = _words(device_name)
+
+    def contained(key: str) -> bool:
+        k = _words(key)
+        return any(words[i : i + len(k)] == k for i in range(len(words) - len(k) + 1))
+
+    found = [key for key in keys if contained(key)]
+    return max(found, key=lambda key: len(_words(key)), default=None)
+
+
+def device_key(device_name: str) -> str | None:
+    """The table's key for a device name or type ("NVIDIA H100 PCIe" -> "H100 PCIe"); None if
+    absent. Also the ``device_type`` a ladder on this device plans with."""
+    return match_device(device_name, PEAK_BF16_FLOPS)
+
+
 def device_peak_flops(device_name: str) -> float | None:
     """The table's figure for a device name or type ("H100", "NVIDIA H100 PCIe"); None if absent."""
-    name = device_name.lower()
-    for key in sorted(PEAK_BF16_FLOPS, key=len, reverse=True):
-        if key.lower() in name:
-            return PEAK_BF16_FLOPS[key]
-    return None
+    key = device_key(device_name)
+    return None if key is None else PEAK_BF16_FLOPS[key]
 
 
 @functools.cache

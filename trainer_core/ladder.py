@@ -32,30 +32,36 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from pathlib import Path
 from typing import ClassVar
 
+import yaml
+
+from trainer_core import storage
 from trainer_core.config import SIZE_DIMS, ModelConfig, ScheduleConfig, TrainConfig, require
-from trainer_core.configio import ConfigError, load_yaml, to_yaml
+from trainer_core.configio import ConfigError, to_yaml
 from trainer_core.data import open_token_data
 from trainer_core.errors import UserError
-from trainer_core.flops import PEAK_BF16_FLOPS, device_peak_flops
+from trainer_core.flops import PEAK_BF16_FLOPS, device_peak_flops, match_device
 from trainer_core.memory import MemoryEstimate, estimate_memory
 from trainer_core.mesh import check_tensor_parallel, dp_layout, mesh_shape
 from trainer_core.model import count_params, num_flops_per_token
 from trainer_core.paths import check_output_dir
-from trainer_core.run_dir import EXPERIMENT, PLAN, RUNS, write_atomic
+from trainer_core.run_dir import EXPERIMENT, PLAN, RUNS
 from trainer_core.schedule import decay_windows, wsds_schedule
 from trainer_core.sizes import check_size
+from trainer_core.storage import Location, write_atomic
 
-# Usable accelerator memory (GiB) by substring of the device type; "cpu" is a working-set budget.
+# Accelerator memory (GiB) by model name in the device type (matched as :func:`match_device`
+# does); "cpu" is a working-set budget.
 DEVICE_MEMORY_GB = {
     "B200": 180,
     "H200": 141,
+    "GH200": 96,
     "H100 NVL": 94,
     "H100": 80,
     "A100": 80,
     "L40S": 48,
+    "L40": 48,
     "A10G": 24,
     "L4": 24,
     "cpu": 16,
@@ -280,11 +286,9 @@ def check_unplanned(
 
 
 def _lookup(table: dict[str, float], device_type: str, default: float) -> float:
-    """The most specific key contained in ``device_type`` ("H100 NVL" before "H100")."""
-    for key, value in sorted(table.items(), key=lambda kv: -len(kv[0])):
-        if key.lower() in device_type.lower():
-            return value
-    return default
+    """The entry of the model named in ``device_type`` (:func:`match_device`), else ``default``."""
+    key = match_device(device_type, table)
+    return default if key is None else table[key]
 
 
 # -- the formulas (each a named function so a reader can find and test it) ------------------------
@@ -508,6 +512,37 @@ def final_micro_batch(
     return 1, True, step_memory(model, ladder, devices, 1, rank_seqs, True)
 
 
+def rank_batch_and_micro(
+    model: ModelConfig,
+    ladder: LadderConfig,
+    devices: int,
+    dp: int,
+    target_seqs: int,
+    rank_seqs: int,
+) -> tuple[int, int, bool, MemoryEstimate]:
+    """(sequences per rank, micro-batch, reduce every micro-batch, estimate) on the final mesh.
+
+    The rank batch closest to the target can have few divisors (7 sequences: micro-batch 7 or 1),
+    so a micro-batch that fits gets cut to 1 and the device idles at a fraction of its memory.
+    When that happens, another rank batch whose global batch is still within
+    :data:`BATCH_DRIFT` of the target and allows at least twice the micro-batch is taken
+    instead (the nearest to the target of those with the largest micro-batch).
+    """
+    micro, sync_every, estimate = final_micro_batch(model, ladder, devices, rank_seqs)
+    if micro == rank_seqs:
+        return rank_seqs, micro, sync_every, estimate
+    best = (micro, 0.0, rank_seqs, sync_every, estimate)
+    low = math.ceil(target_seqs * (1 - BATCH_DRIFT) / dp)
+    high = math.floor(target_seqs * (1 + BATCH_DRIFT) / dp)
+    for seqs in range(max(low, 1), high + 1):
+        m, every, est = final_micro_batch(model, ladder, devices, seqs)
+        drift = abs(seqs * dp - target_seqs) / target_seqs
+        if m >= 2 * micro and (m, -drift) > best[:2]:
+            best = (m, -drift, seqs, every, est)
+    m, _, seqs, every, est = best
+    return seqs, m, every, est
+
+
 def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
     run = ladder.run
     model = replace(
@@ -533,8 +568,15 @@ def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
     )
     batch = batch_seqs * seq
     layout = dp_layout(run.parallel, devices)
-    rank_seqs = batch // seq // layout.dp_size
-    micro_seqs, sync_every, memory = final_micro_batch(model, ladder, devices, rank_seqs)
+    rank_seqs, micro_seqs, sync_every, memory = rank_batch_and_micro(
+        model,
+        ladder,
+        devices,
+        layout.dp_size,
+        max(1, round(target / seq)),
+        batch_seqs // layout.dp_size,
+    )
+    batch = rank_seqs * layout.dp_size * seq
     if memory.total > ladder.memory_bytes:
         raise ConfigError(
             f"sizes: {size!r} does not fit on {devices} {ladder.device_type} with one sequence "
@@ -637,7 +679,10 @@ def named_run(cfg: TrainConfig, ladder: LadderConfig, run_name: str) -> TrainCon
     """``cfg`` as the ladder's run ``run_name``: its dir under ``<dir>/runs``, its W&B name."""
     return replace(
         cfg,
-        trainer=replace(cfg.trainer, run_dir=str(Path(ladder.dir).resolve() / RUNS / run_name)),
+        trainer=replace(
+            cfg.trainer,
+            run_dir=str(storage.join(storage.normalize(ladder.dir, absolute=True), RUNS, run_name)),
+        ),
         tracking=replace(cfg.tracking, name=f"{ladder.name}-{run_name}"),
     )
 
@@ -648,11 +693,13 @@ def experiment_kind(record: Mapping) -> str:
     return "LR sweep" if "sweep" in record else "ladder"
 
 
-def recorded_experiment_kind(exp_dir: str | Path) -> str | None:
+def recorded_experiment_kind(exp_dir: Location) -> str | None:
     """:func:`experiment_kind` of the experiment recorded in ``exp_dir``; None without a record
     (a new dir, a single run's dir)."""
-    path = Path(exp_dir) / EXPERIMENT
-    return experiment_kind(load_yaml(path) or {}) if path.is_file() else None
+    path = storage.join(exp_dir, EXPERIMENT)
+    if not storage.is_file(path):
+        return None
+    return experiment_kind(yaml.safe_load(storage.read_text(path)) or {})
 
 
 def preflight(job: LadderConfig, dry_run: bool = False) -> list[str]:
@@ -666,7 +713,7 @@ def preflight(job: LadderConfig, dry_run: bool = False) -> list[str]:
     problems = []
     for check in (
         lambda: open_token_data(job.run.data, job.vocab_size),
-        lambda: check_output_dir(Path(job.dir), "dir"),
+        lambda: check_output_dir(job.dir, "dir"),
     ):
         try:
             check()
@@ -674,7 +721,7 @@ def preflight(job: LadderConfig, dry_run: bool = False) -> list[str]:
             if not dry_run:
                 raise
             problems.append(f"{e} (planned from the config; a launch stops here)")
-    out = Path(job.dir)
+    out = storage.normalize(job.dir)
     found = recorded_experiment_kind(out)
     kind = experiment_kind(vars(job))
     if found not in (None, kind):
@@ -685,8 +732,8 @@ def preflight(job: LadderConfig, dry_run: bool = False) -> list[str]:
     return problems
 
 
-def write_experiment_record(job: LadderConfig, plans: list[SizePlan], exp_dir: Path) -> None:
-    exp_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(exp_dir / EXPERIMENT, to_yaml(job))
+def write_experiment_record(job: LadderConfig, plans: list[SizePlan], exp_dir: Location) -> None:
+    storage.makedirs(exp_dir)
+    write_atomic(storage.join(exp_dir, EXPERIMENT), to_yaml(job))
     rows = [{**p.table_row(job), "lr_source": p.lr_source} for p in plans]
-    write_atomic(exp_dir / PLAN, json.dumps(rows, indent=2, default=str))
+    write_atomic(storage.join(exp_dir, PLAN), json.dumps(rows, indent=2, default=str))

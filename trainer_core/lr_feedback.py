@@ -7,8 +7,8 @@ from that fit for every size, and records the source in each run's config dump a
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
+from trainer_core import storage
 from trainer_core.configio import ConfigError
 from trainer_core.ladder import LRFormula
 
@@ -19,7 +19,7 @@ def lr_function(formula: LRFormula) -> Callable[[int], float] | None:
         return None
     from trainer_core.analysis import AnalysisError, fit_sweep_lr
 
-    sweep_dir = Path(formula.from_sweep)
+    sweep_dir = storage.normalize(formula.from_sweep)
     try:
         fit = fit_sweep_lr(sweep_dir)
     except AnalysisError as e:

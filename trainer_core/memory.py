@@ -7,10 +7,11 @@ measured peaks (``benchmarks/RESULTS.md``).
 Activations are counted from what this model's blocks save for backward, measured with
 ``torch.autograd.graph.saved_tensors_hooks``: per token and layer, 4 MLP-hidden vectors (gate,
 up, their SiLU and product) and about 10 model-width plus 3 key/value-width vectors (norm inputs
-and outputs, q/k/v before and after QK-norm and RoPE, the attention output). That is in the
-activation dtype: fp32 without autocast; under bf16 autocast the norms and the residual stream
-stay fp32, which measured 0.8x of fp32 rather than 0.5x. FSDP's bf16 ``param_dtype`` without
-autocast computes everything in bf16 (0.5x).
+and outputs, q/k/v before and after QK-norm and RoPE, the attention output). That is 4 bytes
+an element in fp32. 16-bit compute saves about 0.8x that, not 0.5x, both ways it comes
+(:mod:`trainer_core.precision`): under autocast the residual stream stays fp32, and with FSDP's
+bf16 ``param_dtype`` the norms and RoPE still save fp32 copies of their inputs (counted with the
+hooks: 0.76x and 0.77x; measured steps agree, ``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -19,12 +20,18 @@ from dataclasses import dataclass, fields
 
 from trainer_core.config import ModelConfig, ParallelConfig, TrainModuleConfig
 from trainer_core.model import count_params
+from trainer_core.precision import computes_in_16_bit
 
-LOGIT_BYTES = 16
-"""Per vocabulary entry and token: the fp32 logits, their log-softmax (saved by cross-entropy)
-and, in backward, the gradients of both."""
-BF16_LOGIT_EXTRA = 2
-"""16-bit logits are upcast for the loss: the 16-bit copy (and its gradient) come on top."""
+LOGIT_BYTES = 12
+"""Per vocabulary entry and token at the peak, cross-entropy's backward: the fp32 log-softmax it
+saved, the gradient arriving at it and the gradient it passes to the logits (measured: 12.0; the
+fp32 logits themselves are freed once the log-softmax exists, and a 16-bit head output under
+bf16 is freed once upcast, so precision does not change it)."""
+Z_LOSS_LOGIT_BYTES = 8
+"""With z-loss on top: its logsumexp keeps the fp32 logits for backward and adds their gradient
+(measured: 20.0 in all)."""
+BF16_ACTIVATION_RATIO = 0.8
+"""Saved activation bytes under 16-bit compute relative to fp32 (see the module doc)."""
 
 
 @dataclass(frozen=True)
@@ -38,11 +45,16 @@ class MemoryEstimate:
     optimizer: float
     """AdamW's two moments, sharded."""
     unsharded_grads: float
-    """Full-size gradients FSDP keeps while gradient sync is off (every micro-batch but the last)."""
+    """Unsharded gradients (this TP rank's whole part) that FSDP keeps while gradient sync is off
+    (every micro-batch but the last)."""
+    gathered_params: float
+    """Parameters FSDP has all-gathered, in param dtype: the root unit (embedding, LM head, final
+    norm) from its forward to the end of backward (FSDP2 does not reshard the root), and two
+    blocks at a time (the one computing and the one prefetched)."""
     activations: float
     """Saved for backward by the transformer blocks, for one micro-batch."""
     logits: float
-    """The output logits and their fp32 cross-entropy intermediates, for one micro-batch."""
+    """The loss's fp32 intermediates over the vocabulary at their peak, for one micro-batch."""
 
     @property
     def total(self) -> float:
@@ -53,9 +65,19 @@ def activation_bytes_per_element(
     parallel: ParallelConfig, train_module: TrainModuleConfig
 ) -> float:
     """Average bytes of a saved activation element (see the module doc)."""
-    if train_module.autocast_precision:
-        return 0.8 * 4
-    return 2.0 if parallel.param_dtype == "bfloat16" else 4.0
+    return 4.0 * (BF16_ACTIVATION_RATIO if computes_in_16_bit(parallel, train_module) else 1.0)
+
+
+def rank_params(model: ModelConfig, tp: int) -> tuple[float, float]:
+    """(root unit, one block): parameters one tensor-parallel rank holds of each FSDP unit before
+    FSDP shards it. TP splits only the blocks' linear layers (a ``1/tp`` slice each); the
+    embedding, the LM head and every norm stay whole on each TP rank
+    (:func:`trainer_core.parallel.apply_tensor_parallel`)."""
+    counts = count_params(model)
+    block = counts["blocks"] / model.n_layers
+    block_norms = 2 * model.d_model + (2 * model.head_dim if model.qk_norm else 0)
+    root = counts["embedding"] + counts["head"] + model.d_model
+    return root, (block - block_norms) / tp + block_norms
 
 
 def layer_activation_elements(model: ModelConfig, tp: int) -> float:
@@ -76,17 +98,23 @@ def estimate_memory(
     grad_accum: int,
 ) -> MemoryEstimate:
     """Per-device bytes of a step: ``micro_seqs`` sequences per forward, ``grad_accum`` forwards
-    per step, parameters sharded over ``dp_shard`` x ``parallel.tp`` devices.
+    per step, each tensor-parallel rank's parameters (:func:`rank_params`) sharded over
+    ``dp_shard`` devices.
 
     With activation checkpointing a checkpointed block keeps only its fp32 input, and backward
     recomputes one block at a time (its full activations, once).
     """
-    counts = count_params(model)
     tp = parallel.tp
-    params = 4 * counts["total"] / (dp_shard * tp)
+    root, block = rank_params(model, tp)
+    local = root + model.n_layers * block
+    params = 4 * local / dp_shard
     unsharded = 0.0
     if grad_accum > 1 and dp_shard > 1 and not train_module.reduce_grads_every_micro_batch:
-        unsharded = 4 * counts["total"] / tp
+        unsharded = 4 * local
+    fsdp = dp_shard * parallel.dp_replicate > 1
+    gathered = 0.0
+    if fsdp:
+        gathered = (2 if parallel.param_dtype == "bfloat16" else 4) * (root + 2 * block)
     tokens = micro_seqs * seq_len
     full = layer_activation_elements(model, tp) * activation_bytes_per_element(
         parallel, train_module
@@ -100,12 +128,13 @@ def estimate_memory(
     per_token = (model.n_layers - checkpointed) * full + checkpointed * 4 * model.d_model
     if checkpointed:
         per_token += full  # the block being recomputed
-    logit_bytes = LOGIT_BYTES + (BF16_LOGIT_EXTRA if train_module.autocast_precision else 0)
+    logit_bytes = LOGIT_BYTES + (Z_LOSS_LOGIT_BYTES if train_module.z_loss_multiplier else 0)
     return MemoryEstimate(
         params=params,
         grads=params,
         optimizer=2 * params,
         unsharded_grads=unsharded,
+        gathered_params=gathered,
         activations=tokens * per_token,
         logits=tokens * model.vocab_size * logit_bytes,
     )

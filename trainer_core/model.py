@@ -2,7 +2,8 @@
 
 Pre-norm blocks (RMSNorm -> grouped-query attention with RoPE and optional per-head QK-norm ->
 residual; RMSNorm -> SwiGLU MLP -> residual), a final RMSNorm and an untied (or tied) LM head.
-Attention is ``F.scaled_dot_product_attention`` (flash / memory-efficient kernels on GPU).
+Attention is ``F.scaled_dot_product_attention`` (flash / cuDNN kernels on GPU), restricted to
+``model.attention_backend`` when one is named (:mod:`trainer_core.attention`).
 Module names (``blocks.<i>.attn.wq`` ...) are what ``trainer_core.parallel`` shards.
 """
 
@@ -15,6 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from trainer_core.attention import sdpa_context
 from trainer_core.config import ModelConfig
 
 
@@ -87,23 +89,28 @@ class RMSNorm(nn.Module):
 
 
 def rope_tables(head_dim: int, seq_len: int, theta: float, device=None) -> torch.Tensor:
-    """Complex rotations ``[seq_len, head_dim / 2]`` for rotary position embeddings."""
+    """Rotary position embeddings' ``cos`` and ``sin``, ``[seq_len, head_dim / 2, 2]``.
+
+    Real tables, not complex numbers: ``torch.compile`` generates no kernels for complex ops
+    and would fall back to eager ones inside every compiled block."""
     freqs = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim)
     angles = torch.outer(torch.arange(seq_len, device=device).float(), freqs)
-    return torch.polar(torch.ones_like(angles), angles)
+    return torch.stack([angles.cos(), angles.sin()], dim=-1)
 
 
 def apply_rope(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x [B, T, H, D]`` pairwise by ``rotations [T, D/2]``."""
-    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
-    rotated = pairs * rotations[None, : x.shape[1], None, :]
-    return torch.view_as_real(rotated).flatten(-2).type_as(x)
+    """Rotate ``x [B, T, H, D]`` pairwise, ``(x[2i], x[2i+1])`` by the angle of position and
+    ``i`` in ``rotations [T, D/2, 2]``, in fp32."""
+    x0, x1 = x.float().reshape(*x.shape[:-1], -1, 2).unbind(-1)
+    cos, sin = rotations[None, : x.shape[1], None].unbind(-1)
+    return torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1).flatten(-2).type_as(x)
 
 
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.backend = cfg.attention_backend
         self.wq = nn.Linear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=False)
         self.wk = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
         self.wv = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
@@ -121,9 +128,10 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, rotations), apply_rope(k, rotations)
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))
-        out = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads
-        )
+        with sdpa_context(self.backend):
+            out = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads
+            )
         return self.wo(out.transpose(1, 2).reshape(b, t, -1))
 
 

@@ -1,7 +1,7 @@
-"""Device mesh and model wrapping: tensor parallel, activation checkpointing, compile, FSDP2.
+"""Device mesh and model wrapping: float8, TP, activation checkpointing, compile, FSDP2.
 
-Applied in torchtitan's order (TP -> AC -> compile -> FSDP) so each transform sees the module
-structure it expects. The mesh's shape and each rank's data-parallel place come from
+Applied in torchtitan's order (float8 -> TP -> AC -> compile -> FSDP) so each transform sees the
+module structure it expects. The mesh's shape and each rank's data-parallel place come from
 :mod:`trainer_core.mesh` (no torch), the rule the planner and the Ray layer use too. FSDP2 shards
 over dp_shard and replicates over dp_replicate (HSDP), on the dp sub-mesh when tp > 1 (2D).
 
@@ -23,6 +23,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from trainer_core.config import ParallelConfig
+from trainer_core.float8 import check_float8, convert_to_float8
 from trainer_core.mesh import MESH_DIMS, check_tensor_parallel, mesh_shape
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -117,19 +118,24 @@ def apply_fsdp(model: nn.Module, mesh: DeviceMesh, cfg: ParallelConfig) -> None:
 def parallelize_model(
     model: nn.Module, mesh: DeviceMesh | None, cfg: ParallelConfig, device: torch.device
 ) -> nn.Module:
-    """Apply TP, AC, compile and FSDP2 as configured; returns the same (now wrapped) model.
+    """Apply float8, TP, AC, compile and FSDP2 as configured; returns the same (now wrapped)
+    model.
 
     ``param_dtype`` / ``reduce_dtype`` act through FSDP, i.e. only with data-parallel size > 1;
-    on one device (or TP alone) lower precision comes from ``train_module.autocast_precision``.
+    on one device (or TP alone) bf16 comes from autocast (:mod:`trainer_core.precision`).
     """
+    fsdp = mesh is not None and dp_mesh(mesh).size() > 1
     model.to(device)
+    if cfg.float8 != "none":
+        check_float8(cfg, device)
+        convert_to_float8(model, cfg, fsdp=fsdp)
     if mesh is not None and cfg.tp > 1:
         apply_tensor_parallel(model, mesh["tp"])
     if cfg.activation_checkpointing != "none":
         apply_activation_checkpointing(model, cfg)
     if cfg.compile:
         apply_compile(model)
-    if mesh is not None and dp_mesh(mesh).size() > 1:
+    if fsdp:
         apply_fsdp(model, mesh, cfg)
     return model
 

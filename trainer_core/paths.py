@@ -9,6 +9,7 @@ until the new one is finished.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -17,7 +18,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from trainer_core import storage
 from trainer_core.configio import ConfigError
+from trainer_core.errors import UserError
+from trainer_core.storage import Location
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -35,12 +39,42 @@ def _can_write_in(directory: Path) -> bool:
         return False
 
 
-def check_output_dir(path: str | Path, key: str) -> Path:
-    """``path`` as an absolute Path if it is, or can be made, a dir this process can write.
+RAY_JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+"""Set by Ray for the entrypoint of a submitted job: its runtime env, ``working_dir`` included."""
+
+
+def in_uploaded_working_dir() -> bool:
+    """Whether this process is a Ray job's entrypoint running in an uploaded ``--working-dir``."""
+    try:
+        job = json.loads(os.environ.get(RAY_JOB_CONFIG_ENV) or "{}")
+    except ValueError:
+        return False
+    return bool((job.get("runtime_env") or {}).get("working_dir"))
+
+
+def check_output_dir(path: Location, key: str) -> Location:
+    """``path`` as an absolute Path if it is, or can be made, a dir this process can write; a
+    URL (``s3://bucket/prefix``) as given, once a probe object was written and deleted there.
 
     Leaves nothing behind. ``key`` is the setting that chose the dir (``trainer.run_dir``, ``--out``)
     and leads the error message, so the user knows what to change.
     """
+    if storage.is_url(path):
+        url = str(storage.normalize(path))
+        try:
+            storage.check_writable(url)
+        except (OSError, UserError, ValueError) as e:
+            raise ConfigError(
+                f"{key}: {url} is not writable ({type(e).__name__}: {e}); check the bucket name "
+                "and the credentials of this machine (AWS_* variables, ~/.aws, the instance role)"
+            ) from None
+        return url
+    if not Path(path).expanduser().is_absolute() and in_uploaded_working_dir():
+        raise ConfigError(
+            f"{key}: {str(path)!r} is relative, and this Ray job runs in Ray's temporary copy of "
+            "--working-dir: what it writes there is not kept (nor seen by other nodes); give an "
+            "absolute path on storage every node sees, or a URL (s3://...)"
+        )
     target = Path(path).expanduser().absolute()
     found = _nearest_existing(target)
     fix = f"choose another {key}"

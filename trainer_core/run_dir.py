@@ -7,7 +7,7 @@ reading a run dir must not need them.
 A run dir::
 
     config.yaml                      the resolved config
-    run.json                         RunInfo + status, diverged_step, last_step (+ error)
+    run.json                         RunInfo + status, diverged_step, last_step, workers (+ error)
     metrics.jsonl                    one line per log interval or eval
     metrics_step{N}.json             the metrics saved with the permanent checkpoint of step N
     checkpoints/step-{N:08d}/        a checkpoint (what it holds: trainer_core.checkpoint)
@@ -27,8 +27,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any
+
+from trainer_core import storage
+from trainer_core.storage import Location, write_atomic
 
 CONFIG = "config.yaml"
 RUN_JSON = "run.json"
@@ -66,67 +68,84 @@ class RunInfo:
     tags: dict[str, Any] = field(default_factory=dict)
 
 
-RUN_FIELDS = (*(f.name for f in fields(RunInfo)), "status", "diverged_step", "last_step")
+@dataclass
+class WorkerGroup:
+    """One start or restart of a run's ranks: a restart onto other nodes shows as a new group."""
+
+    start_step: int
+    time: float
+    """When the group began training (Unix seconds, after loading its checkpoint)."""
+    ranks: list[dict[str, str]]
+    """Per rank, where it ran: ``host``, plus what the launcher adds (``node_id`` on Ray)."""
+
+
+RUN_FIELDS = (
+    *(f.name for f in fields(RunInfo)),
+    "status",
+    "diverged_step",
+    "last_step",
+    "workers",
+)
 """Every key of ``run.json`` in the order it is written. ``status``: running, finished, diverged
-(``diverged_step`` says when), stopped (by Tune's early stopping) or failed (with an ``error`` key)."""
+(``diverged_step`` says when), stopped (by Tune's early stopping) or failed (with an ``error`` key);
+``workers``: a :class:`WorkerGroup` per (re)start, oldest first."""
 
 
-def config_path(run_dir: str | Path) -> Path:
-    return Path(run_dir) / CONFIG
+def config_path(run_dir: Location) -> Location:
+    return storage.join(run_dir, CONFIG)
 
 
-def run_json_path(run_dir: str | Path) -> Path:
-    return Path(run_dir) / RUN_JSON
+def run_json_path(run_dir: Location) -> Location:
+    return storage.join(run_dir, RUN_JSON)
 
 
-def metrics_path(run_dir: str | Path) -> Path:
-    return Path(run_dir) / METRICS
+def metrics_path(run_dir: Location) -> Location:
+    return storage.join(run_dir, METRICS)
 
 
-def metrics_step_path(run_dir: str | Path, step: int) -> Path:
-    return Path(run_dir) / f"metrics_step{step}.json"
+def metrics_step_path(run_dir: Location, step: int) -> Location:
+    return storage.join(run_dir, f"metrics_step{step}.json")
 
 
-def metrics_step_files(run_dir: str | Path) -> list[tuple[int, Path]]:
+def metrics_step_files(run_dir: Location) -> list[tuple[int, Location]]:
     """Every ``metrics_step{N}.json`` of a run as (N, path), sorted by file name."""
-    found = sorted(Path(run_dir).glob("metrics_step*.json"))
-    return [(int(m.group(1)), p) for p in found if (m := METRICS_STEP.match(p.name))]
+    found = sorted(n for n, size in storage.entries(run_dir).items() if size is not None)
+    return [
+        (int(m.group(1)), storage.join(run_dir, n)) for n in found if (m := METRICS_STEP.match(n))
+    ]
 
 
-def checkpoints_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / CHECKPOINTS
+def checkpoints_dir(run_dir: Location) -> Location:
+    return storage.join(run_dir, CHECKPOINTS)
 
 
-def step_dir(run_dir: str | Path, step: int) -> Path:
-    return checkpoints_dir(run_dir) / f"step-{step:08d}"
+def step_dir(run_dir: Location, step: int) -> Location:
+    return storage.join(checkpoints_dir(run_dir), f"step-{step:08d}")
 
 
-def beside(path: Path, kind: str, token: str) -> Path:
+def beside(path: Location, kind: str, token: str) -> Location:
     """``step-N.<kind>-<token>`` next to the checkpoint dir ``step-N`` (kind: tmp, old, corrupt)."""
-    return path.with_name(f"{path.name}.{kind}-{token}")
+    return storage.sibling(path, f"{storage.name(path)}.{kind}-{token}")
 
 
-def scratch_dirs(run_dir: str | Path, kind: str = "*") -> list[Path]:
+def scratch_dirs(run_dir: Location, kind: str = "*") -> list[Location]:
     """The scratch dirs of a run's saves (``kind``: tmp, old or both), sorted by name."""
     root = checkpoints_dir(run_dir)
-    found = sorted(root.glob(f"step-*.{kind}-*")) if root.is_dir() else []
-    return [p for p in found if SCRATCH_DIR.match(p.name)]
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` whole, through ``<name>.tmp`` and a rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    return [
+        storage.join(root, n)
+        for n, size in sorted(storage.entries(root).items())
+        if size is None and (m := SCRATCH_DIR.match(n)) and kind in ("*", m.group(2))
+    ]
 
 
 def write_run_json(
-    run_dir: str | Path,
+    run_dir: Location,
     info: RunInfo,
     status: str,
     *,
     last_step: int,
     diverged_step: int | None = None,
+    workers: list[WorkerGroup] | None = None,
     error: str | None = None,
 ) -> None:
     record = {
@@ -134,22 +153,28 @@ def write_run_json(
         "status": status,
         "diverged_step": diverged_step,
         "last_step": last_step,
+        "workers": [asdict(g) for g in workers or []],
         **({"error": error} if error else {}),
     }
     write_atomic(run_json_path(run_dir), json.dumps(record, indent=2))
 
 
-def read_run_json(run_dir: str | Path) -> dict[str, Any] | None:
+def read_run_json(run_dir: Location) -> dict[str, Any] | None:
     """The run's record as written (None: the run has not started)."""
     path = run_json_path(run_dir)
-    return json.loads(path.read_text()) if path.exists() else None
+    return json.loads(storage.read_text(path)) if storage.is_file(path) else None
 
 
-def last_logged_step(run_dir: str | Path) -> int:
+def worker_groups(run_dir: Location) -> list[WorkerGroup]:
+    """The worker groups run.json records so far ([] before the first start)."""
+    return [WorkerGroup(**g) for g in (read_run_json(run_dir) or {}).get("workers", [])]
+
+
+def last_logged_step(run_dir: Location) -> int:
     """The step of the last whole line of ``metrics.jsonl`` (0: none)."""
     path = metrics_path(run_dir)
     last = 0
-    for line in path.read_text().splitlines() if path.exists() else []:
+    for line in storage.read_text(path).splitlines() if storage.is_file(path) else []:
         try:
             last = int(json.loads(line).get("step", last))
         except (ValueError, AttributeError):
@@ -157,7 +182,7 @@ def last_logged_step(run_dir: str | Path) -> int:
     return last
 
 
-def mark_stopped(run_dir: str | Path) -> None:
+def mark_stopped(run_dir: Location) -> None:
     """Record a run still ``running`` after its trial ended (Tune's early stopping ended it) as
     ``stopped``, or as ``finished`` when its last step was logged: ASHA stops every trial that
     reaches ``max_t``, at its last report, which can land before the run writes "finished"."""
@@ -170,6 +195,6 @@ def mark_stopped(run_dir: str | Path) -> None:
     write_atomic(run_json_path(run_dir), json.dumps(record, indent=2))
 
 
-def write_metrics_step(run_dir: str | Path, step: int, record: dict[str, Any]) -> None:
+def write_metrics_step(run_dir: Location, step: int, record: dict[str, Any]) -> None:
     """The metrics kept beside the permanent checkpoint of ``step``."""
     write_atomic(metrics_step_path(run_dir, step), json.dumps(record, indent=2, default=float))

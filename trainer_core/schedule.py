@@ -19,12 +19,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import accumulate
-from pathlib import Path
 
 import torch
 
+from trainer_core import storage
 from trainer_core.config import ScheduleConfig
 from trainer_core.configio import ConfigError
+from trainer_core.storage import Location
 
 WSD_DEFAULT_DECAY = 0.2
 """``kind: wsd`` with ``decay: null`` decays over the last 20% of each cycle."""
@@ -212,10 +213,11 @@ def plot_schedule(
     cfg: ScheduleConfig,
     total_steps: int,
     peak_lr: float,
-    path: str | Path,
+    path: Location,
     title: str | None = None,
-) -> Path:
-    """Render LR vs step to a PNG: dotted lines at cycle ends, decay phases shaded."""
+) -> Location:
+    """Render LR vs step to a PNG (a local path or a URL): dotted lines at cycle ends, decay
+    phases shaded."""
     from matplotlib.figure import Figure  # no pyplot: no backend/display state, nothing to close
 
     plan = _plan(total_steps, cfg)
@@ -235,7 +237,8 @@ def plot_schedule(
     ax.set_title(title or f"{cfg.kind} schedule, peak LR {peak_lr:.2e}, {len(plan)} cycle(s)")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    path = storage.normalize(path)
+    storage.makedirs(storage.parent(path))
+    with storage.open_file(path, "wb") as f:
+        fig.savefig(f, format="png")
     return path

@@ -9,22 +9,31 @@ with update N + 1 and the batch for step N (0-based index of the next batch).
 from __future__ import annotations
 
 import math
+import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from trainer_core import storage
 from trainer_core.callbacks import Callback
 from trainer_core.checkpoint import Checkpointer, CheckpointPolicy, restore_rng, rng_state
 from trainer_core.config import TrainConfig
 from trainer_core.configio import ConfigError, to_yaml
+from trainer_core.distributed import all_gather_object
 from trainer_core.errors import UserError
-from trainer_core.run_dir import RunInfo, config_path, write_atomic, write_run_json
+from trainer_core.run_dir import (
+    RunInfo,
+    WorkerGroup,
+    config_path,
+    worker_groups,
+    write_run_json,
+)
 from trainer_core.shards import DataError
+from trainer_core.storage import write_atomic
 from trainer_core.train_module import BatchStats, TrainModule
 
 
@@ -73,12 +82,17 @@ class Trainer:
         world_size: int = 1,
         peak_flops: float = 1.0,
         callbacks: list[Callback] | None = None,
+        placement: dict[str, str] | None = None,
     ):
+        """``placement``: where this rank runs as its launcher knows it (the Ray worker passes
+        its node id), recorded in run.json beside the host name."""
         self.cfg, self.module, self.info = cfg, module, info
+        self.placement = placement or {}
+        self.workers: list[WorkerGroup] = []
         self.train_batches, self.eval_batches_data = train_batches, eval_batches
         self.rank, self.world_size, self.peak_flops = rank, world_size, peak_flops
         self.callbacks = callbacks or []
-        self.run_dir = Path(cfg.trainer.run_dir)
+        self.run_dir = storage.normalize(cfg.trainer.run_dir)
         self.step = 0
         self.tokens = 0
         self.last_metrics: dict[str, float] = {}
@@ -100,13 +114,19 @@ class Trainer:
         }
 
     def restore(self) -> int:
-        """Load the checkpoint named by ``checkpoint.resume_from`` (exactly that one) or the
-        latest complete one that verifies (see :meth:`Checkpointer.load_latest`)."""
+        """Load the latest complete checkpoint of the run that verifies (see
+        :meth:`Checkpointer.load_latest`); a run with none yet starts from
+        ``checkpoint.resume_from`` (exactly that one) when set.
+
+        So a run branched from another's checkpoint resumes, after a failure, from its own
+        progress, not from the branch point again (:func:`trainer_core.ray.reader.resume_step`
+        follows the same rule for the data)."""
         if self.checkpointer is None:
             return 0
         state = self.app_state()
-        if self.cfg.checkpoint.resume_from:
-            self.checkpointer.load(self.cfg.checkpoint.resume_from, state)
+        resume_from = self.cfg.checkpoint.resume_from
+        if resume_from and not self.checkpointer.has_checkpoint():
+            self.checkpointer.load(resume_from, state)
         elif self.checkpointer.load_latest(state) is None:
             return 0
         self.step = int(state["trainer"]["step"])
@@ -118,6 +138,7 @@ class Trainer:
 
     def fit(self) -> dict[str, Any]:
         start_step = self.restore()
+        self._record_worker_group(start_step)
         total = self.info.total_steps
         # Only now, with the resume accepted: a refused one leaves the run dir as it was.
         self._write_config()
@@ -133,6 +154,8 @@ class Trainer:
             # instead of staying "running".
             self._write_run_json("failed", error=str(e))
             raise
+        finally:
+            self._emit("flush")
         if self.checkpointer is not None:
             self.checkpointer.close()
         summary = {
@@ -181,6 +204,7 @@ class Trainer:
                 self.last_metrics.update(metrics)
                 self._emit("on_log", self.step, metrics)
                 if save != "none":
+                    self._emit("flush")
                     self._timed(
                         window, "checkpoint_s", self._checkpoint, save == "permanent", metrics, lr
                     )
@@ -271,10 +295,17 @@ class Trainer:
         for cb in self.callbacks:
             getattr(cb, hook)(*args)
 
+    def _record_worker_group(self, start_step: int) -> None:
+        """Rank 0 appends this (re)start's per-rank placement to the run's worker groups."""
+        ranks = all_gather_object({"host": socket.gethostname(), **self.placement})
+        if self.rank == 0:
+            group = WorkerGroup(start_step=start_step, time=time.time(), ranks=ranks)
+            self.workers = [*worker_groups(self.run_dir), group]
+
     def _write_config(self) -> None:
         if self.rank != 0:
             return
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        storage.makedirs(self.run_dir)
         write_atomic(config_path(self.run_dir), to_yaml(self.cfg))
 
     def _write_run_json(
@@ -282,12 +313,13 @@ class Trainer:
     ) -> None:
         if self.rank != 0:
             return
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        storage.makedirs(self.run_dir)
         write_run_json(
             self.run_dir,
             self.info,
             status,
             last_step=self.step,
             diverged_step=diverged_step,
+            workers=self.workers,
             error=error,
         )

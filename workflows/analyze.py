@@ -10,8 +10,6 @@ laws. A sweep: every trial compared at a common step, the optimal LR per size an
 from __future__ import annotations
 
 import argparse
-import tempfile
-from pathlib import Path
 
 from trainer_core import storage
 from trainer_core.analysis import report_experiment
@@ -38,14 +36,8 @@ def main() -> int:
         "--bootstrap", type=int, default=200, help="bootstrap resamples for the CIs"
     )
     args = parser.parse_args()
-    out = args.out or storage.join(args.exp_dir, "analysis")
-    report = (args.target_params, args.target_flops, args.bootstrap)
-    if not storage.is_url(out):
-        report_experiment(args.exp_dir, check_output_dir(out, "--out"), *report)
-        return 0
-    with tempfile.TemporaryDirectory(prefix="rayladder-plots-") as tmp:
-        report_experiment(args.exp_dir, tmp, *report)
-        storage.upload_dir(Path(tmp), str(out))
+    out = check_output_dir(args.out or storage.join(args.exp_dir, "analysis"), "--out")
+    report_experiment(args.exp_dir, out, args.target_params, args.target_flops, args.bootstrap)
     return 0
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from trainer_core import storage
 from trainer_core.cli import DEMO_LADDER, exit_on_error, parse_command
 from trainer_core.configio import ConfigError
 from trainer_core.ladder import plan_ladder, preflight
@@ -22,6 +23,7 @@ from trainer_core.lr_feedback import lr_function
 from trainer_core.paths import check_output_dir
 from trainer_core.ray.ladder_run import LadderJobConfig, benchmark_size, run_ladder
 from trainer_core.schedule import plot_schedule
+from trainer_core.storage import Location
 
 FLAGS = {
     "--dry-run": False,
@@ -58,14 +60,14 @@ def print_plan(job: LadderJobConfig, plans) -> None:
             )
 
 
-def schedule_plot_path(exp_dir: Path, name: str) -> Path:
+def schedule_plot_path(exp_dir: Location, name: str) -> Location:
     """In the experiment dir; for a dry run whose dir this machine can't write (a cluster's
-    shared file system), in the current dir."""
+    shared file system, a bucket without credentials here), in the current dir."""
     try:
         check_output_dir(exp_dir, "dir")
     except ConfigError:
         return Path.cwd() / f"{name}-lr_schedule.png"
-    return exp_dir / "lr_schedule.png"
+    return storage.join(exp_dir, "lr_schedule.png")
 
 
 def _fmt(value) -> str:
@@ -97,7 +99,7 @@ def main() -> int:
     print_plan(job, plans)
     for problem in problems:
         print(f"warning: {problem}")
-    exp_dir = Path(job.dir)
+    exp_dir = storage.normalize(job.dir)
     largest = plans[-1]
     png = plot_schedule(
         largest.schedule,

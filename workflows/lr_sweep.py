@@ -11,7 +11,6 @@ The analysis (pandas, SciPy, matplotlib) is imported only after the trials, not 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from trainer_core.cli import DEMO_LADDER, exit_on_error, parse_command
 from trainer_core.paths import check_output_dir
@@ -48,7 +47,7 @@ def main() -> int:
 
     for run in run_sweep(job, sizes, resume="--resume" in own):
         print(run.concurrency_report())
-    report_experiment(Path(job.dir))
+    report_experiment(job.dir)
     return 0
 
 

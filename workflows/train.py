@@ -8,8 +8,8 @@ Ray and torch are imported once the config has loaded: ``--help`` and a config e
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
+from trainer_core import storage
 from trainer_core.cli import exit_on_error, parse_command
 from trainer_core.paths import check_output_dir
 from trainer_core.ray.config import RayTrainConfig
@@ -30,7 +30,7 @@ def main() -> int:
     print(
         f"run {summary.get('name')} {summary.get('status')}: step {summary.get('last_step')}, "
         f"train loss {summary.get('train/loss', float('nan')):.4f}, "
-        f"eval loss {summary.get('eval/loss', float('nan')):.4f} -> {Path(cfg.trainer.run_dir).resolve()}"
+        f"eval loss {summary.get('eval/loss', float('nan')):.4f} -> {storage.normalize(cfg.trainer.run_dir, absolute=True)}"
     )
     # A diverged run is a result for a sweep, but a failure for the one run asked for here.
     return 0 if summary.get("status") == "finished" else 2

@@ -119,8 +119,8 @@ class ExperimentResults:
         Read-only: built from Tune's saved experiment state, so no trainable or Ray cluster is
         needed; best result = lowest ``eval/loss``.
         """
-        tune_dir = self.path / TUNE
-        if not tune_dir.is_dir():
+        tune_dir = storage.join(storage.normalize(self.path, absolute=True), TUNE)
+        if not storage.is_dir(tune_dir):
             raise AnalysisError(
                 f"{tune_dir}: no Tune experiment here (only Tune-run experiments have one)"
             )
@@ -129,7 +129,7 @@ class ExperimentResults:
         except ImportError:
             raise AnalysisError("result_grid() needs Ray: pip install 'ray[tune]'") from None
         analysis = tune.ExperimentAnalysis(
-            str(tune_dir.resolve()), default_metric="eval/loss", default_mode="min"
+            str(tune_dir), default_metric="eval/loss", default_mode="min"
         )
         return tune.ResultGrid(analysis)
 

@@ -7,6 +7,7 @@ few sizes or points) is skipped with the reason, never an error: a 2-size demo s
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,12 +16,14 @@ from typing import TypeVar
 import pandas as pd
 from rich.console import Console
 
+from trainer_core import storage
 from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit
 from trainer_core.analysis.isoflop import IsoFLOPFit
 from trainer_core.analysis.load import AnalysisError, ExperimentResults, load
 from trainer_core.analysis.lr import LRPowerLawFit, OptimalLR
 from trainer_core.analysis.plots import plot_loss_curves
 from trainer_core.analysis.predict import ExtrapolationCheck, LossPrediction
+from trainer_core.storage import Location
 
 T = TypeVar("T")
 
@@ -30,8 +33,8 @@ class Report:
     """What :func:`report_experiment` found; ``None`` fits were skipped (reason in ``skipped``)."""
 
     results: ExperimentResults
-    out_dir: Path
-    plots: list[Path] = field(default_factory=list)
+    out_dir: Location
+    plots: list[Location] = field(default_factory=list)
     chinchilla: ChinchillaFit | None = None
     frontier: PowerLawFit | None = None
     isoflop: IsoFLOPFit | None = None
@@ -54,8 +57,8 @@ class Report:
 
 
 def report_experiment(
-    exp_dir: str | Path,
-    out: str | Path | None = None,
+    exp_dir: Location,
+    out: Location | None = None,
     target_params: float | None = None,
     target_flops: float | None = None,
     n_bootstrap: int = 200,
@@ -64,6 +67,8 @@ def report_experiment(
     """Load ``exp_dir``, print the analysis and write PNGs to ``out`` (default ``<exp_dir>/analysis``).
 
     ``target_flops`` defaults to 10x the largest run's compute: the next rung of the ladder.
+    Either may be a URL: the PNGs are drawn in a temporary dir and uploaded, and ``plots`` names
+    them where they landed.
     """
     from trainer_core.analysis.report_ladder import ladder_section
     from trainer_core.analysis.report_sweep import sweep_section
@@ -71,14 +76,21 @@ def report_experiment(
     # No markup: run names and paths may contain [brackets]; long lines stay whole for grep.
     console = console or Console(width=120, markup=False, soft_wrap=True)
     results = load(exp_dir)
-    report = Report(results, Path(out) if out else Path(exp_dir) / "analysis")
-    kind = "LR sweep" if results.is_lr_sweep else "ladder"
-    console.print(f"{kind} {Path(exp_dir).resolve().name}: {len(results.runs)} runs", style="bold")
-    if results.is_lr_sweep:
-        sweep_section(report, console)
-    else:
-        ladder_section(report, console, target_params, target_flops, n_bootstrap)
-    report.plots.append(plot_loss_curves(results, report.out_dir / "loss_curves.png"))
+    out = storage.normalize(out or storage.join(exp_dir, "analysis"))
+    with tempfile.TemporaryDirectory(prefix="rayladder-plots-") as tmp:
+        report = Report(results, Path(tmp) if storage.is_url(out) else Path(out))
+        name = storage.name(storage.normalize(exp_dir, absolute=True))
+        kind = "LR sweep" if results.is_lr_sweep else "ladder"
+        console.print(f"{kind} {name}: {len(results.runs)} runs", style="bold")
+        if results.is_lr_sweep:
+            sweep_section(report, console)
+        else:
+            ladder_section(report, console, target_params, target_flops, n_bootstrap)
+        report.plots.append(plot_loss_curves(results, report.out_dir / "loss_curves.png"))
+        if storage.is_url(out):
+            storage.upload_dir(report.out_dir, str(out))
+            report.plots = [storage.join(out, p.name) for p in report.plots]
+            report.out_dir = out
     for reason in report.skipped:
         console.print(f"skipped {reason}", style="yellow")
     console.print("plots:\n" + "\n".join(f"  {p}" for p in report.plots))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
+from trainer_core import storage
 from trainer_core.config import ScheduleConfig, TrainConfig
 from trainer_core.ladder import (
     LadderConfig,
@@ -54,7 +54,7 @@ def run_ladder(job: LadderJobConfig, sizes: list[str] | None, resume: bool, lr_f
     from trainer_core.ray.tune_run import TuneSettings, run_trials
 
     plans = plan_ladder(job, sizes, lr_fn)
-    exp_dir = Path(job.dir).resolve()
+    exp_dir = storage.normalize(job.dir, absolute=True)
     write_experiment_record(job, plans, exp_dir)
     init_ray(job.ray.address)
     run = run_trials(ladder_trials(job, plans), exp_dir, TuneSettings(), resume)
@@ -76,7 +76,7 @@ def benchmark_size(job: LadderJobConfig, size: str, steps: int = 20) -> dict:
             max_steps=steps,
             log_interval=max(steps // 4, 1),
             eval_batches=0,
-            run_dir=str(Path(job.dir) / "benchmarks" / f"{size}-{os.getpid()}"),
+            run_dir=str(storage.join(job.dir, "benchmarks", f"{size}-{os.getpid()}")),
         ),
         checkpoint=replace(planned.checkpoint, enabled=False),
         tracking=replace(planned.tracking, wandb=False),

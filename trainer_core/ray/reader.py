@@ -50,12 +50,13 @@ def dataset_name(dp_rank: int) -> str:
 
 
 def resume_step(cfg: TrainConfig) -> int:
-    """The step the next worker group will start from: ``checkpoint.resume_from``'s when set
-    (the trainer loads exactly that one, on every start), else the latest complete checkpoint's."""
-    if cfg.checkpoint.resume_from:
-        return checkpoint_step(cfg.checkpoint.resume_from)
+    """The step the next worker group will start from, by the trainer's rule
+    (:meth:`trainer_core.trainer.Trainer.restore`): the run's latest complete checkpoint; with
+    none yet, ``checkpoint.resume_from``'s step when set; else 0."""
     complete = [c for c in list_checkpoints(cfg.trainer.run_dir) if c.complete]
-    return complete[-1].step if complete else 0
+    if complete:
+        return complete[-1].step
+    return checkpoint_step(cfg.checkpoint.resume_from) if cfg.checkpoint.resume_from else 0
 
 
 def _token_data(spec: TokenDataSpec) -> TokenData:

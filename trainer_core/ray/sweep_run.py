@@ -9,10 +9,10 @@ A size whose best LR is at the edge of its grid gets more rounds of trials beyon
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import pandas as pd
 
+from trainer_core import storage
 from trainer_core.ladder import (
     SizePlan,
     named_run,
@@ -29,6 +29,7 @@ from trainer_core.ray.tune_run import (
     fmt_lr,
     run_trials,
 )
+from trainer_core.storage import Location
 from trainer_core.sweep import SweepConfig, rung_steps, sweep_durations, sweep_lrs, trial_config
 
 
@@ -64,7 +65,7 @@ def sweep_trials(job: SweepJobConfig, plans: list[SizePlan]) -> list[TrialSpec]:
 
 
 def widening_trials(
-    job: SweepJobConfig, plans: list[SizePlan], exp_dir: Path, round_: int
+    job: SweepJobConfig, plans: list[SizePlan], exp_dir: Location, round_: int
 ) -> list[TrialSpec]:
     """The trials beyond the grid's edge that the earlier rounds' results call for (none: every
     best LR is interior). Later rounds' runs already on disk (a resumed sweep) are left out, so
@@ -115,7 +116,7 @@ def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool) -> lis
 
     plans = sweep_plans(job, sizes)
     preflight(job)
-    exp_dir = Path(job.dir).resolve()
+    exp_dir = storage.normalize(job.dir, absolute=True)
     write_experiment_record(job, plans, exp_dir)
     init_ray(job.ray.address)
     settings = TuneSettings(scheduler=early_stopper(job, plans))

@@ -9,12 +9,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from pathlib import Path
 from typing import Any
 
 import ray.data
 import ray.train
 
+from trainer_core import storage
 from trainer_core.data import open_token_data
 from trainer_core.errors import RunFailedError
 from trainer_core.ray.config import RayTrainConfig
@@ -22,11 +22,12 @@ from trainer_core.ray.failures import FailFastTorchTrainer, fatal_reason
 from trainer_core.ray.reader import dataset_name, ray_train_dataset, resume_step
 from trainer_core.ray.worker import train_worker
 from trainer_core.run_dir import FINAL_STATUSES, metrics_path, read_run_json
+from trainer_core.storage import Location
 
 
 def with_absolute_run_dir(cfg: RayTrainConfig) -> RayTrainConfig:
     """Workers run in other directories (Tune trial dirs, other nodes): never pass a relative path."""
-    run_dir = str(Path(cfg.trainer.run_dir).resolve())
+    run_dir = str(storage.normalize(cfg.trainer.run_dir, absolute=True))
     return dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, run_dir=run_dir))
 
 
@@ -52,7 +53,7 @@ def build_torch_trainer(
     cfg = with_absolute_run_dir(cfg)
     rc = cfg.ray
     dp_size = cfg.layout().dp_size
-    run_dir = Path(cfg.trainer.run_dir).resolve()
+    run_dir = cfg.trainer.run_dir
     resources = {"CPU": rc.cpus_per_worker}
     if rc.use_gpu:
         resources["GPU"] = rc.gpus_per_worker
@@ -66,8 +67,8 @@ def build_torch_trainer(
             num_workers=rc.num_workers, use_gpu=rc.use_gpu, resources_per_worker=resources
         ),
         run_config=ray.train.RunConfig(
-            name=run_dir.name,
-            storage_path=str(run_dir.parent),
+            name=storage.name(run_dir),
+            storage_path=str(storage.parent(run_dir)),
             failure_config=ray.train.FailureConfig(max_failures=rc.max_failures),
             callbacks=callbacks or [],
             logging_config=ray.train.LoggingConfig(log_level="WARNING"),
@@ -81,12 +82,12 @@ def build_torch_trainer(
     )
 
 
-def run_summary(run_dir: Path) -> dict[str, Any]:
+def run_summary(run_dir: Location) -> dict[str, Any]:
     """run.json plus the last logged metrics: what a finished (or resumed-and-finished) run reports."""
     summary = read_run_json(run_dir) or {}
     metrics_file = metrics_path(run_dir)
-    if metrics_file.exists():
-        for line in metrics_file.read_text().splitlines():
+    if storage.is_file(metrics_file):
+        for line in storage.read_text(metrics_file).splitlines():
             try:
                 summary.update(json.loads(line))
             except json.JSONDecodeError:
@@ -104,7 +105,7 @@ def run_training(
     :class:`RunFailedError` with the reason: at once for bad input (no retry can fix it), after
     ``ray.max_failures`` restarts for anything else.
     """
-    run_dir = Path(cfg.trainer.run_dir).resolve()
+    run_dir = storage.normalize(cfg.trainer.run_dir, absolute=True)
     done = run_summary(run_dir)
     if done.get("status") in FINAL_STATUSES:
         return done
@@ -118,7 +119,7 @@ def run_training(
     return run_summary(run_dir)
 
 
-def failure_message(run_dir: Path, error: Exception) -> str:
+def failure_message(run_dir: Location, error: Exception) -> str:
     """What stopped the run (the user error's message whole, else the last line of Ray's
     report, not its tracebacks) and where its work so far is."""
     reason = fatal_reason(error)
@@ -126,6 +127,6 @@ def failure_message(run_dir: Path, error: Exception) -> str:
         lines = [line for line in str(error).splitlines() if line.strip()]
         reason = lines[-1].strip() if lines else type(error).__name__
     return (
-        f"run {run_dir.name} failed: {reason}\n  checkpoints and metrics so far are kept in "
+        f"run {storage.name(run_dir)} failed: {reason}\n  checkpoints and metrics so far are kept in "
         f"{run_dir}; fix the cause and re-run the same command to resume"
     )

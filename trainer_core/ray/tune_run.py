@@ -14,15 +14,19 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from trainer_core import storage
 from trainer_core.errors import UserError
 from trainer_core.ray.config import RayTrainConfig
 from trainer_core.ray.failures import user_error_in
 from trainer_core.run_dir import TUNE, mark_stopped
+from trainer_core.storage import Location
 
-DRIVER_CPUS = 0.05
+DRIVER_SHARE = 0.001
+"""Of its node's own ``node:<ip>`` resource, per trial driver: up to 1000 at once per node."""
+NODE_ID_LABEL = "ray.io/node-id"
+"""The label Ray gives every node, its node id."""
 
 
 class TrialsFailedError(UserError, RuntimeError):
@@ -59,6 +63,29 @@ def trial_driver(config: dict[str, Any]) -> None:
     tune.report(final)
 
 
+def driver_resources():
+    """Each trial driver's resources: a place on the Tune driver's node, no CPU.
+
+    A trial driver hosts its run's Ray Train controller (Ray puts the controller on the node of
+    the process that calls ``fit``). Left to Tune, drivers land on any node, and losing that node
+    errors the trial where Ray Train would have restarted its workers elsewhere; the Tune
+    driver's node is the one whose survival is assumed (its loss is ``--resume``'s). No CPU: a
+    driver only waits on its controller, and a head started with ``--num-cpus=0`` (as Ray advises
+    for large clusters) must still take them. So the bundle holds a sliver of the node's own
+    ``node:<ip>`` resource, and the label selector picks the node by id, exact even where
+    several nodes share an IP.
+    """
+    import ray
+    from ray import tune
+
+    node_id = ray.get_runtime_context().get_node_id()
+    (node,) = [n for n in ray.nodes() if n["NodeID"] == node_id]
+    return tune.PlacementGroupFactory(
+        [{f"node:{node['NodeManagerAddress']}": DRIVER_SHARE}],
+        bundle_label_selector=[{NODE_ID_LABEL: node_id}],
+    )
+
+
 @dataclass
 class TuneSettings:
     metric: str = "eval/loss"
@@ -79,8 +106,8 @@ def costliest_first(plans: list) -> list:
 def max_concurrent_trials(specs: list[TrialSpec]) -> int:
     """How many of the widest trial's footprints fit in the cluster right now.
 
-    A trial holds its driver, its workers, and (while streaming) one Ray Data read task per
-    worker; reserving all three keeps read tasks from starving behind the workers (a hang).
+    A trial holds its workers and (while streaming) one Ray Data read task per worker; reserving
+    both keeps read tasks from starving behind the workers (a hang). Its driver takes no CPU.
     """
     import ray
 
@@ -88,7 +115,7 @@ def max_concurrent_trials(specs: list[TrialSpec]) -> int:
 
     res = ray.cluster_resources()
     rc = max(specs, key=lambda s: s.config.ray.num_workers).config.ray
-    cpus = rc.num_workers * (rc.cpus_per_worker + READ_TASK_CPUS) + DRIVER_CPUS
+    cpus = rc.num_workers * (rc.cpus_per_worker + READ_TASK_CPUS)
     fits = [res.get("CPU", 1) // cpus]
     if rc.use_gpu:
         fits.append(res.get("GPU", 0) // (rc.num_workers * rc.gpus_per_worker))
@@ -126,15 +153,17 @@ class TrialsRun:
 
 
 def run_trials(
-    specs: list[TrialSpec], exp_dir: Path, settings: TuneSettings, resume: bool
+    specs: list[TrialSpec], exp_dir: Location, settings: TuneSettings, resume: bool
 ) -> TrialsRun:
-    """Run every spec as a Tune trial (or restore the experiment)."""
+    """Run every spec as a Tune trial (or restore the experiment). Tune keeps its state in
+    ``<exp_dir>/<settings.name>``, on object storage too (Ray reads a URL through pyarrow, with
+    the same credential chain)."""
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
-    exp_dir = exp_dir.resolve()
-    trainable = tune.with_resources(trial_driver, {"CPU": DRIVER_CPUS})
-    tune_dir = exp_dir / settings.name
+    exp_dir = storage.normalize(exp_dir, absolute=True)
+    trainable = tune.with_resources(trial_driver, driver_resources())
+    tune_dir = storage.join(exp_dir, settings.name)
     concurrency = settings.max_concurrent or max_concurrent_trials(specs)
     restored = resume and tune.Tuner.can_restore(str(tune_dir))
     if restored:
@@ -190,7 +219,8 @@ def trial_failures(grid) -> dict[str, str]:
         text = str(found if found is not None else cause)
         lines = [line.strip() for line in text.splitlines() if line.strip()]
         reason = (lines[0] if found is not None else lines[-1]) if lines else type(cause).__name__
-        failed[result.config["trial"]["name"]] = reason
+        # Named by its trial dir (the run's name): a trial that never reported has no config.
+        failed[storage.name(result.path)] = reason
     return failed
 
 

@@ -9,7 +9,6 @@ same step.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import ray.train
@@ -21,6 +20,7 @@ from trainer_core.ray.config import RayTrainConfig
 from trainer_core.ray.failures import FatalRunError, user_error_in
 from trainer_core.ray.reader import batches_from_shard, dataset_name, resume_step
 from trainer_core.ray.runtime import quiet_ray_loggers
+from trainer_core.storage import Location
 from trainer_core.trainer import NonFiniteLossError
 
 
@@ -41,7 +41,7 @@ class RayReporter(BaseCallback):
     def on_log(self, step: int, metrics: dict[str, float]) -> None:
         self.metrics = metrics
 
-    def on_checkpoint(self, step: int, path: Path, permanent: bool) -> None:
+    def on_checkpoint(self, step: int, path: Location, permanent: bool) -> None:
         self.saved = True
 
     def on_step_end(self, step: int) -> None:
@@ -113,6 +113,7 @@ def _train(config: dict[str, Any]) -> None:
         train_batches=train_batches,
         extra_callbacks=[RayReporter(cfg.ray.report_on_log)],
         tags=config.get("tags"),
+        placement={"node_id": ray.get_runtime_context().get_node_id()},
     )
     try:
         trainer.fit()

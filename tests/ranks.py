@@ -1,0 +1,20 @@
+"""What a test's spawned rank process needs to join a gloo process group (see ``spawn_ranks``)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+
+def join_as_rank(rank: int, world: int, port: int) -> None:
+    """Set the variables ``torchrun`` would set for ``rank`` of ``world`` (rendezvous on
+    127.0.0.1:``port``), with one intra-op thread: the ranks share the cores."""
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+    )
+    torch.set_num_threads(1)
