@@ -290,3 +290,15 @@ def test_a_ladder_on_s3_survives_a_killed_worker_and_a_killed_driver(
     assert [k for k, v in objects.items() if SECRET.encode() in v] == []
     for text in (log.read_text(), second.stdout, second.stderr):
         assert SECRET not in text
+
+
+def test_a_ladder_into_a_missing_bucket_stops_before_any_trial(
+    s3_server,  # noqa: F811
+    run_script,
+    tiny_experiment,
+):
+    config = tiny_experiment("exp", dir="s3://rayladder-no-such-bucket/exp", sizes=["1M"])
+    code, _, err = run_script(LADDER, "--config", str(config))
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: dir: s3://rayladder-no-such-bucket/exp is not writable (")
+    assert "check the bucket name and the credentials" in err and SECRET not in err

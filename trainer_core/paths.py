@@ -63,7 +63,9 @@ def check_output_dir(path: Location, key: str) -> Location:
         url = str(storage.normalize(path))
         try:
             storage.check_writable(url)
-        except (OSError, UserError, ValueError) as e:
+        except UserError as e:  # no filesystem for this scheme installed
+            raise ConfigError(f"{key}: {e}") from None
+        except (OSError, ValueError) as e:
             raise ConfigError(
                 f"{key}: {url} is not writable ({type(e).__name__}: {e}); check the bucket name "
                 "and the credentials of this machine (AWS_* variables, ~/.aws, the instance role)"

@@ -85,8 +85,8 @@ def filesystem(location: Location) -> tuple[fsspec.AbstractFileSystem, str]:
         return url_to_fs(str(location), use_listings_cache=False)
     except ImportError as e:
         raise UserError(
-            f"{location}: reading this URL needs an fsspec backend that is not installed "
-            f"({e}); install it, e.g. `pip install s3fs` for s3://"
+            f"{location}: no filesystem for this URL is installed ({e}); s3:// comes with "
+            "rayladder, others need their fsspec package (gs://: pip install gcsfs)"
         ) from None
     except ValueError as e:
         raise UserError(f"{location}: not a usable location ({e})") from None
