@@ -96,21 +96,19 @@ def allocator_peak(prof: torch.profiler.profile, window: str) -> int:
 
 def measure(case: Case, device_type: str) -> dict:
     """One rank of ``case``: build as the trainer does, warm up, measure one step."""
+    from trainer_core.build import build_train_module
     from trainer_core.config import (
+        DataConfig,
         ModelConfig,
-        OptimConfig,
         ParallelConfig,
         ScheduleConfig,
+        TrainConfig,
+        TrainerConfig,
         TrainModuleConfig,
     )
     from trainer_core.distributed import init_distributed, teardown
     from trainer_core.memory import estimate_memory
-    from trainer_core.model import Transformer
-    from trainer_core.optim import build_optimizer
-    from trainer_core.parallel import build_mesh, dp_mesh, parallelize_model
-    from trainer_core.precision import autocast_precision
-    from trainer_core.schedule import build_scheduler
-    from trainer_core.train_module import TrainModule
+    from trainer_core.parallel import build_mesh
 
     torch.set_num_threads(max(1, 2 // case.ranks))
     info = init_distributed(device_type)
@@ -124,6 +122,16 @@ def measure(case: Case, device_type: str) -> dict:
         z_loss_multiplier=case.z_loss,
     )
     batch = torch.randint(0, cfg.vocab_size, (case.micro * case.accum, case.seq + 1))
+    run = TrainConfig(
+        model=cfg,
+        parallel=parallel,
+        train_module=module_cfg,
+        schedule=ScheduleConfig(kind="constant", warmup=0),
+        data=DataConfig(seq_len=case.seq),
+        trainer=TrainerConfig(
+            global_batch_size=len(batch) * case.seq * info.world_size, max_steps=9
+        ),
+    )
     cuda = device.type == "cuda"
     profiler = torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
@@ -131,21 +139,7 @@ def measure(case: Case, device_type: str) -> dict:
     before = rss("VmRSS:")
     with profiler:
         mesh = build_mesh(parallel, info.world_size, device.type)
-        torch.manual_seed(0)
-        model = parallelize_model(Transformer(cfg, case.seq), mesh, parallel, device)
-        opt = build_optimizer(model, OptimConfig(), device)
-        sched = build_scheduler(opt, ScheduleConfig(kind="constant", warmup=0), 9)
-        autocast = autocast_precision(parallel, module_cfg, fsdp=info.world_size > 1)
-        module = TrainModule(
-            model,
-            opt,
-            sched,
-            replace(module_cfg, autocast_precision=autocast),
-            seq_len=case.seq,
-            device=device,
-            dp_group=dp_mesh(mesh).get_group() if mesh is not None else None,
-            dp_size=info.world_size,
-        )
+        module = build_train_module(run, device, mesh, dp_size=info.world_size)
         for step in range(2):
             if step == 1:
                 if cuda:

@@ -18,28 +18,25 @@ import argparse
 import json
 import statistics
 import time
-from dataclasses import replace
 from typing import get_args, get_type_hints
 
 import torch
 
-from trainer_core.attention import attention_backends_run, check_attention_backend
+from trainer_core.attention import attention_backends_run
+from trainer_core.build import build_train_module
 from trainer_core.cli import exit_on_error
 from trainer_core.config import (
+    DataConfig,
     ModelConfig,
-    OptimConfig,
     ParallelConfig,
     ScheduleConfig,
+    TrainConfig,
+    TrainerConfig,
     TrainModuleConfig,
 )
 from trainer_core.flops import peak_flops
 from trainer_core.memory import estimate_memory
-from trainer_core.model import Transformer, count_params, num_flops_per_token
-from trainer_core.optim import build_optimizer
-from trainer_core.parallel import parallelize_model
-from trainer_core.precision import autocast_precision, computes_in_16_bit
-from trainer_core.schedule import build_scheduler
-from trainer_core.train_module import TrainModule
+from trainer_core.model import count_params, num_flops_per_token
 
 PARAM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
@@ -80,23 +77,19 @@ def measure(args: argparse.Namespace) -> dict:
         float8=args.float8,
         float8_emulate=args.float8_emulate,
     )
-    module_cfg = TrainModuleConfig(rank_microbatch_seqs=args.micro_seqs)
-    check_attention_backend(cfg.attention_backend, device, computes_in_16_bit(parallel, module_cfg))
-    autocast = autocast_precision(parallel, module_cfg, fsdp=False)
-    torch.manual_seed(0)
-    model = parallelize_model(Transformer(cfg, args.seq_len), None, parallel, device)
-    opt = build_optimizer(model, OptimConfig(), device)
-    sched = build_scheduler(
-        opt, ScheduleConfig(kind="constant", warmup=0), args.steps + args.warmup + 1
+    run = TrainConfig(
+        model=cfg,
+        parallel=parallel,
+        train_module=TrainModuleConfig(rank_microbatch_seqs=args.micro_seqs),
+        schedule=ScheduleConfig(kind="constant", warmup=0),
+        data=DataConfig(seq_len=args.seq_len),
+        trainer=TrainerConfig(
+            global_batch_size=args.batch_seqs * args.seq_len,
+            max_steps=args.steps + args.warmup + 1,
+            device=device.type,
+        ),
     )
-    module = TrainModule(
-        model,
-        opt,
-        sched,
-        replace(module_cfg, autocast_precision=autocast),
-        seq_len=args.seq_len,
-        device=device,
-    )
+    module = build_train_module(run, device, mesh=None, dp_size=1)
     batch = torch.randint(0, cfg.vocab_size, (args.batch_seqs, args.seq_len + 1))
 
     def step() -> None:
@@ -124,7 +117,7 @@ def measure(args: argparse.Namespace) -> dict:
     estimate = estimate_memory(
         cfg,
         parallel,
-        module_cfg,
+        run.train_module,
         seq_len=args.seq_len,
         micro_seqs=micro,
         dp_shard=1,

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import torch
+from torch.distributed.device_mesh import DeviceMesh
 
 from trainer_core import storage
 from trainer_core.attention import check_attention_backend
@@ -47,6 +48,36 @@ def run_info(cfg: TrainConfig, tags: dict | None = None) -> RunInfo:
     )
 
 
+def build_train_module(
+    cfg: TrainConfig, device: torch.device, mesh: DeviceMesh | None, dp_size: int
+) -> TrainModule:
+    """The model (seeded, then float8 / TP / AC / compile / FSDP as configured), its optimizer,
+    LR schedule and train module: what a run trains, and what the benchmarks measure."""
+    fsdp = dp_size > 1  # parallelize_model shards over the data-parallel ranks
+    check_attention_backend(
+        cfg.model.attention_backend, device, computes_in_16_bit(cfg.parallel, cfg.train_module)
+    )
+    # Same seed on every rank: identical initial weights before sharding.
+    torch.manual_seed(cfg.trainer.seed)
+    model = Transformer(cfg.model, max_seq_len=cfg.data.seq_len)
+    model = parallelize_model(model, mesh, cfg.parallel, device)
+    optimizer = build_optimizer(model, cfg.optim, device)
+    if float8_all_gather(cfg.parallel, fsdp):
+        precompute_scales_after_step(model, optimizer)
+    scheduler = build_scheduler(optimizer, cfg.schedule, cfg.total_steps)
+    autocast = autocast_precision(cfg.parallel, cfg.train_module, fsdp=fsdp)
+    return TrainModule(
+        model,
+        optimizer,
+        scheduler,
+        replace(cfg.train_module, autocast_precision=autocast),
+        seq_len=cfg.data.seq_len,
+        device=device,
+        dp_group=dp_mesh(mesh).get_group() if mesh is not None else None,
+        dp_size=dp_size,
+    )
+
+
 def build_trainer(
     cfg: TrainConfig,
     *,
@@ -67,30 +98,7 @@ def build_trainer(
     dp_rank, dp_size = layout.dp_rank, layout.dp_size
     seq_len = cfg.data.seq_len
     batch_seqs = cfg.trainer.global_batch_size // seq_len
-    fsdp = dp_size > 1  # parallelize_model shards over the data-parallel ranks
-    check_attention_backend(
-        cfg.model.attention_backend, device, computes_in_16_bit(cfg.parallel, cfg.train_module)
-    )
-
-    # Same seed on every rank: identical initial weights before sharding.
-    torch.manual_seed(cfg.trainer.seed)
-    model = Transformer(cfg.model, max_seq_len=seq_len)
-    model = parallelize_model(model, mesh, cfg.parallel, device)
-    optimizer = build_optimizer(model, cfg.optim, device)
-    if float8_all_gather(cfg.parallel, fsdp):
-        precompute_scales_after_step(model, optimizer)
-    scheduler = build_scheduler(optimizer, cfg.schedule, cfg.total_steps)
-    autocast = autocast_precision(cfg.parallel, cfg.train_module, fsdp=fsdp)
-    module = TrainModule(
-        model,
-        optimizer,
-        scheduler,
-        replace(cfg.train_module, autocast_precision=autocast),
-        seq_len=seq_len,
-        device=device,
-        dp_group=dp_mesh(mesh).get_group() if mesh is not None else None,
-        dp_size=dp_size,
-    )
+    module = build_train_module(cfg, device, mesh, dp_size)
 
     data = open_token_data(cfg.data, cfg.model.vocab_size)
     if train_batches is None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit
 from trainer_core.analysis.isoflop import IsoFLOPFit
@@ -144,6 +145,8 @@ def plot_isoflops(fit: IsoFLOPFit, law: ChinchillaFit | None, path: str | Path) 
         )
     right.set_xscale("log")
     right.set_yscale("log")
+    # Budgets span about a decade: labelled minor ticks (2e11, 3e11, ...) would run together.
+    right.xaxis.set_minor_formatter(NullFormatter())
     right.set_xlabel("compute budget C (FLOPs)")
     right.set_ylabel("compute-optimal N")
     right.set_title("N_opt(C)")
