@@ -54,7 +54,17 @@ FSDP = Case("fsdp2", "20M", 320, 256, 2, ranks=2)
 """Two ranks accumulating over two micro-batches: FSDP's unsharded gradients are live (and, with
 a 50k vocabulary, the gathered embedding and LM head)."""
 
+GRID = [
+    Case("grid", size, 8192, 512, micro, ac=ac)
+    for size in ("1M", "5M", "20M")
+    for micro in (2, 4)
+    for ac in ("none", "full")
+]
+"""Three sizes x two micro-batches x activation checkpointing off / on, a 8k vocabulary: the
+shape of a ladder's plan, where the size and the micro-batch move and the other settings stay."""
+
 CASES = [
+    *GRID,
     LOGITS,
     replace(LOGITS, ac="full"),
     replace(LOGITS, name="logits-z", z_loss=1e-4),

@@ -38,15 +38,18 @@ def test_olmo_default_formulas_at_reference_size():
 
 def test_batch_rounding_and_device_expansion():
     counts = [1, 2, 4, 8]
+    tp1, tp2 = ParallelConfig(), ParallelConfig(tp=2)
     # 98 sequences, micro-batches of 4: 8 devices would need 96 or 128 (2% / 31% off): 96.
-    assert batch_and_devices(98, 4, 1, counts, tp=1) == (96, 8)
+    assert batch_and_devices(98, 4, 1, counts, tp1) == (96, 8)
     # 12 sequences in micro-batches of 8 can't spread over 8 ranks within 10%; whole sequences
     # can (one and a half micro-batches' worth per rank is not whole: 8 x 2 = 16 is 33% off).
-    assert batch_and_devices(12, 8, 1, counts, tp=1) == (12, 4)
+    assert batch_and_devices(12, 8, 1, counts, tp1) == (12, 4)
     # With tp=2 a device pair is one data-parallel rank: 8 devices = 4 ranks.
-    assert batch_and_devices(98, 4, 2, counts, tp=2) == (96, 8)
+    assert batch_and_devices(98, 4, 2, counts, tp2) == (96, 8)
+    assert batch_and_devices(100, 1, 2, counts, tp2) == (100, 8)  # 4 ranks of 25 sequences
+    assert batch_and_devices(100, 1, 1, counts, tp1) == (96, 8)  # 8 ranks of 12 (4% off)
     # Nothing within 10%: the closest batch (3 sequences can't become 8 ranks' worth).
-    assert batch_and_devices(3, 1, 8, [8], tp=1) == (8, 8)
+    assert batch_and_devices(3, 1, 8, [8], tp1) == (8, 8)
 
 
 def test_memory_estimate_grows_with_micro_batch_and_shrinks_with_sharding():

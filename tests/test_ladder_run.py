@@ -52,6 +52,12 @@ def test_gpu_dry_run_plans_without_the_cluster_data(run_script, repo_root, tmp_p
         assert column in out
     assert re.search(r"│ 1B .*│ +64 │ +1/32/2 │ +32 │", out)
     assert (tmp_path / "gpu" / "lr_schedule.png").exists()
+    assert "note: max_devices" not in out  # 64 devices: 8 whole nodes
+    code, out, err = run_script(LADDER, *args, "--max_devices=37")
+    assert code == 0, err
+    assert (
+        "note: max_devices 37: runs use at most 32 (a power of two within a node or whole " in out
+    )
     code, _, err = run_script(LADDER, *args[:2], f"--dir={tmp_path / 'gpu'}")
     assert code == 2 and "no shard manifest there" in err  # a launch stops
 

@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import torch
 from ray_cluster import RayCluster
 from ray_train_hooks import RELEASE_ENV, read_log
+from reference import fit_on_one_thread
 from waiting import wait_for
 
-from trainer_core.build import build_trainer
 from trainer_core.config import TrainConfig
 from trainer_core.configio import from_dict, load_yaml
 
@@ -95,19 +94,12 @@ def losses(run_dir: Path, key: str = "train/loss_last") -> dict[int, float]:
 
 def uninterrupted(run_dir: Path, out: Path) -> Path:
     """The same run as ``run_dir``'s config, in this process without Ray (the local reader
-    yields the batches Ray Data does: tests/test_ray_data.py) nor checkpoints, into ``out``. On
-    one thread, as Ray runs a worker of less than a CPU (two threads on a busy 2-core machine
-    ran 10x slower)."""
+    yields the batches Ray Data does: tests/test_ray_data.py) nor checkpoints, into ``out``."""
     data = load_yaml(run_dir / "config.yaml")
     data.pop("ray")
     data["trainer"]["run_dir"] = str(out)
     data["checkpoint"]["enabled"] = False
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        build_trainer(from_dict(TrainConfig, data)).fit()
-    finally:
-        torch.set_num_threads(threads)
+    fit_on_one_thread(from_dict(TrainConfig, data))
     return out
 
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
+import shutil
 import sys
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -14,6 +18,7 @@ import pytest
 import s3fs
 import torch
 from ray_train_hooks import HOLD_ENV, KILL_ENV, read_log
+from reference import fit_on_one_thread
 from s3_server import SECRET, s3_server  # noqa: F401  (s3_server: the fixture)
 from test_analysis import make_ladder, write_checkpoint
 from test_ladder_run import LADDER
@@ -103,7 +108,7 @@ def test_ray_reader_streams_shards_from_s3(s3_ray, s3_server, make_shards, rando
     assert len(got) == 3 and all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
 
 
-def test_analysis_reads_an_experiment_from_s3(s3_server, tmp_path, run_script):  # noqa: F811
+def test_analysis_reads_an_experiment_from_s3(s3_server, tmp_path, run_script, processes):  # noqa: F811
     exp = make_ladder(tmp_path / "exp")
     run_dir = exp / "runs" / "s1"
     ckpt = write_checkpoint(run_dir, 999, [0], 1)
@@ -118,6 +123,13 @@ def test_analysis_reads_an_experiment_from_s3(s3_server, tmp_path, run_script): 
     pd.testing.assert_frame_equal(remote.points, local.points)
     row = remote.checkpoints.set_index(["name", "step"]).loc[("s1", 999)]
     assert row["complete"] and row["path"] == f"{url}/runs/s1/checkpoints/step-00000999"
+
+    # As a user runs it, on the experiment: the fits from S3, the PNGs written back there.
+    out = processes.python("workflows/analyze.py", url, "--bootstrap", "5", timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "L(N, D)" in out.stdout and "held out" in out.stdout, out.stdout[-3000:]
+    plots = s3fs.S3FileSystem().ls(f"{url}/analysis")
+    assert {p.rsplit("/", 1)[1] for p in plots} >= {"loss_curves.png", "loss_vs_compute.png"}
 
     s3fs.S3FileSystem().rm(f"{url}/runs/s2/run.json")
     with pytest.raises(AnalysisError, match=f"^{url}/runs/s2: run dir without run.json"):
@@ -167,30 +179,33 @@ def s3_objects(url: str) -> dict[str, bytes]:
     return {key[len(root) :]: fs.cat(key) for key in fs.find(url) if not key.endswith("/")}
 
 
+@pytest.mark.parametrize("held", ["__0_0.distcp", ".done-rank0-of-1"])
 def test_a_run_on_s3_killed_mid_upload_resumes_past_the_torn_checkpoint(
     s3_server,  # noqa: F811
     processes,
     tiny_args,
     tiny_config,
     tmp_path,
+    held,
 ):
     """The run dir is a URL. The process is killed while it uploads step 10's checkpoint (the
-    server holds the upload of its commit marker): the torn step 10, whose tensors are all
-    there, is never loaded; the resumed run starts from step 5 and ends where an uninterrupted
-    local run does, and the metrics on S3 hold each step once."""
+    server holds the upload of its tensors, or of its commit marker once the tensors are all
+    there): the torn step 10 is never loaded; the resumed run starts from step 5 and ends where
+    an uninterrupted local run does, and the metrics on S3 hold each step once."""
     args = ("--trainer.max_steps=15", "--checkpoint.save_interval_steps=5")
     reference = build_trainer(tiny_config(tmp_path / "local", *args)).fit()
-    url = f"s3://{s3_server.bucket}/runs/torn"
+    url = f"s3://{s3_server.bucket}/runs/torn-{held.strip('._')}"
     log = tmp_path / "killed.log"
-    with s3_server.hold_upload(r"/step-00000010/\.done-rank0-of-1$") as held:
+    with s3_server.hold_upload(f"/step-00000010/{re.escape(held)}$") as reached:
         proc = processes.start(
             sys.executable, "-m", "trainer_core.train", *tiny_args(url, *args), log=log
         )
-        processes.wait_until(held.is_set, proc, log, timeout=180)
+        processes.wait_until(reached.is_set, proc, log, timeout=180)
         processes.kill(proc)
     torn = s3_objects(f"{url}/checkpoints/step-00000010")
-    assert {".metadata", "__0_0.distcp", "info.json"} <= set(torn)
-    assert ".done-rank0-of-1" not in torn
+    assert held not in torn and ".done-rank0-of-1" not in torn
+    if held == ".done-rank0-of-1":
+        assert {".metadata", "__0_0.distcp", "info.json"} <= set(torn)
     assert [c.step for c in list_checkpoints(url) if c.complete] == [5]
 
     with pytest.warns(UserWarning, match=r"skipping incomplete checkpoint .*step-00000010"):
@@ -206,6 +221,15 @@ def test_a_run_on_s3_killed_mid_upload_resumes_past_the_torn_checkpoint(
     assert [k for k, v in objects.items() if SECRET.encode() in v] == []
 
 
+@pytest.fixture
+def ray_tmp():
+    """A temp dir for the Ray a ladder driver starts (its session logs land there): short,
+    since Ray's socket paths are capped near 100 characters."""
+    path = Path(tempfile.mkdtemp(prefix="rl-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def s3_run_json(url: str, size: str) -> dict:
     path = f"{url}/runs/{size}/run.json"
     return json.loads(storage.read_text(path)) if storage.is_file(path) else {}
@@ -219,6 +243,7 @@ def test_a_ladder_on_s3_survives_a_killed_worker_and_a_killed_driver(
     repo_root,
     tmp_path,
     no_local_ray,
+    ray_tmp,
 ):
     """The whole experiment lives on S3. 1M's worker is SIGKILLed at its step-5 report (Ray
     Train restarts it from the checkpoint on S3); the driver is SIGKILLed once 1M has finished
@@ -244,6 +269,7 @@ def test_a_ladder_on_s3_survives_a_killed_worker_and_a_killed_driver(
             p for p in (str(repo_root / "tests"), os.environ.get("PYTHONPATH")) if p
         ),
         STAGE_ENV: str(tmp_path / "stage"),
+        "RAY_TMPDIR": str(ray_tmp),
     }
     log = tmp_path / "first.log"
     first = processes.start(sys.executable, LADDER, "--config", config, log=log, env=hooks)
@@ -263,23 +289,24 @@ def test_a_ladder_on_s3_survives_a_killed_worker_and_a_killed_driver(
     one = s3_run_json(url, "1M")
     assert [g["start_step"] for g in one["workers"]] == [0, 5]
 
-    env = {STAGE_ENV: str(tmp_path / "stage")}
+    env = {STAGE_ENV: str(tmp_path / "stage"), "RAY_TMPDIR": str(ray_tmp)}
     second = processes.python(LADDER, "--config", config, "--resume", timeout=600, env=env)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert "[exp-3M] training exp-3M" in second.stdout and "resumed at step" in second.stdout
     assert "[exp-1M]" not in second.stdout  # finished: not trained again
     assert "Found credentials" not in second.stderr  # the S3 client's chatter stays quiet
 
-    job = load_config(LadderJobConfig, config, [])
-    (plan,) = plan_ladder(job, ["1M"])
-    local = replace(
-        plan.config, trainer=replace(plan.config.trainer, run_dir=str(tmp_path / "ref"))
-    )
-    reference = build_trainer(local).fit()
     results = load(url)
     final = results.final().set_index("size")
-    assert final.loc["1M", "final_eval_loss"] == pytest.approx(reference["eval/loss"], abs=1e-5)
     assert set(final["status"]) == {"finished"}
+    job = load_config(LadderJobConfig, config, [])
+    for plan in plan_ladder(job, ["1M", "3M"]):  # each as one plain local run, on one thread
+        ref_dir = str(tmp_path / "ref" / plan.size)
+        reference = fit_on_one_thread(
+            replace(plan.config, trainer=replace(plan.config.trainer, run_dir=ref_dir))
+        )
+        measured = final.loc[plan.size, "final_eval_loss"]
+        assert measured == pytest.approx(reference["eval/loss"], abs=1e-5), plan.size
     assert final.loc["3M", "final_eval_loss"] < final.loc["1M", "final_eval_loss"]
     grid = results.result_grid()  # Tune's state, on S3, restored across the driver kill
     assert sorted(r.metrics["finished"] for r in grid) == [1, 1]
@@ -290,6 +317,9 @@ def test_a_ladder_on_s3_survives_a_killed_worker_and_a_killed_driver(
     assert [k for k, v in objects.items() if SECRET.encode() in v] == []
     for text in (log.read_text(), second.stdout, second.stderr):
         assert SECRET not in text
+    # nor in anything written on this machine: the upload stage, the Ray session's logs
+    local_files = [p for p in [*tmp_path.rglob("*"), *ray_tmp.rglob("*")] if p.is_file()]
+    assert [p for p in local_files if SECRET.encode() in p.read_bytes()] == []
 
 
 def test_a_ladder_into_a_missing_bucket_stops_before_any_trial(

@@ -37,7 +37,14 @@ from typing import ClassVar
 import yaml
 
 from trainer_core import storage
-from trainer_core.config import SIZE_DIMS, ModelConfig, ScheduleConfig, TrainConfig, require
+from trainer_core.config import (
+    SIZE_DIMS,
+    ModelConfig,
+    ParallelConfig,
+    ScheduleConfig,
+    TrainConfig,
+    require,
+)
 from trainer_core.configio import ConfigError, to_yaml
 from trainer_core.data import open_token_data
 from trainer_core.errors import UserError
@@ -476,7 +483,7 @@ BATCH_DRIFT = 0.1
 
 
 def batch_and_devices(
-    target_seqs: int, micro_seqs: int, min_devices: int, counts: list[int], tp: int
+    target_seqs: int, micro_seqs: int, min_devices: int, counts: list[int], parallel: ParallelConfig
 ) -> tuple[int, int]:
     """(global batch in sequences, devices): the most devices (of ``counts``, from
     ``min_devices`` on) whose batch stays within :data:`BATCH_DRIFT` of the target, each
@@ -484,7 +491,7 @@ def batch_and_devices(
     Without such a count: the count whose batch is closest to the target."""
     fallback: tuple[float, int, int] | None = None
     for devices in sorted((d for d in counts if d >= min_devices), reverse=True):
-        dp = devices // tp
+        dp = dp_layout(parallel, devices).dp_size
         for grain in (micro_seqs, 1):
             batch = max(1, round(target_seqs / (dp * grain))) * grain * dp
             drift = abs(batch - target_seqs) / target_seqs
@@ -564,7 +571,7 @@ def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
         )
     target = target_batch_tokens(n, ladder.batch)
     batch_seqs, devices = batch_and_devices(
-        max(1, round(target / seq)), micro_seqs, min_devices, device_counts(ladder), tp
+        max(1, round(target / seq)), micro_seqs, min_devices, device_counts(ladder), run.parallel
     )
     batch = batch_seqs * seq
     layout = dp_layout(run.parallel, devices)

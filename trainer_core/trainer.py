@@ -186,9 +186,6 @@ class Trainer:
             self.tokens += self.info.global_batch_tokens
             self._accumulate(window, stats, norm)
             metrics: dict[str, float] = {}
-            if self.step % self.cfg.trainer.log_interval == 0 or self.step == total:
-                metrics.update(self._log_metrics(window, stats, norm, lr))
-                window = _Window()
             if self.eval_batches_data and (
                 self.step % self.cfg.trainer.eval_interval == 0 or self.step == total
             ):
@@ -196,6 +193,11 @@ class Trainer:
             save = self._save_decision()
             if save == "permanent" and self.eval_batches_data and "eval/loss" not in metrics:
                 metrics["eval/loss"] = self._timed(window, "eval_s", self.evaluate)
+            if self.step % self.cfg.trainer.log_interval == 0 or self.step == total:
+                # after this step's eval (its time is on this line), before its checkpoint,
+                # which follows the record and so is counted on the next line
+                metrics.update(self._log_metrics(window, stats, norm, lr))
+                window = _Window()
             if metrics or save != "none":
                 # The step's record goes out before its checkpoint commits: a kill after the
                 # commit cannot lose it, a kill before resumes earlier and drops it with the

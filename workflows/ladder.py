@@ -18,7 +18,7 @@ from rich.table import Table
 from trainer_core import storage
 from trainer_core.cli import DEMO_LADDER, exit_on_error, parse_command
 from trainer_core.configio import ConfigError
-from trainer_core.ladder import plan_ladder, preflight
+from trainer_core.ladder import device_counts, plan_ladder, preflight
 from trainer_core.lr_feedback import lr_function
 from trainer_core.paths import check_output_dir
 from trainer_core.ray.ladder_run import LadderJobConfig, benchmark_size, run_ladder
@@ -45,6 +45,14 @@ def print_plan(job: LadderJobConfig, plans) -> None:
     for row in rows:
         table.add_row(*(_fmt(v) for v in row.values()))
     Console(width=1000).print(table)  # one row per size, however wide: never wrapped
+    usable = device_counts(job)[-1]
+    if usable < job.max_devices:
+        parallel = job.run.parallel
+        print(
+            f"note: max_devices {job.max_devices}: runs use at most {usable} (a power of two "
+            f"within a node or whole nodes of {job.devices_per_node}, a multiple of dp_replicate "
+            f"x tp = {parallel.dp_replicate * parallel.tp})"
+        )
     for p in plans:
         if p.batch_warning:
             print(f"warning: {p.batch_warning}")

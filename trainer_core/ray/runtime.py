@@ -20,6 +20,9 @@ RAY_ENV = {
     # Reports at temporary checkpoints carry no eval loss; Tune must not reject them.
     "TUNE_DISABLE_STRICT_METRIC_CHECKING": "1",
     "RAY_AIR_NEW_OUTPUT": "0",
+    # Tune copies AWS_* from the driver's environment into each trial's runtime env, and the
+    # runtime-env agent of a Ray started from here logs every runtime env at INFO: keys included.
+    "RAY_LOGGER_LEVEL": "warning",
 }
 
 
