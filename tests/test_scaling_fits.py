@@ -20,7 +20,9 @@ from trainer_core.analysis import (
     fit_loss_vs_compute,
     frontier_points,
     isoflop_flags,
+    isoflop_unresolved,
     plot_isoflops,
+    unresolved,
 )
 from trainer_core.analysis.bootstrap import residual_resamples
 from trainer_core.analysis.synthetic import CHINCHILLA, SyntheticLadder
@@ -139,6 +141,36 @@ def test_degenerate_fits_are_flagged():
     assert fit_flags(high_e, min_loss=2.5) == ["E = 3 is not below the smallest observed loss 2.5"]
 
 
+def test_what_the_data_leave_open_is_said_beside_the_fit(noisy: pd.DataFrame):
+    """A well-posed fit (seven sizes over 100x in N) leaves nothing open; a ladder of few sizes
+    leaves E reaching zero and A trading off with alpha, and approach 2 without a split."""
+    fitted = ChinchillaFit(
+        **LAW.params(),
+        n_points=9,
+        objective=0,
+        ci={"E": (1.6, 1.8), "A": (300.0, 500.0), "B": (350.0, 470.0)},
+        n_bootstrap=200,
+    )
+    assert unresolved(fitted, min_loss=2.0) == []
+    few_sizes = ChinchillaFit(
+        **LAW.params(),
+        n_points=20,
+        objective=0,
+        ci={"E": (3.4e-12, 0.87), "A": (3.29, 5.59e5), "B": (18.9, 4281.0)},
+        n_bootstrap=200,
+    )
+    notes = unresolved(few_sizes, min_loss=1.1)
+    assert notes[0].startswith("E: 95% CI 3.4e-12 .. 0.87 reaches zero")
+    assert notes[1].startswith("A: 95% CI 3.29 .. 5.59e+05 spans 5.2 orders of magnitude")
+    assert notes[2].startswith("B: 95% CI 18.9 .. 4.28e+03 spans 2.4 orders")
+    assert len(notes) == 3
+    iso = fit_isoflop(noisy, n_bootstrap=20, seed=0)
+    assert isoflop_unresolved(iso) == []
+    iso.ci["a"] = (-0.42, 1.85)
+    (note,) = isoflop_unresolved(iso)
+    assert "covers every split of compute" in note and "approach 3" in note
+
+
 def test_residual_resamples_keep_the_design_and_share_size_offsets():
     rng = np.random.default_rng(0)
     fitted = np.log(np.linspace(3, 4, 6))
@@ -195,6 +227,6 @@ def test_analyze_prints_approaches_side_by_side_and_both_held_out_predictions(
     assert a2 == pytest.approx(LAW.a, abs=0.03) and a3 == pytest.approx(LAW.a, abs=0.03)
     held = text[text.index("held out: s6") :]
     assert "│ L(N, D)" in held and "│ frontier L(C)" in held
-    assert "DEGENERATE" not in text
+    assert "DEGENERATE" not in text and "UNRESOLVED" not in text
     assert (exp / "analysis" / "isoflops.png").is_file()
     assert (exp / "analysis" / "loss_vs_compute.png").is_file()

@@ -6,7 +6,7 @@ by ``ExperimentResults.result_grid()``.
 
 from __future__ import annotations
 
-from trainer_core.analysis.checks import fit_flags, isoflop_flags
+from trainer_core.analysis.checks import fit_flags, isoflop_flags, isoflop_unresolved, unresolved
 from trainer_core.analysis.fits import (
     ChinchillaFit,
     PowerLawFit,
@@ -63,6 +63,7 @@ __all__ = [
     "fit_sweep_lr",
     "frontier_points",
     "isoflop_flags",
+    "isoflop_unresolved",
     "load",
     "lr_sweep_table",
     "optimal_lr",
@@ -74,5 +75,6 @@ __all__ = [
     "plot_lr_vs_size",
     "predict_loss",
     "report_experiment",
+    "unresolved",
     "widen_lrs",
 ]

@@ -50,5 +50,51 @@ def _ci_flags(ci: dict[str, tuple[float, float]], n_bootstrap: int) -> list[str]
     return [f"non-finite 95% CI of {', '.join(bad)}"] if bad else []
 
 
-def format_flags(flags: list[str]) -> str:
-    return "\n".join(f"  DEGENERATE: {flag}" for flag in flags)
+COEFFICIENT_SPAN = 100.0
+"""A coefficient whose 95% interval spans more than this factor is not identified on its own."""
+SPLIT_RANGE = (0.0, 1.0)
+"""Every possible split of compute between N and D: an interval for ``a`` covering all of it
+says nothing about the split."""
+
+
+def unresolved(fit: ChinchillaFit | PowerLawFit, min_loss: float) -> list[str]:
+    """What the bootstrap says ``fit``'s data do not pin down (a fit need not be degenerate to
+    leave a parameter open): E's interval reaching zero, coefficients that trade off with their
+    exponent over orders of magnitude. Empty without a bootstrap."""
+    if fit.n_bootstrap == 0:
+        return []
+    notes = []
+    lo, hi = fit.ci["E"]
+    if lo <= E_ZERO_FRACTION * min_loss:
+        notes.append(
+            f"E: 95% CI {lo:.2g} .. {hi:.3g} reaches zero: the irreducible loss is not pinned down "
+            "by these sizes (a wider range of N, or longer runs, would)"
+        )
+    for name in ("A", "B"):
+        if name not in fit.ci:
+            continue
+        lo, hi = fit.ci[name]
+        if lo > 0 and hi / lo > COEFFICIENT_SPAN:
+            notes.append(
+                f"{name}: 95% CI {lo:.3g} .. {hi:.3g} spans {math.log10(hi / lo):.1f} orders of "
+                "magnitude, traded off against its exponent; read the predictions, not "
+                f"{name} alone"
+            )
+    return notes
+
+
+def isoflop_unresolved(fit: IsoFLOPFit) -> list[str]:
+    """Approach 2 without an answer: ``a``'s interval covers every split of compute."""
+    if fit.n_bootstrap == 0 or "a" not in fit.ci:
+        return []
+    lo, hi = fit.ci["a"]
+    if lo <= SPLIT_RANGE[0] and hi >= SPLIT_RANGE[1]:
+        return [
+            f"a: 95% CI {lo:.2f} .. {hi:.2f} covers every split of compute: approach 2 needs "
+            "more sizes around each budget's minimum; take N_opt from approach 3 here"
+        ]
+    return []
+
+
+def format_flags(flags: list[str], label: str = "DEGENERATE") -> str:
+    return "\n".join(f"  {label}: {flag}" for flag in flags)

@@ -196,7 +196,10 @@ def _format(title: str, values: dict[str, float], fit: PowerLawFit | ChinchillaF
         line = f"  {name:<6}= {value:.4g}"
         if math.isfinite(std[name]):
             lo, hi = ci[name]
-            line += f" ± {std[name]:.2g}   ({100 * CI_LEVEL:.0f}% CI {lo:.4g} .. {hi:.4g})"
+            # A std beyond the value itself is a heavy tail's (A trading off with alpha): the
+            # percentile interval says it, the std would only mislead.
+            spread = f" ± {std[name]:.2g}" if std[name] < abs(value) else ""
+            line += f"{spread}   ({100 * CI_LEVEL:.0f}% CI {lo:.4g} .. {hi:.4g})"
         lines.append(line)
     return "\n".join(lines)
 

@@ -46,6 +46,8 @@ class Report:
     skipped: list[str] = field(default_factory=list)
     flags: dict[str, list[str]] = field(default_factory=dict)
     """Degenerate-fit warnings per fit name (see ``checks.py``); absent or empty: none."""
+    unresolved: dict[str, list[str]] = field(default_factory=dict)
+    """Per fit name, the parameters its data leave open (``checks.unresolved``)."""
 
     def attempt(self, what: str, fn: Callable[[], T]) -> T | None:
         """``fn()``, or None with the reason recorded when the data can't support it."""

@@ -12,7 +12,13 @@ import math
 from rich.console import Console
 from rich.table import Table
 
-from trainer_core.analysis.checks import fit_flags, format_flags, isoflop_flags
+from trainer_core.analysis.checks import (
+    fit_flags,
+    format_flags,
+    isoflop_flags,
+    isoflop_unresolved,
+    unresolved,
+)
 from trainer_core.analysis.fits import ChinchillaFit
 from trainer_core.analysis.frontier import fit_frontier, frontier_points
 from trainer_core.analysis.isoflop import IsoFLOPFit, fit_isoflop
@@ -53,15 +59,18 @@ def ladder_section(
     report.isoflop = report.attempt(
         "isoFLOP fit", lambda: fit_isoflop(points, n_bootstrap, smoother=report.chinchilla)
     )
-    for name, fit, flags in (
-        ("L(N, D)", report.chinchilla, lambda f: fit_flags(f, min_loss)),
-        ("frontier L(C)", report.frontier, lambda f: fit_flags(f, min_loss)),
-        ("isoFLOP", report.isoflop, isoflop_flags),
+    for name, fit, flags, open_params in (
+        ("L(N, D)", report.chinchilla, lambda f: fit_flags(f, min_loss), unresolved),
+        ("frontier L(C)", report.frontier, lambda f: fit_flags(f, min_loss), unresolved),
+        ("isoFLOP", report.isoflop, isoflop_flags, lambda f, _: isoflop_unresolved(f)),
     ):
         if fit is not None:
             report.flags[name] = flags(fit)
+            report.unresolved[name] = open_params(fit, min_loss)
             console.print(str(fit))
             _print_flags(console, report.flags[name])
+            if report.unresolved[name]:
+                console.print(format_flags(report.unresolved[name], "UNRESOLVED"), style="yellow")
 
     if target_flops:
         report.target_flops = target_flops
