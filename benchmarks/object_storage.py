@@ -8,6 +8,7 @@ code path (staging, uploads, listings, Tune's state through pyarrow), not of a n
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import socket
 import subprocess
@@ -40,6 +41,7 @@ def serve_s3() -> dict[str, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False).start()
     return {
         "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
