@@ -271,8 +271,10 @@ def ray_session(_ray_owner):
 
 @pytest.fixture()
 def no_local_ray(_ray_owner):
-    """For tests whose subprocess starts its own Ray: with two Ray instances on one machine, Ray
-    Train's placement-group cleaner cannot tell which to query and stopped trials leak CPUs."""
+    """For tests whose subprocess starts its own Ray: it gets the 2 cores to itself instead of
+    sharing them with the session's Ray (whose workers and Ray Data stats actor stay up). Two Rays
+    on one machine work (test_ray_train.py runs one beside a ``ray start`` cluster); this is for
+    the subprocess's speed and timings."""
     import ray
 
     if ray.is_initialized():

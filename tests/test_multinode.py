@@ -57,7 +57,7 @@ def multinode(tmp_path_factory, _ray_owner, repo_root):
     from trainer_core.ray.runtime import init_ray
 
     if ray.is_initialized():
-        ray.shutdown()  # the session's local Ray: two Ray instances must never overlap
+        ray.shutdown()  # the session's local Ray: this process joins the cluster instead
     root = tmp_path_factory.mktemp("multinode")
     hook_log, release = root / "hook.jsonl", root / "release"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import ray.train
 import ray_train_hooks
+from ray_cluster import RayCluster
 from ray_train_hooks import KillWorker, read_log
 
 from trainer_core.build import build_trainer
@@ -141,6 +142,31 @@ def test_every_ray_worker_process_starts_with_ray_chatter_turned_down(no_local_r
     out = processes.python("-c", code, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[False, True]"
+
+
+def test_a_local_run_beside_a_started_cluster_keeps_its_placement_group_guard(
+    no_local_ray, processes, tiny_args, tmp_path
+):
+    """A `ray start --head` cluster on the machine (the README's walk-through) and a run on a
+    local Ray of its own: Ray Train's placement-group cleaner in the local Ray looks its
+    controller up in its own cluster, not the other one, so it neither crashes ("multiple
+    active Ray instances") nor takes the live controller for dead; one worker group, no noise."""
+    cluster = RayCluster(tmp_path, {**processes.env, "RAY_AUTH_MODE": "disabled"}, {})
+    try:
+        cluster.start_head(cpus=1, label="bystander").wait_started(timeout=120)
+        out = processes.python(
+            "workflows/train.py",
+            *tiny_args(tmp_path / "run", "--trainer.max_steps=10", "--ray.address=local"),
+            timeout=240,
+        )
+    finally:
+        cluster.close()
+    output = out.stdout + out.stderr
+    assert out.returncode == 0, output[-3000:]
+    assert "PlacementGroupCleaner" not in output and "Traceback" not in output
+    assert "placement group" not in output.lower()
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["status"] == "finished" and len(record["workers"]) == 1
 
 
 class CountFailures(ray.train.UserCallback):

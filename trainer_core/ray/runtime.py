@@ -78,6 +78,19 @@ def quiet_ray_loggers() -> None:
             logger.addFilter(noise())
 
 
+def setup_worker_process() -> None:
+    """The ``worker_process_setup_hook`` of every Ray this project starts or joins.
+
+    Besides quieting Ray's loggers it pins ``RAY_ADDRESS`` to the worker's own cluster: Ray Train's
+    placement-group cleaner (a detached actor) looks its controller up through the state API
+    without an address, and with a second Ray on the machine (a ``ray start --head`` of the
+    README's walk-through beside a local ladder) that lookup finds the other cluster, takes the
+    controller for dead and removes, or fails to guard, the live run's placement group.
+    """
+    os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+    quiet_ray_loggers()
+
+
 def init_ray(
     address: str = "", *, num_cpus: int | None = None, dashboard: bool | None = None
 ) -> None:
@@ -98,7 +111,7 @@ def init_ray(
         logging_config=ray.LoggingConfig(log_level="ERROR"),
         runtime_env={
             "env_vars": {k: os.environ[k] for k in RAY_ENV},
-            "worker_process_setup_hook": "trainer_core.ray.runtime.quiet_ray_loggers",
+            "worker_process_setup_hook": "trainer_core.ray.runtime.setup_worker_process",
         },
         **local,
     )
