@@ -84,8 +84,9 @@ def setup_worker_process() -> None:
     Besides quieting Ray's loggers it pins ``RAY_ADDRESS`` to the worker's own cluster: Ray Train's
     placement-group cleaner (a detached actor) looks its controller up through the state API
     without an address, and with a second Ray on the machine (a ``ray start --head`` of the
-    README's walk-through beside a local ladder) that lookup finds the other cluster, takes the
-    controller for dead and removes, or fails to guard, the live run's placement group.
+    README's walk-through beside a local ladder) that lookup fails ("multiple active Ray
+    instances") or finds the other cluster and takes the live controller for dead: the cleaner
+    then removes the run's placement group, or exits and guards nothing if none is registered yet.
     """
     os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
     quiet_ray_loggers()
