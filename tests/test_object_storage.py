@@ -152,7 +152,12 @@ def test_credentials_reach_no_log_config_dump_or_run_dir(
     run_script,
     tiny_args,
     tmp_path,
+    monkeypatch,
 ):
+    """S3 and W&B keys from the environment: none reaches the output or any file of a tracked
+    run (config dump, run.json, metrics, checkpoints, W&B's offline records and logs)."""
+    wandb_key = "wandb-test-key-0123456789abcdef01234567"
+    monkeypatch.setenv("WANDB_API_KEY", wandb_key)
     url = s3_server.upload(make_shards(random_texts(40)), "shards/secret-check")
     run_dir = tmp_path / "run"
     code, out, err = run_script(
@@ -162,12 +167,14 @@ def test_credentials_reach_no_log_config_dump_or_run_dir(
         "--trainer.max_steps=4",
         "--trainer.eval_interval=2",
         "--trainer.log_interval=1",
+        "--tracking.wandb=true",
     )
     assert code == 0, err
     assert json.loads((run_dir / "run.json").read_text())["status"] == "finished"
     written = [p for p in run_dir.rglob("*") if p.is_file()]
     assert any(p.name == "metrics.jsonl" for p in written)
-    for secret in (SECRET, os.environ["AWS_ACCESS_KEY_ID"]):
+    assert list(run_dir.glob("wandb/offline-run-*/*.wandb"))  # W&B did write its records
+    for secret in (SECRET, os.environ["AWS_ACCESS_KEY_ID"], wandb_key):
         assert secret not in out + err
         assert [p for p in written if secret.encode() in p.read_bytes()] == []
 
