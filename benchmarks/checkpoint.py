@@ -22,12 +22,18 @@ from pathlib import Path
 
 import torch
 
-from trainer_core.checkpoint import Checkpointer, listed_files
-from trainer_core.checksums import checksum_problems, crc32_of, list_files
-from trainer_core.config import CheckpointConfig, ModelConfig, ScheduleConfig, TrainModuleConfig
-from trainer_core.model import Transformer
-from trainer_core.schedule import build_scheduler
-from trainer_core.train_module import TrainModule
+from trainer_core.checkpoint.checkpointer import Checkpointer
+from trainer_core.checkpoint.checksums import checksum_problems, crc32_of, list_files
+from trainer_core.checkpoint.listing import listed_files
+from trainer_core.config.sections import (
+    CheckpointConfig,
+    ModelConfig,
+    ScheduleConfig,
+    TrainModuleConfig,
+)
+from trainer_core.model.transformer import Transformer
+from trainer_core.train.schedule import build_scheduler
+from trainer_core.train.train_module import TrainModule
 
 
 def timed(fn, *args, **kwargs) -> float:

@@ -29,9 +29,9 @@ from typing import NamedTuple
 import torch
 import yaml
 
-from trainer_core.cli import exit_on_error
-from trainer_core.corpus import CACHE_ENV
-from trainer_core.flops import device_key
+from trainer_core.config.cli import exit_on_error
+from trainer_core.data.demo_corpus import CACHE_ENV
+from trainer_core.devices import device_key
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("tests", "bench", "ladder")

@@ -106,8 +106,7 @@ def allocator_peak(prof: torch.profiler.profile, window: str) -> int:
 
 def measure(case: Case, device_type: str) -> dict:
     """One rank of ``case``: build as the trainer does, warm up, measure one step."""
-    from trainer_core.build import build_train_module
-    from trainer_core.config import (
+    from trainer_core.config.sections import (
         DataConfig,
         ModelConfig,
         ParallelConfig,
@@ -116,9 +115,10 @@ def measure(case: Case, device_type: str) -> dict:
         TrainerConfig,
         TrainModuleConfig,
     )
-    from trainer_core.distributed import init_distributed, teardown
-    from trainer_core.memory import estimate_memory
-    from trainer_core.parallel import build_mesh
+    from trainer_core.ladder.memory import estimate_memory
+    from trainer_core.parallel.process_group import init_distributed, teardown
+    from trainer_core.parallel.wrap import build_mesh
+    from trainer_core.train.build import build_train_module
 
     torch.set_num_threads(max(1, 2 // case.ranks))
     info = init_distributed(device_type)

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import torch
 
-from trainer_core.build import build_trainer
-from trainer_core.configio import load_config
-from trainer_core.ray.config import RayTrainConfig
+from trainer_core.config.loader import load_config
+from trainer_core.io.run_dir import metrics_path
+from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.ray.runtime import init_ray
-from trainer_core.ray.train_run import run_training
-from trainer_core.run_dir import metrics_path
+from trainer_core.ray.train_driver import run_training
+from trainer_core.train.build import build_trainer
 
 
 def steady_tokens_per_s(run_dir: Path) -> float:

@@ -22,10 +22,8 @@ from typing import get_args, get_type_hints
 
 import torch
 
-from trainer_core.attention import attention_backends_run
-from trainer_core.build import build_train_module
-from trainer_core.cli import exit_on_error
-from trainer_core.config import (
+from trainer_core.config.cli import exit_on_error
+from trainer_core.config.sections import (
     DataConfig,
     ModelConfig,
     ParallelConfig,
@@ -34,9 +32,11 @@ from trainer_core.config import (
     TrainerConfig,
     TrainModuleConfig,
 )
-from trainer_core.flops import peak_flops
-from trainer_core.memory import estimate_memory
-from trainer_core.model import count_params, num_flops_per_token
+from trainer_core.devices import peak_flops
+from trainer_core.ladder.memory import estimate_memory
+from trainer_core.model.attention import attention_backends_run
+from trainer_core.model.counts import count_params, num_flops_per_token
+from trainer_core.train.build import build_train_module
 
 PARAM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 

@@ -19,24 +19,24 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from trainer_core.cli import exit_on_error
-from trainer_core.configio import ConfigError
-from trainer_core.paths import check_output_dir, staged_dir
-from trainer_core.shards import (
+from trainer_core.config.cli import exit_on_error
+from trainer_core.config.loader import ConfigError
+from trainer_core.data.shards import (
     DEFAULT_SHARD_TOKENS,
     DEFAULT_VAL_FRACTION,
     MANIFEST,
     read_manifest,
     verify_shards,
 )
-from trainer_core.text_sources import (
+from trainer_core.data.text_sources import (
     DECODE_POLICIES,
     ReadOptions,
     ReadStats,
     discover_inputs,
     sample_texts,
 )
-from trainer_core.tokenizer import load_tokenizer, train_bpe
+from trainer_core.data.tokenizer import load_tokenizer, train_bpe
+from trainer_core.io.output_dir import check_output_dir, replace_when_complete
 
 BPE_SAMPLE_BYTES = 64 << 20
 
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         TimeElapsedColumn(),
     )
     start = time.perf_counter()
-    with staged_dir(out) as stage:
+    with replace_when_complete(out) as stage:
         with Progress(*columns, transient=True) as progress:
             task = progress.add_task("files", total=len(files), mb=0.0)
 

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from synthetic_experiments import make_ladder, make_sweep
 
-from trainer_core.corpus import CACHE_ENV
+from trainer_core.data.demo_corpus import CACHE_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -96,8 +97,8 @@ def tiny_args() -> Callable[..., list[str]]:
 def tiny_config(tiny_args):
     """``tiny_config(run_dir, *overrides, cls=TrainConfig)``: the tiny run as a config object
     (``cls=RayTrainConfig`` for one on Ray Train)."""
-    from trainer_core.config import TrainConfig
-    from trainer_core.configio import load_config
+    from trainer_core.config.loader import load_config
+    from trainer_core.config.sections import TrainConfig
 
     def make(run_dir: Path, *overrides: str, cls: type = TrainConfig):
         return load_config(cls, None, tiny_args(run_dir, *overrides))
@@ -285,8 +286,8 @@ def no_local_ray(_ray_owner):
 def make_shards(tmp_path):
     """Build a small byte-level shard dir from texts, with tiny files, rows and row groups so
     that multi-file and cross-row-group reads happen even on a few KB of text."""
-    from trainer_core.shards import DatasetWriter, TokenizerInfo, split_key
-    from trainer_core.tokenizer import ByteTokenizer
+    from trainer_core.data.shards import DatasetWriter, TokenizerInfo, split_key
+    from trainer_core.data.tokenizer import ByteTokenizer
 
     def make(
         texts, name="shards", val_fraction=0.2, shard_tokens=700, row_tokens=32, row_group_rows=2
@@ -327,7 +328,7 @@ def run_script(monkeypatch, capsys):
     """Run an entry script in this process as ``python <script> <args>`` would (its ``main``
     under :func:`trainer_core.cli.exit_on_error`): ``(exit code, stdout, stderr)``. Loaded from
     its file, since scripts are not a package."""
-    from trainer_core.cli import exit_on_error
+    from trainer_core.config.cli import exit_on_error
 
     def run(script: str, *args: str) -> tuple[int, str, str]:
         path = ROOT / script
@@ -342,3 +343,13 @@ def run_script(monkeypatch, capsys):
         return done.value.code, out.out, out.err
 
     return run
+
+
+@pytest.fixture(scope="session")
+def ladder_dir(tmp_path_factory) -> Path:
+    return make_ladder(tmp_path_factory.mktemp("ladder"))
+
+
+@pytest.fixture(scope="session")
+def sweep_dir(tmp_path_factory) -> Path:
+    return make_sweep(tmp_path_factory.mktemp("sweep"))

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import argparse
 
-from trainer_core import storage
 from trainer_core.analysis import report_experiment
-from trainer_core.cli import exit_on_error
-from trainer_core.paths import check_output_dir
+from trainer_core.config.cli import exit_on_error
+from trainer_core.io import storage
+from trainer_core.io.output_dir import check_output_dir
 
 
 def main() -> int:

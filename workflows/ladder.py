@@ -15,15 +15,17 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from trainer_core import storage
-from trainer_core.cli import DEMO_LADDER, exit_on_error, parse_command
-from trainer_core.configio import ConfigError
-from trainer_core.ladder import device_counts, plan_ladder, preflight
-from trainer_core.lr_feedback import lr_function
-from trainer_core.paths import check_output_dir
+from trainer_core.config.cli import DEMO_LADDER, exit_on_error, parse_command
+from trainer_core.config.loader import ConfigError
+from trainer_core.io import storage
+from trainer_core.io.output_dir import check_output_dir
+from trainer_core.io.storage import Location
+from trainer_core.ladder.config import device_counts
+from trainer_core.ladder.lr_feedback import lr_function
+from trainer_core.ladder.plan import plan_ladder
+from trainer_core.ladder.record import preflight
 from trainer_core.ray.ladder_run import LadderJobConfig, benchmark_size, run_ladder
-from trainer_core.schedule import plot_schedule
-from trainer_core.storage import Location
+from trainer_core.train.schedule import plot_schedule
 
 FLAGS = {
     "--dry-run": False,

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import sys
 
-from trainer_core.cli import DEMO_LADDER, exit_on_error, parse_command
-from trainer_core.paths import check_output_dir
+from trainer_core.config.cli import DEMO_LADDER, exit_on_error, parse_command
+from trainer_core.io.output_dir import check_output_dir
 from trainer_core.ray.sweep_run import (
     SweepJobConfig,
     as_sweep,

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import sys
 
-from trainer_core import storage
-from trainer_core.cli import exit_on_error, parse_command
-from trainer_core.paths import check_output_dir
-from trainer_core.ray.config import RayTrainConfig
+from trainer_core.config.cli import exit_on_error, parse_command
+from trainer_core.io import storage
+from trainer_core.io.output_dir import check_output_dir
+from trainer_core.ray.run_config import RayTrainConfig
 
 
 def main() -> int:
@@ -23,7 +23,7 @@ def main() -> int:
     check_output_dir(cfg.trainer.run_dir, "trainer.run_dir")
 
     from trainer_core.ray.runtime import init_ray
-    from trainer_core.ray.train_run import run_training
+    from trainer_core.ray.train_driver import run_training
 
     init_ray(cfg.ray.address)
     summary = run_training(cfg)

@@ -12,13 +12,13 @@ import json
 import pytest
 import torch
 
-from trainer_core.attention import SDPA_BACKENDS, attention_backends_run
-from trainer_core.build import build_trainer
-from trainer_core.callbacks import BaseCallback
-from trainer_core.config import ModelConfig
-from trainer_core.configio import ConfigError
-from trainer_core.float8 import MIN_CAPABILITY
-from trainer_core.model import Transformer
+from trainer_core.config.loader import ConfigError
+from trainer_core.config.sections import ModelConfig
+from trainer_core.model.attention import SDPA_BACKENDS, attention_backends_run
+from trainer_core.model.transformer import Transformer
+from trainer_core.parallel.float8 import MIN_CAPABILITY
+from trainer_core.train.build import build_trainer
+from trainer_core.train.callbacks import BaseCallback
 
 pytestmark = pytest.mark.cuda
 

@@ -37,7 +37,8 @@ from trainer_core.analysis.predict import (
     extrapolation_check,
     predict_loss,
 )
-from trainer_core.analysis.report import Report, report_experiment
+from trainer_core.analysis.report import report_experiment
+from trainer_core.analysis.report_data import Report
 
 __all__ = [
     "LADDER_LR_EXPONENT",

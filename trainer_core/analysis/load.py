@@ -17,17 +17,17 @@ from typing import Any
 
 import pandas as pd
 
-from trainer_core import storage
-from trainer_core.checkpoint import list_checkpoints
+from trainer_core.checkpoint.listing import list_checkpoints
 from trainer_core.errors import UserError
-from trainer_core.ladder import recorded_experiment_kind
-from trainer_core.run_dir import (
+from trainer_core.io import storage
+from trainer_core.io.run_dir import (
     RUN_FIELDS,
     RUN_JSON,
     RUNS,
     TUNE,
     metrics_path,
     metrics_step_files,
+    recorded_experiment_kind,
     run_json_path,
 )
 
@@ -65,9 +65,14 @@ class ExperimentResults:
     checkpoints: pd.DataFrame
 
     @property
+    def kind(self) -> str:
+        """ "ladder" or "LR sweep", as the experiment's record says
+        (:func:`trainer_core.io.run_dir.experiment_kind`); a dir without one reads as a ladder."""
+        return recorded_experiment_kind(self.path) or "ladder"
+
+    @property
     def is_lr_sweep(self) -> bool:
-        """What the experiment's record says (:func:`trainer_core.ladder.experiment_kind`)."""
-        return recorded_experiment_kind(self.path) == "LR sweep"
+        return self.kind == "LR sweep"
 
     def final(self) -> pd.DataFrame:
         """One row per run: its last logged step and its final / best eval and train loss."""

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from trainer_core.analysis.load import AnalysisError, ExperimentResults, load
-from trainer_core.ladder import LADDER_LR_EXPONENT
+from trainer_core.ladder.formulas import LADDER_LR_EXPONENT
 
 QUADRATIC_HALF_WINDOW = 2
 """Grid points on each side of the grid minimum used by the quadratic fit."""

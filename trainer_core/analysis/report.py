@@ -8,54 +8,17 @@ few sizes or points) is skipped with the reason, never an error: a 2-size demo s
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
-import pandas as pd
 from rich.console import Console
 
-from trainer_core import storage
-from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit
-from trainer_core.analysis.isoflop import IsoFLOPFit
-from trainer_core.analysis.load import AnalysisError, ExperimentResults, load
-from trainer_core.analysis.lr import LRPowerLawFit, OptimalLR
+from trainer_core.analysis.load import load
 from trainer_core.analysis.plots import plot_loss_curves
-from trainer_core.analysis.predict import ExtrapolationCheck, LossPrediction
-from trainer_core.storage import Location
-
-T = TypeVar("T")
-
-
-@dataclass
-class Report:
-    """What :func:`report_experiment` found; ``None`` fits were skipped (reason in ``skipped``)."""
-
-    results: ExperimentResults
-    out_dir: Location
-    plots: list[Location] = field(default_factory=list)
-    chinchilla: ChinchillaFit | None = None
-    frontier: PowerLawFit | None = None
-    isoflop: IsoFLOPFit | None = None
-    target_flops: float | None = None
-    extrapolation: ExtrapolationCheck | None = None
-    predictions: list[LossPrediction] = field(default_factory=list)
-    optima: dict[str, OptimalLR] = field(default_factory=dict)
-    lr_law: LRPowerLawFit | None = None
-    skipped: list[str] = field(default_factory=list)
-    flags: dict[str, list[str]] = field(default_factory=dict)
-    """Degenerate-fit warnings per fit name (see ``checks.py``); absent or empty: none."""
-    unresolved: dict[str, list[str]] = field(default_factory=dict)
-    """Per fit name, the parameters its data leave open (``checks.unresolved``)."""
-
-    def attempt(self, what: str, fn: Callable[[], T]) -> T | None:
-        """``fn()``, or None with the reason recorded when the data can't support it."""
-        try:
-            return fn()
-        except AnalysisError as e:
-            self.skipped.append(f"{what}: {e}")
-            return None
+from trainer_core.analysis.report_data import Report
+from trainer_core.analysis.report_ladder import ladder_section
+from trainer_core.analysis.report_sweep import sweep_section
+from trainer_core.io import storage
+from trainer_core.io.storage import Location
 
 
 def report_experiment(
@@ -72,9 +35,6 @@ def report_experiment(
     Either may be a URL: the PNGs are drawn in a temporary dir and uploaded, and ``plots`` names
     them where they landed.
     """
-    from trainer_core.analysis.report_ladder import ladder_section
-    from trainer_core.analysis.report_sweep import sweep_section
-
     # No markup: run names and paths may contain [brackets]; long lines stay whole for grep.
     console = console or Console(width=120, markup=False, soft_wrap=True)
     results = load(exp_dir)
@@ -82,8 +42,7 @@ def report_experiment(
     with tempfile.TemporaryDirectory(prefix="rayladder-plots-") as tmp:
         report = Report(results, Path(tmp) if storage.is_url(out) else Path(out))
         name = storage.name(storage.normalize(exp_dir, absolute=True))
-        kind = "LR sweep" if results.is_lr_sweep else "ladder"
-        console.print(f"{kind} {name}: {len(results.runs)} runs", style="bold")
+        console.print(f"{results.kind} {name}: {len(results.runs)} runs", style="bold")
         if results.is_lr_sweep:
             sweep_section(report, console)
         else:
@@ -97,7 +56,3 @@ def report_experiment(
         console.print(f"skipped {reason}", style="yellow")
     console.print("plots:\n" + "\n".join(f"  {p}" for p in report.plots))
     return report
-
-
-def fmt_loss(value: float) -> str:
-    return "-" if pd.isna(value) else f"{value:.4f}"

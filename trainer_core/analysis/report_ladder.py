@@ -29,7 +29,7 @@ from trainer_core.analysis.predict import (
     extrapolation_check,
     predict_loss,
 )
-from trainer_core.analysis.report import Report, fmt_loss
+from trainer_core.analysis.report_data import Report, fmt_loss
 
 TARGET_MULTIPLE = 10.0
 """Default target budget: this many times the largest run's compute (the ladder's next rung)."""

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from trainer_core.analysis.lr import COMPARED, fit_lr_power_law, lr_sweep_table, optimal_lrs
 from trainer_core.analysis.plots import plot_lr_sweep, plot_lr_vs_size
-from trainer_core.analysis.report import Report, fmt_loss
+from trainer_core.analysis.report_data import Report, fmt_loss
 
 
 def _status(row) -> str:

@@ -9,7 +9,7 @@ controller a failure policy that stops the run at once on one of those.
 
 Ray 2.60 has no public switch for this: the policy goes in through ``TorchTrainer``'s own
 controller set-up and Ray's failure-policy base class (tests pin the behaviour, so an upgrade
-that moves them fails loudly in ``tests/test_ray_train.py``).
+that moves them fails loudly in ``tests/e2e/test_ray_train.py``).
 """
 
 from __future__ import annotations

@@ -5,16 +5,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
-from trainer_core import storage
-from trainer_core.config import ScheduleConfig, TrainConfig
-from trainer_core.ladder import (
-    LadderConfig,
-    SizePlan,
-    check_unplanned,
-    plan_ladder,
-    write_experiment_record,
-)
-from trainer_core.ray.config import RayConfig, RayTrainConfig
+from trainer_core.config.sections import ScheduleConfig, TrainConfig
+from trainer_core.io import storage
+from trainer_core.ladder.config import LadderConfig, check_unplanned
+from trainer_core.ladder.plan import SizePlan, plan_ladder
+from trainer_core.ladder.record import write_experiment_record
+from trainer_core.ray.run_config import RayConfig, RayTrainConfig
 from trainer_core.ray.tune_run import TrialSpec, costliest_first
 
 
@@ -64,7 +60,7 @@ def run_ladder(job: LadderJobConfig, sizes: list[str] | None, resume: bool, lr_f
 def benchmark_size(job: LadderJobConfig, size: str, steps: int = 20) -> dict:
     """A short run with no checkpoints or evals: tokens/s per device and MFU after warm-up."""
     from trainer_core.ray.runtime import init_ray
-    from trainer_core.ray.train_run import run_training
+    from trainer_core.ray.train_driver import run_training
 
     (plan,) = plan_ladder(job, [size])
     planned = plan.config

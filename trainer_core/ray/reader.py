@@ -21,10 +21,10 @@ import numpy as np
 import ray.data
 import torch
 
-from trainer_core.checkpoint import checkpoint_step, list_checkpoints
-from trainer_core.config import TrainConfig
-from trainer_core.data import TokenData, TokenDataSpec, rank_batch_size
-from trainer_core.shards import DataError, token_dtype
+from trainer_core.checkpoint.listing import checkpoint_step, list_checkpoints
+from trainer_core.config.sections import TrainConfig
+from trainer_core.data.shards import DataError, token_dtype
+from trainer_core.data.token_data import TokenData, TokenDataSpec, rank_batch_size
 
 BLOCK_TOKENS = 1 << 23
 """Tokens per block of a training dataset (rounded to whole steps). A block's task and transfer

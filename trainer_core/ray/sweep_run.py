@@ -12,13 +12,16 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from trainer_core import storage
-from trainer_core.ladder import (
-    SizePlan,
-    named_run,
-    plan_ladder,
-    preflight,
-    write_experiment_record,
+from trainer_core.io import storage
+from trainer_core.io.storage import Location
+from trainer_core.ladder.plan import SizePlan, named_run, plan_ladder
+from trainer_core.ladder.record import preflight, write_experiment_record
+from trainer_core.ladder.sweep import (
+    SweepConfig,
+    rung_steps,
+    sweep_durations,
+    sweep_lrs,
+    trial_config,
 )
 from trainer_core.ray.ladder_run import LadderJobConfig, on_ray
 from trainer_core.ray.tune_run import (
@@ -29,8 +32,6 @@ from trainer_core.ray.tune_run import (
     fmt_lr,
     run_trials,
 )
-from trainer_core.storage import Location
-from trainer_core.sweep import SweepConfig, rung_steps, sweep_durations, sweep_lrs, trial_config
 
 
 @dataclass

@@ -17,8 +17,8 @@ import pyarrow as pa
 import ray
 import ray.data
 
-from trainer_core.shards import DataError, Manifest, token_dtype
-from trainer_core.text_sources import (
+from trainer_core.data.shards import DataError, Manifest, token_dtype
+from trainer_core.data.text_sources import (
     InputFile,
     ReadOptions,
     ReadStats,

@@ -16,12 +16,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer_core import storage
 from trainer_core.errors import UserError
-from trainer_core.ray.config import RayTrainConfig
+from trainer_core.io import storage
+from trainer_core.io.run_dir import TUNE, mark_stopped
+from trainer_core.io.storage import Location
 from trainer_core.ray.failures import user_error_in
-from trainer_core.run_dir import TUNE, mark_stopped
-from trainer_core.storage import Location
+from trainer_core.ray.run_config import RayTrainConfig
 
 DRIVER_SHARE = 0.001
 """Of its node's own ``node:<ip>`` resource, per trial driver: up to 1000 at once per node."""
@@ -51,7 +51,7 @@ def trial_driver(config: dict[str, Any]) -> None:
     from ray import tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from trainer_core.ray.train_run import run_training
+    from trainer_core.ray.train_driver import run_training
 
     spec = config["trial"]
     summary = run_training(spec["train"], spec["tags"], callbacks=[TuneReportCallback()])

@@ -13,15 +13,15 @@ from typing import Any
 
 import ray.train
 
-from trainer_core.build import build_trainer
-from trainer_core.callbacks import BaseCallback
-from trainer_core.distributed import teardown
-from trainer_core.ray.config import RayTrainConfig
+from trainer_core.io.storage import Location
+from trainer_core.parallel.process_group import teardown
 from trainer_core.ray.failures import FatalRunError, user_error_in
 from trainer_core.ray.reader import batches_from_shard, dataset_name, resume_step
+from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.ray.runtime import quiet_ray_loggers
-from trainer_core.storage import Location
-from trainer_core.trainer import NonFiniteLossError
+from trainer_core.train.build import build_trainer
+from trainer_core.train.callbacks import BaseCallback
+from trainer_core.train.trainer import NonFiniteLossError
 
 
 class RayReporter(BaseCallback):

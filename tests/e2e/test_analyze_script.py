@@ -1,0 +1,41 @@
+"""Analysis on synthetic experiment dirs written to disk from known scaling-law constants."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from synthetic_experiments import is_png
+
+
+@pytest.mark.slow
+def test_analyze_script_on_ladder_from_a_shell_and_on_a_sweep(
+    processes, run_script, ladder_dir: Path, sweep_dir: Path, tmp_path: Path
+):
+    out = tmp_path / "ladder_plots"
+    proc = processes.python(
+        "workflows/analyze.py",
+        str(ladder_dir),
+        "--out",
+        str(out),
+        "--target-params",
+        "1e9",
+        "--target-flops",
+        "1e21",
+        "--bootstrap",
+        "5",
+    )
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert "L(N, D) = E + A / N^alpha + B / D^beta" in text
+    assert "held out: s6" in text and "compute-optimal at C = 1e+21 FLOPs" in text
+    assert "frontier L(C) = E + A * C^-alpha" in text
+    assert text.count("prediction:") == 1
+    assert is_png(out / "loss_vs_compute.png") and is_png(out / "loss_curves.png")
+
+    code, stdout, stderr = run_script(
+        "workflows/analyze.py", str(sweep_dir), "--out", str(tmp_path / "sweep_plots")
+    )
+    assert code == 0, stderr
+    assert "LR sweep" in stdout and "lr*(N) =" in stdout and "quadratic" in stdout
+    assert is_png(tmp_path / "sweep_plots" / "lr_vs_size.png")

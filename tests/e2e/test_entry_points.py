@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    "script, args, key",
+    [
+        ("trainer_core/train/__main__.py", ["--trainer.run_dir={target}"], "trainer.run_dir"),
+        ("workflows/train.py", ["--trainer.run_dir={target}"], "trainer.run_dir"),
+        ("workflows/ladder.py", ["--dir={target}"], "dir"),
+        ("workflows/lr_sweep.py", ["--dry-run", "--sweep.dir={target}"], "sweep.dir"),
+        ("workflows/analyze.py", ["{tmp}", "--out", "{target}"], "--out"),
+        (
+            "datasets/tokenize_corpus.py",
+            ["--input", "{tmp}/none.txt", "--out", "{target}"],
+            "--out",
+        ),
+    ],
+)
+def test_every_entry_point_checks_its_output_dir_first(run_script, tmp_path, script, args, key):
+    regular = tmp_path / "file"
+    regular.write_text("x")
+    target = regular / "out"
+    code, _, err = run_script(script, *(a.format(target=target, tmp=tmp_path) for a in args))
+    assert code == 2
+    assert (
+        err
+        == f"error: {key}: {target} can't be created, {regular} is a file; choose another {key}\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_entry_points_print_config_errors_in_one_line(run_script, tmp_path):
+    (tmp_path / "a.yaml").write_text("optim: !include a.yaml\n")
+    code, _, err = run_script(
+        "trainer_core/train/__main__.py", "--config", str(tmp_path / "a.yaml")
+    )
+    assert (code, err) == (
+        2,
+        f"error: !include cycle: {tmp_path / 'a.yaml'} -> {tmp_path / 'a.yaml'}; remove one of these includes\n",
+    )
+    code, _, err = run_script("workflows/train.py", "--optim.lr=.inf")
+    assert (code, err) == (2, "error: optim.lr: inf is not a finite number\n")
+
+
+def test_analysis_errors_print_in_one_line_too(run_script, tmp_path):
+    code, _, err = run_script("workflows/analyze.py", str(tmp_path / "missing"))
+    assert code == 2 and err.startswith(f"error: {tmp_path / 'missing'}") and err.count("\n") == 1
+    assert "missing: no such directory" in err

@@ -1,0 +1,106 @@
+"""``make gpu-check`` on a machine without CUDA, its parts that run anywhere, and the ``cuda``
+marker that keeps the GPU tests out of a CPU run (collected there, not skipped)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import pytest
+import torch
+
+from trainer_core.config.loader import load_config
+from trainer_core.ladder.plan import plan_ladder
+from trainer_core.ray.ladder_run import LadderJobConfig, ladder_trials
+
+GPU_TESTS = {
+    "test_bf16_tracks_fp32_over_50_steps",
+    "test_compile_matches_eager[fp32-0.001]",
+    "test_compile_matches_eager[bf16-0.05]",
+    "test_float8_tracks_bf16_over_50_steps[tensorwise]",
+    "test_float8_tracks_bf16_over_50_steps[rowwise]",
+    *(f"test_the_attention_backend_that_ran[{b}]" for b in ("flash", "cudnn", "efficient")),
+    *(f"test_the_attention_backend_that_ran[{b}]" for b in ("math", "auto")),
+    "test_checkpoint_save_and_resume_on_gpu",
+}
+"""What the issue asks of the GPU tests, by name."""
+
+
+@pytest.fixture
+def gpu_check(repo_root):
+    """benchmarks/gpu_check.py as a module (scripts are not a package)."""
+    path = repo_root / "benchmarks" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_without_cuda_it_says_so_in_one_line_and_fails(run_script, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, out, err = run_script("benchmarks/gpu_check.py")
+    assert code == 1 and out == ""
+    assert err.strip().splitlines() == [
+        "gpu-check: no CUDA device on this machine (torch.cuda.is_available() is False); "
+        "run make gpu-check on a GPU machine"
+    ]
+
+
+def collected(processes, tmp_path, *args: str, fake_cuda: bool) -> tuple[int, set[str]]:
+    """``pytest --collect-only`` of tests/cuda in a fresh process, with ``torch.cuda`` claiming
+    a GPU when ``fake_cuda`` (a plugin loaded before any conftest): its exit code and test ids."""
+    (tmp_path / "fake_cuda.py").write_text(
+        "import torch\n\ntorch.cuda.is_available = lambda: True\n"
+    )
+    plugin = ("-p", "fake_cuda") if fake_cuda else ()
+    out = processes.python(
+        *("-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *plugin, *args),
+        "tests/cuda",
+        env={"PYTHONPATH": str(tmp_path)},
+    )
+    ids = set(re.findall(r"^tests/cuda/test_gpu_training\.py::(\S+)$", out.stdout, re.M))
+    return out.returncode, ids
+
+
+@pytest.mark.slow
+def test_cuda_tests_are_collected_only_where_cuda_is(processes, tmp_path):
+    """Without CUDA nothing in tests/cuda is collected (pytest's exit code 5: no tests), so
+    nothing is skipped; with CUDA every test the issue names is there, all marked cuda."""
+    assert collected(processes, tmp_path, "-m", "cuda", fake_cuda=False) == (5, set())
+    code, ids = collected(processes, tmp_path, "-m", "cuda", fake_cuda=True)
+    assert code == 0 and ids == GPU_TESTS
+    assert collected(processes, tmp_path, "-m", "not cuda", fake_cuda=True) == (5, set())
+
+
+@pytest.mark.slow
+def test_a_benchmark_check_reads_the_train_step_figures(gpu_check, tmp_path):
+    """The benchmark part on CPU with a 1M model and emulated float8: the figures come through
+    and the target (70k tokens/s) is judged; a setting the device can't run fails naming why."""
+    small = ("--size", "1M", "--seq-len", "32", "--batch-seqs", "2", "--steps", "1")
+    args = (*small, "--warmup", "1", "--precision", "bf16", "--device", "cpu")
+    env = {**gpu_check.os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    check = gpu_check.benchmark("tensorwise", env, (*args, "--float8-emulate"))
+    assert check.name == "train step bf16 + float8 tensorwise" and not check.passed
+    assert re.fullmatch(
+        r"[\d,]+ tokens/s per GPU \(target 70,000\), MFU [\d.]+%, peak memory n/a \(estimate "
+        r"[\d.]+ GiB\), attention flash, cpu",
+        check.detail,
+    ), check.detail
+    refused = gpu_check.benchmark("rowwise", env, args)
+    assert not refused.passed
+    assert refused.detail.startswith("error: parallel.float8: 'rowwise' needs a CUDA GPU")
+    table = gpu_check.summary([check, refused]).splitlines()
+    assert table[0].split() == ["check", "result", "detail"]
+    assert [re.search(r" (PASS|FAIL) ", row)[1] for row in table[1:]] == ["FAIL", "FAIL"]
+
+
+def test_the_tiny_gpu_ladder_plans_one_gpu_per_run(gpu_check, tmp_path):
+    path = tmp_path / "ladder.yaml"
+    path.write_text(gpu_check.yaml.safe_dump(gpu_check.ladder_config(tmp_path / "exp", "H100")))
+    job = load_config(LadderJobConfig, path)
+    trials = ladder_trials(job, plan_ladder(job))
+    assert sorted(t.name for t in trials) == ["1M", "3M"]
+    for trial in trials:
+        assert (trial.config.ray.use_gpu, trial.config.ray.num_workers) == (True, 1)
+        assert trial.config.trainer.device == "cuda"
+        assert trial.config.trainer.run_dir.startswith(str(tmp_path / "exp"))

@@ -1,0 +1,108 @@
+"""The README's workstation walk-through (`ray start --head`, `ray job submit --working-dir`),
+run as written, and the guards around a submitted job: upload size, relative output dirs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from trainer_core.config.loader import ConfigError
+from trainer_core.io.output_dir import RAY_JOB_CONFIG_ENV, check_output_dir
+from trainer_core.ray.upload import UploadTooLargeError, check_upload
+
+
+def test_upload_guard_names_the_biggest_entries(tmp_path):
+    (tmp_path / "code.py").write_text("print('hi')\n")
+    (tmp_path / "data").mkdir()
+    with open(tmp_path / "data" / "big.bin", "wb") as f:
+        f.truncate(120 * 2**20)  # sparse: no disk used
+    (tmp_path / "runs").mkdir()
+    with open(tmp_path / "runs" / "ckpt.bin", "wb") as f:
+        f.truncate(500 * 2**20)
+    (tmp_path / ".rayignore").write_text("runs\n")
+    with pytest.raises(
+        UploadTooLargeError, match=r"would upload 120 MiB.*biggest: data \(120 MiB\)"
+    ):
+        check_upload(tmp_path)
+    (tmp_path / ".rayignore").write_text("runs\ndata\n")
+    assert check_upload(tmp_path) < 2**20
+
+
+def test_project_upload_fits(repo_root):
+    assert check_upload(repo_root) < 10 * 2**20
+
+
+def test_submit_script_runs_from_a_shell_and_asks_for_the_command(processes):
+    out = processes.python("workflows/submit.py", "--no-wait")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("``python workflows/submit.py [--address URL] [--no-wait] -- ")
+
+
+WALKTHROUGH = (
+    "<!-- workstation walk-through: tests/e2e/test_job_submit.py runs this block as it is -->"
+)
+
+
+def readme_walkthrough(repo_root: Path) -> str:
+    """The README's workstation walk-through: the bash block after :data:`WALKTHROUGH`."""
+    text = (repo_root / "README.md").read_text()
+    block = text.split(WALKTHROUGH, 1)[1].split("```bash\n", 1)[1]
+    return block.split("```", 1)[0]
+
+
+def checkout_of(repo_root: Path, dest: Path) -> Path:
+    """The working tree as a user's checkout holds it (tracked and new files, not what git
+    ignores), with the repo's venv linked in as `make setup` would have made it."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=repo_root,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = repo_root / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    (dest / ".venv").symlink_to(repo_root / ".venv")
+    return dest
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_readme_walkthrough_runs_as_written(processes, repo_root, tmp_path, no_local_ray):
+    """The README's lines, run by bash in a checkout: the venv activated, a head started, the
+    tiny run submitted, its logs followed to the end, its status read, Ray stopped."""
+    lines = readme_walkthrough(repo_root)
+    assert "source .venv/bin/activate" in lines and "ray stop" in lines
+    for port in (6379, 8265):
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0, (
+                f"port {port} is taken: the walk-through needs it"
+            )
+    checkout = checkout_of(repo_root, tmp_path / "checkout")
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)}
+    out = processes.run("bash", "-euo", "pipefail", "-c", lines, env=env, cwd=checkout, timeout=500)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-3000:]
+    assert "run tiny-1 finished: step 20" in out.stdout  # the job's own output, followed
+    assert out.stdout.count("Job 'tiny-1' succeeded") == 2  # at the end of the logs, and status
+    info = json.loads((checkout / "runs" / "tiny-1" / "run.json").read_text())
+    assert info["status"] == "finished" and info["last_step"] == 20
+    assert "Stopped all" in out.stdout + out.stderr
+
+
+def test_a_relative_output_dir_is_refused_inside_an_uploaded_working_dir(monkeypatch):
+    job = {"runtime_env": {"working_dir": "gcs://_ray_pkg_abc.zip"}}
+    monkeypatch.setenv(RAY_JOB_CONFIG_ENV, json.dumps(job))
+    with pytest.raises(
+        ConfigError, match=r"^trainer.run_dir: 'runs/x' is relative, and this Ray job"
+    ):
+        check_output_dir("runs/x", "trainer.run_dir")
+    assert check_output_dir("/tmp/rayladder-abs", "trainer.run_dir") == Path("/tmp/rayladder-abs")
+    monkeypatch.setenv(RAY_JOB_CONFIG_ENV, json.dumps({"runtime_env": {}}))
+    assert check_output_dir("runs/x", "trainer.run_dir") == Path("runs/x").absolute()

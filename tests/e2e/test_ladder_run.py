@@ -1,0 +1,101 @@
+"""The ladder workflow: dry runs (CPU and the GPU config), bad input, the benchmark mode. A ladder
+killed and resumed: tests/e2e/test_object_storage.py (on S3) and tests/e2e/test_multinode.py (a node lost)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+LADDER = "workflows/ladder.py"
+
+
+@pytest.fixture
+def ladder_yaml(tiny_experiment) -> Path:
+    """1M and 3M for 1/1024 of their Chinchilla tokens, a checkpoint every 5 steps, in
+    ``<tmp_path>/exp``."""
+    return tiny_experiment(
+        "exp",
+        sizes=["1M", "3M"],
+        duration={"chinchilla_multiple": 0.0009765625},
+        run={
+            "trainer": {"log_interval": 5, "eval_interval": 1000000},
+            "checkpoint": {"save_interval_steps": 5},
+        },
+    )
+
+
+def test_dry_run_from_a_shell_prints_the_plan_and_plots_the_schedule(
+    processes, ladder_yaml, tmp_path
+):
+    out = processes.python(LADDER, "--config", ladder_yaml, "--dry-run")
+    assert out.returncode == 0, out.stderr
+    for column in ("batch tokens", "micro seqs", "accum", "peak lr", "ckpt steps", "device-h"):
+        assert column in out.stdout
+    assert "1M" in out.stdout and "3M" in out.stdout
+    png = tmp_path / "exp" / "lr_schedule.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_gpu_dry_run_plans_without_the_cluster_data(run_script, repo_root, tmp_path):
+    """The GPU config's shards live on the cluster: the plan comes from the config, with a
+    warning, and the mesh, memory and headroom per size."""
+    gpu = repo_root / "workflows" / "configs" / "ladder-gpu.yaml"
+    args = ("--config", str(gpu), "--dry-run", f"--dir={tmp_path / 'gpu'}", "--run.parallel.tp=2")
+    code, out, err = run_script(LADDER, *args)
+    assert code == 0, err
+    assert "warning: /mnt/shared/shards/corpus/manifest.json: no shard manifest there" in out
+    assert "a launch stops here" in out
+    for column in ("mesh r/s/tp", "mem GiB", "headroom", "grad reduce"):
+        assert column in out
+    assert re.search(r"│ 1B .*│ +64 │ +1/32/2 │ +32 │", out)
+    assert (tmp_path / "gpu" / "lr_schedule.png").exists()
+    assert "note: max_devices" not in out  # 64 devices: 8 whole nodes
+    code, out, err = run_script(LADDER, *args, "--max_devices=37")
+    assert code == 0, err
+    assert (
+        "note: max_devices 37: runs use at most 32 (a power of two within a node or whole " in out
+    )
+    code, _, err = run_script(LADDER, *args[:2], f"--dir={tmp_path / 'gpu'}")
+    assert code == 2 and "no shard manifest there" in err  # a launch stops
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--sizes", "1M,30M"], "sizes: '30M' is not in the size table"),
+        (["--vocab_size=200"], "model.vocab_size"),
+        (["--dir=/proc/rayladder-cannot-write"], "is not writable"),
+    ],
+)
+def test_bad_input_fails_before_any_trial(run_script, ladder_yaml, tmp_path, args, message):
+    code, _, err = run_script(LADDER, "--config", str(ladder_yaml), *args)
+    assert code == 2
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "exp" / "tune").exists()
+
+
+def test_a_dir_holding_an_lr_sweep_is_refused(run_script, ladder_yaml, tmp_path):
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "experiment.yaml").write_text("name: s\nsweep: {search: grid}\n")
+    code, _, err = run_script(LADDER, "--config", str(ladder_yaml))
+    assert code == 2, err
+    assert "already holds a different experiment (LR sweep" in err and err.count("\n") == 1
+    assert not (tmp_path / "exp" / "tune").exists()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_benchmark_prints_throughput_and_mfu(processes, ladder_yaml, tmp_path, no_local_ray):
+    out = processes.python(LADDER, "--config", ladder_yaml, "--benchmark", "1M")
+    assert out.returncode == 0, out.stderr[-3000:]
+    match = re.search(
+        r"benchmark 1M: ([\d,]+) tokens/s per device, MFU ([\d.]+)% on 1 device", out.stdout
+    )
+    assert match, out.stdout[-2000:]
+    assert int(match.group(1).replace(",", "")) > 0 and 0 < float(match.group(2)) < 100
+    (run_dir,) = (tmp_path / "exp" / "benchmarks").iterdir()
+    steps = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] == 20 and not (run_dir / "checkpoints").exists()

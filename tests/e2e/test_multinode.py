@@ -1,0 +1,180 @@
+"""A ladder on a real two-node Ray cluster on this machine, and a node lost mid-run.
+
+The cluster is started as a user starts one (:mod:`ray_cluster`): a head and a worker node of
+1 CPU each. A tiny 2-size ladder runs one 0.8-CPU worker per size; its trial drivers (and so
+their Ray Train controllers) sit on the head, the Tune driver's node, and take no CPU, so one
+size's worker fits on the head and the other's only on the worker node. Both runs are held at
+their step-5 report (:class:`ray_train_hooks.HoldUntilReleased`); the test SIGKILLs the worker
+node's raylet, starts a replacement node and releases them: Ray Train restarts the lost run's
+worker group from its latest complete checkpoint on the capacity left, the other run goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from ray_cluster import RayCluster
+from ray_train_hooks import RELEASE_ENV, read_log
+from reference import fit_on_one_thread
+from waiting import wait_for
+
+from trainer_core.config.loader import from_dict, load_yaml
+from trainer_core.config.sections import TrainConfig
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+LADDER = "workflows/ladder.py"
+SIZES = ("1M", "3M")
+HEAD, WORKER, SPARE = "rl_head", "rl_worker", "rl_spare"
+"""Each node's resource label: the head, the worker node that is lost, its replacement."""
+DETECTION = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}
+"""The GCS declares a silent node dead after ~3 missed 1 s checks (Ray's default: 5 of 3 s)."""
+HOLD_STEP = 5
+NO_AUTH = {"RAY_AUTH_MODE": "disabled"}
+"""The cluster runs without token auth (as cluster.yaml's does), and so must every client: this
+process (the session's setting, see conftest) and the ladder driver it starts."""
+
+
+@dataclass
+class MultiNode:
+    cluster: RayCluster
+    hook_log: Path
+    release: Path
+
+
+@pytest.fixture(scope="module")
+def multinode(tmp_path_factory, _ray_owner, repo_root):
+    """A head and a worker node, this process connected to them; every node stopped after."""
+    import ray
+
+    from trainer_core.ray.runtime import init_ray
+
+    if ray.is_initialized():
+        ray.shutdown()  # the session's local Ray: this process joins the cluster instead
+    root = tmp_path_factory.mktemp("multinode")
+    hook_log, release = root / "hook.jsonl", root / "release"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    pythonpath = [
+        str(repo_root / "tests" / "support"),
+        *filter(None, [os.environ.get("PYTHONPATH")]),
+    ]
+    env.update(
+        NO_AUTH,
+        RAY_TRAIN_CALLBACKS="ray_train_hooks.HoldUntilReleased",
+        PYTHONPATH=os.pathsep.join(pythonpath),
+        **{RELEASE_ENV: f"{HOLD_STEP}:{hook_log}:{release}"},
+    )
+    cluster = RayCluster(root, env, DETECTION)
+    try:
+        head = cluster.start_head(cpus=1, label=HEAD)
+        cluster.add_node(cpus=1, label=WORKER)
+        head.wait_started(timeout=120)
+        init_ray(cluster.address)
+        cluster.wait_alive({HEAD, WORKER}, timeout=120)
+        yield MultiNode(cluster, hook_log, release)
+    finally:
+        ray.shutdown()
+        cluster.close()
+
+
+def hook_records(multinode: MultiNode, key: str) -> list[dict]:
+    """The hook's lines that carry ``key`` (held, controller, failure), in order."""
+    found = read_log(multinode.hook_log) if multinode.hook_log.exists() else []
+    return [r for r in found if key in r]
+
+
+def losses(run_dir: Path, key: str = "train/loss_last") -> dict[int, float]:
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r[key] for r in lines if key in r}
+
+
+def uninterrupted(run_dir: Path, out: Path) -> Path:
+    """The same run as ``run_dir``'s config, in this process without Ray (the local reader
+    yields the batches Ray Data does: tests/e2e/test_ray_data.py) nor checkpoints, into ``out``."""
+    data = load_yaml(run_dir / "config.yaml")
+    data.pop("ray")
+    data["trainer"]["run_dir"] = str(out)
+    data["checkpoint"]["enabled"] = False
+    fit_on_one_thread(from_dict(TrainConfig, data))
+    return out
+
+
+def test_a_ladder_spans_two_nodes_and_a_lost_node_costs_one_run_a_restart(
+    multinode, tiny_experiment, processes, tmp_path, capsys
+):
+    cluster = multinode.cluster
+    config = tiny_experiment(
+        "exp",
+        sizes=list(SIZES),
+        duration={"chinchilla_multiple": 0.0009765625},  # 21 and 31 steps
+        run={
+            "trainer": {"log_interval": 1, "eval_interval": 1000000},
+            "checkpoint": {"save_interval_steps": 5},
+        },
+        ray={"address": cluster.address},
+    )
+    exp = tmp_path / "exp"
+    log = tmp_path / "ladder.log"
+    ladder = processes.start(sys.executable, LADDER, "--config", config, log=log, env=NO_AUTH)
+    processes.wait_until(lambda: len(hook_records(multinode, "held")) == 2, ladder, log, 300)
+
+    nodes = cluster.node_ids()
+    runs = {s: json.loads((exp / "runs" / s / "run.json").read_text()) for s in SIZES}
+    # both nodes train, one run (of one worker) on each
+    placed = {s: [r["node_id"] for r in run["workers"][0]["ranks"]] for s, run in runs.items()}
+    assert sorted(placed.values()) == sorted([[nodes[HEAD]], [nodes[WORKER]]])
+    (victim,) = [s for s in SIZES if placed[s] == [nodes[WORKER]]]
+    (other,) = set(SIZES) - {victim}
+
+    killed_at = time.time()
+    os.kill(cluster.node(WORKER).raylet_pid(), signal.SIGKILL)
+    cluster.add_node(cpus=1, label=SPARE)
+    multinode.release.touch()
+    wait_for(lambda: WORKER not in cluster.node_ids(), timeout=60)
+    declared_dead_s = time.time() - killed_at
+    ladder.wait(timeout=300)
+    assert ladder.returncode == 0, log.read_text()[-4000:]
+
+    runs = {s: json.loads((exp / "runs" / s / "run.json").read_text()) for s in SIZES}
+    for run in runs.values():
+        assert run["status"] == "finished" and run["last_step"] == run["total_steps"]
+    # every trial driver, so every Ray Train controller, ran on the head (the Tune driver's
+    # node): none was lost with the worker node
+    controllers = hook_records(multinode, "controller")
+    assert sorted(r["run"] for r in controllers) == list(SIZES)
+    assert {r["controller"] for r in controllers} == {nodes[HEAD]}
+    # the lost run restarted once, on a live node, from a checkpoint at or after the hold;
+    # the other run was never restarted
+    failures = hook_records(multinode, "failure")
+    assert [r["run"] for r in failures] == [victim]
+    assert len(runs[other]["workers"]) == 1
+    _, restart = runs[victim]["workers"]
+    (moved_to,) = [r["node_id"] for r in restart["ranks"]]
+    assert moved_to != nodes[WORKER] and moved_to in cluster.node_ids().values()
+    assert restart["start_step"] >= HOLD_STEP
+
+    reference = uninterrupted(exp / "runs" / victim, tmp_path / "reference")
+    got, want = losses(exp / "runs" / victim), losses(reference)
+    assert sorted(got) == sorted(want) == list(range(1, runs[victim]["total_steps"] + 1))
+    assert got == pytest.approx(want, abs=1e-5)
+    final = max(got)
+    evals = losses(exp / "runs" / victim, "eval/loss"), losses(reference, "eval/loss")
+    assert evals[0][final] == pytest.approx(evals[1][final], abs=1e-5)
+    with capsys.disabled():
+        print(
+            f"\nnode loss: {victim} held at step {HOLD_STEP} on the lost node; declared dead "
+            f"{declared_dead_s:.1f} s after the raylet SIGKILL, its controller acted at "
+            f"{failures[0]['failure'] - killed_at:.1f} s, training resumed from step "
+            f"{restart['start_step']} at {restart['time'] - killed_at:.1f} s on the "
+            f"{'head' if moved_to == nodes[HEAD] else 'replacement node'}; final loss "
+            f"{got[final]:.6f} vs uninterrupted {want[final]:.6f} (|diff| "
+            f"{abs(got[final] - want[final]):.1e}), eval {evals[0][final]:.6f} vs "
+            f"{evals[1][final]:.6f}"
+        )

@@ -1,0 +1,341 @@
+"""Token shards and experiments on object storage, against a real S3 server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import s3fs
+import torch
+from ray_train_hooks import HOLD_ENV, KILL_ENV, read_log
+from reference import fit_on_one_thread
+from s3_server import SECRET, s3_server  # noqa: F401  (s3_server: the fixture)
+from synthetic_experiments import make_ladder, write_checkpoint
+from test_ladder_run import LADDER
+from waiting import alive, wait_for
+
+from trainer_core.analysis import load
+from trainer_core.analysis.load import AnalysisError
+from trainer_core.checkpoint.listing import list_checkpoints
+from trainer_core.config.loader import load_config
+from trainer_core.config.sections import DataConfig
+from trainer_core.data.shards import DataError, ShardError
+from trainer_core.data.token_data import open_token_data
+from trainer_core.io import storage
+from trainer_core.io.storage import STAGE_ENV
+from trainer_core.ladder.plan import plan_ladder
+from trainer_core.ray.ladder_run import LadderJobConfig
+from trainer_core.ray.reader import batches_from_shard, ray_train_dataset
+from trainer_core.ray.runtime import init_ray
+from trainer_core.train.build import build_trainer
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def s3_ray(s3_server, _ray_owner):  # noqa: F811
+    """A local Ray started after the S3 env is set, so its workers inherit it (as a user's
+    driver env reaches a local Ray); shut down after, so later modules get a Ray without it."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    init_ray("local", num_cpus=2, dashboard=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_shards_on_s3_read_like_local_ones_with_the_same_checks(
+    s3_server,  # noqa: F811
+    make_shards,
+    random_texts,
+):
+    local_dir = make_shards(random_texts(40))
+    url = s3_server.upload(local_dir, "shards/web")
+    local = open_token_data(DataConfig(shards=str(local_dir)), 320)
+    remote = open_token_data(DataConfig(shards=url), 320)
+    assert remote.manifest.path == f"{url}/manifest.json"
+    got = list(itertools.islice(remote.train_batches(16, 4, 3, 2, 0, 1), 3))
+    want = list(itertools.islice(local.train_batches(16, 4, 3, 2, 0, 1), 3))
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    assert all(
+        torch.equal(g, w)
+        for g, w in zip(remote.eval_batches(16, 4, 2), local.eval_batches(16, 4, 2), strict=True)
+    )
+
+    fs = s3fs.S3FileSystem()
+    flipped = f"{url}/part-00002.parquet"
+    chunk = pq.ParquetFile(local_dir / "part-00002.parquet").metadata.row_group(0).column(0)
+    raw = bytearray(fs.cat(flipped))
+    raw[chunk.data_page_offset + chunk.total_compressed_size - 1] ^= 0x10
+    fs.pipe(flipped, bytes(raw))
+    corrupt = open_token_data(DataConfig(shards=url), 320)
+    epoch_steps = corrupt.train[0].num_windows(16) // 4 + 1
+    with pytest.raises(ShardError, match=f"^{flipped}: row group 0 is corrupt"):
+        list(itertools.islice(corrupt.train_batches(16, 4, 0), epoch_steps))
+
+    part = f"{url}/part-00001.parquet"
+    fs.pipe(part, fs.cat(part)[:-10])
+    with pytest.raises(DataError, match=f"^{part}: shard is .* the manifest says .*truncated"):
+        open_token_data(DataConfig(shards=url), 320)
+    fs.rm(part)
+    with pytest.raises(
+        DataError, match=f"^{part}: shard file listed in {url}/manifest.json is missing"
+    ):
+        open_token_data(DataConfig(shards=url), 320)
+    with pytest.raises(DataError, match=f"^{url}-nothing/manifest.json: no shard manifest there"):
+        open_token_data(DataConfig(shards=f"{url}-nothing"), 320)
+
+
+def test_ray_reader_streams_shards_from_s3(s3_ray, s3_server, make_shards, random_texts):  # noqa: F811
+    local_dir = make_shards(random_texts(40))
+    url = s3_server.upload(local_dir, "shards/ray")
+    remote = open_token_data(DataConfig(shards=url), 320)
+    local = open_token_data(DataConfig(shards=str(local_dir)), 320)
+    ds = ray_train_dataset(remote.spec, 16, 4, 5, 1, 3, 1, 2)
+    got = list(batches_from_shard(ds, 2, expected_start_step=1))
+    want = list(itertools.islice(local.train_batches(16, 4, 5, 1, 1, 2), 3))
+    assert len(got) == 3 and all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+def test_analysis_reads_an_experiment_from_s3(s3_server, tmp_path, run_script, processes):  # noqa: F811
+    exp = make_ladder(tmp_path / "exp")
+    run_dir = exp / "runs" / "s1"
+    ckpt = write_checkpoint(run_dir, 999, [0], 1)
+    (ckpt / "__0_0.distcp").write_bytes(b"x" * 5000)
+    (ckpt / ".done-rank0-of-1").write_text(json.dumps({"files": {"__0_0.distcp": {"size": 5000}}}))
+    url = s3_server.upload(exp, "experiments/ladder")
+
+    local, remote = load(exp), load(url)
+    assert remote.path == url
+    assert list(remote.runs["dir"]) == [f"{url}/runs/{n}" for n in remote.runs["name"]]
+    pd.testing.assert_frame_equal(remote.metrics, local.metrics)
+    pd.testing.assert_frame_equal(remote.points, local.points)
+    row = remote.checkpoints.set_index(["name", "step"]).loc[("s1", 999)]
+    assert row["complete"] and row["path"] == f"{url}/runs/s1/checkpoints/step-00000999"
+
+    # As a user runs it, on the experiment: the fits from S3, the PNGs written back there.
+    out = processes.python("workflows/analyze.py", url, "--bootstrap", "5", timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "L(N, D)" in out.stdout and "held out" in out.stdout, out.stdout[-3000:]
+    plots = s3fs.S3FileSystem().ls(f"{url}/analysis")
+    assert {p.rsplit("/", 1)[1] for p in plots} >= {"loss_curves.png", "loss_vs_compute.png"}
+
+    s3fs.S3FileSystem().rm(f"{url}/runs/s2/run.json")
+    with pytest.raises(AnalysisError, match=f"^{url}/runs/s2: run dir without run.json"):
+        load(url)
+    with pytest.raises(AnalysisError, match=f"^{url}-gone: no such directory"):
+        load(f"{url}-gone")
+
+    # One run dir keeps the fits (and this test) cheap; the CLI path is the same.
+    code, out, err = run_script("workflows/analyze.py", f"{url}/runs/s1", "--bootstrap", "5")
+    assert code == 0, err
+    assert "1 runs" in out
+    plots = s3fs.S3FileSystem().ls(f"{url}/runs/s1/analysis")
+    assert plots and all(p.endswith(".png") for p in plots)
+
+
+def test_credentials_reach_no_log_config_dump_or_run_dir(
+    s3_server,  # noqa: F811
+    make_shards,
+    random_texts,
+    run_script,
+    tiny_args,
+    tmp_path,
+    monkeypatch,
+):
+    """S3 and W&B keys from the environment: none reaches the output or any file of a tracked
+    run (config dump, run.json, metrics, checkpoints, W&B's offline records and logs)."""
+    wandb_key = "wandb-test-key-0123456789abcdef01234567"
+    monkeypatch.setenv("WANDB_API_KEY", wandb_key)
+    url = s3_server.upload(make_shards(random_texts(40)), "shards/secret-check")
+    run_dir = tmp_path / "run"
+    code, out, err = run_script(
+        "trainer_core/train/__main__.py",
+        *tiny_args(run_dir, f"--data.shards={url}", "--data.seq_len=16"),
+        "--trainer.global_batch_size=64",
+        "--trainer.max_steps=4",
+        "--trainer.eval_interval=2",
+        "--trainer.log_interval=1",
+        "--tracking.wandb=true",
+    )
+    assert code == 0, err
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "finished"
+    written = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert any(p.name == "metrics.jsonl" for p in written)
+    assert list(run_dir.glob("wandb/offline-run-*/*.wandb"))  # W&B did write its records
+    for secret in (SECRET, os.environ["AWS_ACCESS_KEY_ID"], wandb_key):
+        assert secret not in out + err
+        assert [p for p in written if secret.encode() in p.read_bytes()] == []
+
+
+def s3_objects(url: str) -> dict[str, bytes]:
+    """Every object under ``url``, by key relative to it (pyarrow's empty "dir/" markers left out)."""
+    fs = s3fs.S3FileSystem()
+    root = url.removeprefix("s3://").rstrip("/") + "/"
+    return {key[len(root) :]: fs.cat(key) for key in fs.find(url) if not key.endswith("/")}
+
+
+@pytest.mark.parametrize("held", ["__0_0.distcp", ".done-rank0-of-1"])
+def test_a_run_on_s3_killed_mid_upload_resumes_past_the_torn_checkpoint(
+    s3_server,  # noqa: F811
+    processes,
+    tiny_args,
+    tiny_config,
+    tmp_path,
+    held,
+):
+    """The run dir is a URL. The process is killed while it uploads step 10's checkpoint (the
+    server holds the upload of its tensors, or of its commit marker once the tensors are all
+    there): the torn step 10 is never loaded; the resumed run starts from step 5 and ends where
+    an uninterrupted local run does, and the metrics on S3 hold each step once."""
+    args = ("--trainer.max_steps=15", "--checkpoint.save_interval_steps=5")
+    reference = build_trainer(tiny_config(tmp_path / "local", *args)).fit()
+    url = f"s3://{s3_server.bucket}/runs/torn-{held.strip('._')}"
+    log = tmp_path / "killed.log"
+    with s3_server.hold_upload(f"/step-00000010/{re.escape(held)}$") as reached:
+        proc = processes.start(
+            sys.executable, "-m", "trainer_core.train", *tiny_args(url, *args), log=log
+        )
+        processes.wait_until(reached.is_set, proc, log, timeout=180)
+        processes.kill(proc)
+    torn = s3_objects(f"{url}/checkpoints/step-00000010")
+    assert held not in torn and ".done-rank0-of-1" not in torn
+    if held == ".done-rank0-of-1":
+        assert {".metadata", "__0_0.distcp", "info.json"} <= set(torn)
+    assert [c.step for c in list_checkpoints(url) if c.complete] == [5]
+
+    with pytest.warns(UserWarning, match=r"skipping incomplete checkpoint .*step-00000010"):
+        resumed = build_trainer(tiny_config(url, *args)).fit()
+    assert resumed["train/loss_last"] == pytest.approx(reference["train/loss_last"], abs=1e-6)
+    assert resumed["eval/loss"] == pytest.approx(reference["eval/loss"], abs=1e-6)
+    objects = s3_objects(url)
+    steps = [json.loads(line)["step"] for line in objects["metrics.jsonl"].splitlines()]
+    assert steps == [5, 10, 15]
+    assert json.loads(objects["run.json"])["status"] == "finished"
+    assert [(c.step, c.complete) for c in list_checkpoints(url)] == [(15, True)]
+    assert "metrics_step15.json" in objects and "config.yaml" in objects
+    assert [k for k, v in objects.items() if SECRET.encode() in v] == []
+
+
+@pytest.fixture
+def ray_tmp():
+    """A temp dir for the Ray a ladder driver starts (its session logs land there): short,
+    since Ray's socket paths are capped near 100 characters."""
+    path = Path(tempfile.mkdtemp(prefix="rl-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def s3_run_json(url: str, size: str) -> dict:
+    path = f"{url}/runs/{size}/run.json"
+    return json.loads(storage.read_text(path)) if storage.is_file(path) else {}
+
+
+@pytest.mark.ray
+def test_a_ladder_on_s3_survives_a_killed_worker_and_a_killed_driver(
+    s3_server,  # noqa: F811
+    processes,
+    tiny_experiment,
+    repo_root,
+    tmp_path,
+    no_local_ray,
+    ray_tmp,
+):
+    """The whole experiment lives on S3. 1M's worker is SIGKILLed at its step-5 report (Ray
+    Train restarts it from the checkpoint on S3); the driver is SIGKILLed once 1M has finished
+    while 3M is held at step 5; ``--resume`` finishes 3M from S3. 1M ends where a plain local
+    run of its plan does, Tune's state and the plots are on S3, and no credential is anywhere."""
+    url = f"s3://{s3_server.bucket}/ladders/exp"
+    config = tiny_experiment(
+        "exp",
+        dir=url,
+        sizes=["1M", "3M"],
+        duration={"chinchilla_multiple": 0.0009765625},
+        run={
+            "trainer": {"log_interval": 5, "eval_interval": 1000000},
+            "checkpoint": {"save_interval_steps": 5},
+        },
+    )
+    hold_log, kill_log = tmp_path / "hold.jsonl", tmp_path / "kill.jsonl"
+    hooks = {
+        "RAY_TRAIN_CALLBACKS": "ray_train_hooks.HoldRun,ray_train_hooks.KillWorkerFromEnv",
+        HOLD_ENV: f"3M:5:{hold_log}",
+        KILL_ENV: f"1M:5:0:{kill_log}",
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(repo_root / "tests" / "support"), os.environ.get("PYTHONPATH")) if p
+        ),
+        STAGE_ENV: str(tmp_path / "stage"),
+        "RAY_TMPDIR": str(ray_tmp),
+    }
+    log = tmp_path / "first.log"
+    first = processes.start(sys.executable, LADDER, "--config", config, log=log, env=hooks)
+
+    def held_and_one_done() -> bool:
+        held = hold_log.exists() and '"held"' in hold_log.read_text()
+        return held and s3_run_json(url, "1M").get("status") == "finished"
+
+    processes.wait_until(held_and_one_done, first, log, timeout=400)
+    processes.kill(first)
+    workers = read_log(hold_log)[0]["workers"]
+    wait_for(lambda: not any(map(alive, workers)), timeout=60)
+    assert s3_run_json(url, "3M")["status"] == "running"
+    first_group, kill, second_group = read_log(kill_log)
+    assert kill == {"killed": first_group["workers"][0], "step": 5}
+    assert len(second_group["workers"]) == 1
+    one = s3_run_json(url, "1M")
+    assert [g["start_step"] for g in one["workers"]] == [0, 5]
+
+    env = {STAGE_ENV: str(tmp_path / "stage"), "RAY_TMPDIR": str(ray_tmp)}
+    second = processes.python(LADDER, "--config", config, "--resume", timeout=600, env=env)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert "[exp-3M] training exp-3M" in second.stdout and "resumed at step" in second.stdout
+    assert "[exp-1M]" not in second.stdout  # finished: not trained again
+    assert "Found credentials" not in second.stderr  # the S3 client's chatter stays quiet
+
+    results = load(url)
+    final = results.final().set_index("size")
+    assert set(final["status"]) == {"finished"}
+    job = load_config(LadderJobConfig, config, [])
+    for plan in plan_ladder(job, ["1M", "3M"]):  # each as one plain local run, on one thread
+        ref_dir = str(tmp_path / "ref" / plan.size)
+        reference = fit_on_one_thread(
+            replace(plan.config, trainer=replace(plan.config.trainer, run_dir=ref_dir))
+        )
+        measured = final.loc[plan.size, "final_eval_loss"]
+        assert measured == pytest.approx(reference["eval/loss"], abs=1e-5), plan.size
+    assert final.loc["3M", "final_eval_loss"] < final.loc["1M", "final_eval_loss"]
+    grid = results.result_grid()  # Tune's state, on S3, restored across the driver kill
+    assert sorted(r.metrics["finished"] for r in grid) == [1, 1]
+
+    objects = s3_objects(url)
+    assert "lr_schedule.png" in objects and "analysis/loss_curves.png" in objects
+    assert any(key.startswith("tune/") for key in objects)
+    assert [k for k, v in objects.items() if SECRET.encode() in v] == []
+    for text in (log.read_text(), second.stdout, second.stderr):
+        assert SECRET not in text
+    # nor in anything written on this machine: the upload stage, the Ray session's logs
+    local_files = [p for p in [*tmp_path.rglob("*"), *ray_tmp.rglob("*")] if p.is_file()]
+    assert [p for p in local_files if SECRET.encode() in p.read_bytes()] == []
+
+
+def test_a_ladder_into_a_missing_bucket_stops_before_any_trial(
+    s3_server,  # noqa: F811
+    run_script,
+    tiny_experiment,
+):
+    config = tiny_experiment("exp", dir="s3://rayladder-no-such-bucket/exp", sizes=["1M"])
+    code, _, err = run_script(LADDER, "--config", str(config))
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: dir: s3://rayladder-no-such-bucket/exp is not writable (")
+    assert "check the bucket name and the credentials" in err and SECRET not in err

@@ -1,0 +1,309 @@
+"""Runs through Ray Train: equality with the plain loop, worker-failure recovery, W&B offline,
+bad input failing at once (no retries) with one line."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import ray.train
+import ray_train_hooks
+from ray_cluster import RayCluster
+from ray_train_hooks import KillWorker, read_log
+
+from trainer_core.config.loader import from_dict, to_dict
+from trainer_core.config.sections import TrainConfig
+from trainer_core.data.shards import DataError
+from trainer_core.errors import RunFailedError
+from trainer_core.ray.run_config import RayTrainConfig
+from trainer_core.ray.train_driver import run_training
+from trainer_core.train.build import build_trainer
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+ON_RAY = (
+    "--trainer.max_steps=16",
+    "--trainer.log_interval=2",
+    "--trainer.eval_interval=8",
+    "--checkpoint.save_interval_steps=4",
+    "--ray.num_workers=2",
+    "--ray.cpus_per_worker=0.5",
+)
+"""The tiny run on two Ray Train workers, 16 steps with a checkpoint every 4."""
+
+
+@pytest.fixture(scope="session")
+def config(tiny_config):
+    """``config(run_dir, *overrides)``: the tiny run on Ray (:data:`ON_RAY`)."""
+
+    def make(run_dir: Path, *overrides: str) -> RayTrainConfig:
+        return tiny_config(run_dir, *ON_RAY, *overrides, cls=RayTrainConfig)
+
+    return make
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["train/loss_last"] for r in lines if "train/loss_last" in r}
+
+
+@pytest.fixture(scope="module")
+def reference_run(ray_session, config, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("ray") / "reference"
+    summary = run_training(config(run_dir, "--tracking.wandb=true"))
+    return run_dir, summary
+
+
+def without_ray(cfg: RayTrainConfig) -> TrainConfig:
+    """The same run without its ray section, for the plain (no Ray) loop."""
+    data = to_dict(cfg)
+    data.pop("ray")
+    return from_dict(TrainConfig, data)
+
+
+def test_two_worker_run_matches_plain_loop(reference_run, config, tmp_path):
+    run_dir, summary = reference_run
+    assert summary["status"] == "finished" and summary["last_step"] == 16
+    # run.json says where the ranks ran: one worker group, both ranks on this Ray's one node
+    (group,) = summary["workers"]
+    node = ray.get_runtime_context().get_node_id()
+    assert group["start_step"] == 0
+    assert [r["node_id"] for r in group["ranks"]] == [node, node]
+    build_trainer(without_ray(config(tmp_path / "plain"))).fit()
+    ray_losses, plain = losses(run_dir), losses(tmp_path / "plain")
+    assert sorted(ray_losses) == list(range(2, 17, 2))
+    for step, value in plain.items():
+        assert ray_losses[step] == pytest.approx(value, abs=1e-4), step
+
+
+def test_wandb_offline_files_and_no_secrets(reference_run):
+    run_dir, _ = reference_run
+    offline = list((run_dir / "wandb").glob("offline-run-*"))
+    assert len(offline) == 1
+    assert list(offline[0].glob("*.wandb"))
+    dumped = (run_dir / "config.yaml").read_text() + (run_dir / "run.json").read_text()
+    assert "api_key" not in dumped.lower()
+
+
+def test_finished_run_is_not_rerun(reference_run, config):
+    run_dir, summary = reference_run
+    before = (run_dir / "metrics.jsonl").stat().st_mtime
+    again = run_training(config(run_dir))
+    assert again["last_step"] == 16 and (run_dir / "metrics.jsonl").stat().st_mtime == before
+
+
+def test_a_worker_sigkilled_mid_run_resumes_to_the_same_loss(reference_run, config, tmp_path):
+    """The run's own rank-1 worker (its PID from the run's worker group) is SIGKILLed by the
+    run's controller on the step-8 report, before the controller takes another report, so the
+    run cannot have finished: the worker group restarts once and ends with the reference losses."""
+    ref_dir, ref_summary = reference_run
+    hook_log, failures = tmp_path / "hook.jsonl", tmp_path / "failures.txt"
+    summary = run_training(
+        config(tmp_path / "killed", "--ray.max_failures=2"),
+        callbacks=[KillWorker(hook_log, step=8, rank=1), CountFailures(failures)],
+    )
+    first, kill, second = read_log(hook_log)
+    assert kill == {"killed": first["workers"][1], "step": 8}
+    assert len(second["workers"]) == 2 and not set(second["workers"]) & set(first["workers"])
+    assert len(failures.read_text().splitlines()) == 1
+    assert summary["status"] == "finished" and summary["last_step"] == 16
+    # the restart is a second worker group in run.json, resumed from a checkpoint (4 or 8)
+    assert [g["start_step"] for g in summary["workers"]] in ([0, 4], [0, 8])
+    assert summary["train/loss_last"] == pytest.approx(ref_summary["train/loss_last"], abs=1e-5)
+    assert summary["eval/loss"] == pytest.approx(ref_summary["eval/loss"], abs=1e-5)
+    # the replayed steps are recorded once: the metrics file has the reference's steps
+    steps = [json.loads(x)["step"] for x in (tmp_path / "killed" / "metrics.jsonl").open()]
+    ref_steps = [json.loads(x)["step"] for x in (ref_dir / "metrics.jsonl").open()]
+    assert steps == ref_steps == sorted(set(steps))
+    assert losses(tmp_path / "killed") == pytest.approx(losses(ref_dir), abs=1e-5)
+
+
+def test_every_ray_worker_process_starts_with_ray_chatter_turned_down(no_local_ray, processes):
+    """init_ray's setup hook runs in each worker process, Train's controller included, so the
+    traceback Ray Train logs when early stopping kills a trial never reaches the user, even after
+    Ray Train configures its loggers (as it does, with dictConfig, when a controller starts)."""
+    code = (
+        "import logging, logging.config, ray\n"
+        "from trainer_core.ray.runtime import init_ray\n"
+        "init_ray('local')\n"
+        "@ray.remote(num_cpus=0)\n"
+        "def passes(name, level):\n"
+        "    config = {'version': 1, 'disable_existing_loggers': False,\n"
+        "              'loggers': {'ray.train': {'level': 'DEBUG'}}}\n"
+        "    logging.config.dictConfig(config)\n"
+        "    record = logging.LogRecord(name, level, 'x.py', 0, 'msg', None, None)\n"
+        "    return logging.getLogger(name).filter(record)\n"
+        "name = 'ray.train.v2._internal.callbacks.backend_setup'\n"
+        "print(ray.get([passes.remote(name, logging.WARNING), passes.remote(name, logging.ERROR)]))\n"
+    )
+    out = processes.python("-c", code, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[False, True]"
+
+
+def test_a_local_run_beside_a_started_cluster_keeps_its_placement_group_guard(
+    no_local_ray, processes, tiny_args, tmp_path
+):
+    """A `ray start --head` cluster on the machine (the README's walk-through) and a run on a
+    local Ray of its own: Ray Train's placement-group cleaner in the local Ray looks its
+    controller up in its own cluster, not the other one, so it neither crashes ("multiple
+    active Ray instances") nor takes the live controller for dead; one worker group, no noise."""
+    cluster = RayCluster(tmp_path, {**processes.env, "RAY_AUTH_MODE": "disabled"}, {})
+    try:
+        cluster.start_head(cpus=1, label="bystander").wait_started(timeout=120)
+        out = processes.python(
+            "workflows/train.py",
+            *tiny_args(tmp_path / "run", "--trainer.max_steps=10", "--ray.address=local"),
+            timeout=240,
+        )
+    finally:
+        cluster.close()
+    output = out.stdout + out.stderr
+    assert out.returncode == 0, output[-3000:]
+    assert "PlacementGroupCleaner" not in output and "Traceback" not in output
+    assert "placement group" not in output.lower()
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["status"] == "finished" and len(record["workers"]) == 1
+
+
+class CountFailures(ray.train.UserCallback):
+    """Appends a line per failed worker-group attempt (runs in Ray Train's controller, which
+    cannot import this test module: it gets the class by value)."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+
+    def after_exception(self, run_context, worker_exceptions) -> None:
+        with open(self.path, "a") as f:
+            f.write(f"{sorted(worker_exceptions)}\n")
+
+
+# Ray's processes cannot import the tests: they get these classes by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+ray.cloudpickle.register_pickle_by_value(ray_train_hooks)
+
+
+def interrupted_run(cfg: RayTrainConfig, steps: int) -> None:
+    """The run dir of ``cfg`` as left by a plain-loop run stopped after ``steps`` steps."""
+    trainer = build_trainer(without_ray(cfg))
+    batches = trainer.train_batches
+
+    def stop(start):
+        yield from itertools.islice(batches(start), steps - start)
+        raise KeyboardInterrupt
+
+    trainer.train_batches = stop
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()
+
+
+def our_files(run_dir: Path) -> dict[str, bytes]:
+    """The run dir's files that rayladder writes (Ray Train adds its own beside them)."""
+    names = ["config.yaml", "run.json", "metrics.jsonl"]
+    files = [run_dir / n for n in names] + sorted((run_dir / "checkpoints").rglob("*"))
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in files if p.is_file()}
+
+
+def test_a_refused_checkpoint_fails_at_once_in_one_line_and_changes_nothing(
+    ray_session, config, tmp_path
+):
+    """No retry can make a 2-layer checkpoint fit a 3-layer model: one attempt, not four."""
+    run_dir = tmp_path / "run"
+    interrupted_run(config(run_dir, "--checkpoint.keep_steps=[4]"), 4)
+    before = our_files(run_dir)
+    failures = tmp_path / "failures.txt"
+    deeper = config(run_dir, "--model.n_layers=3", "--ray.max_failures=3")
+    with pytest.raises(RunFailedError) as err:
+        run_training(deeper, callbacks=[CountFailures(failures)])
+    assert len(failures.read_text().splitlines()) == 1
+    first, *rest = str(err.value).splitlines()
+    assert first == (
+        f"run run failed: checkpoint {run_dir / 'checkpoints' / 'step-00000004'} does not match "
+        "the current model/optimizer state (different config?):"
+    )
+    assert "Traceback" not in str(err.value) and rest[-1].startswith("  checkpoints and metrics")
+    assert our_files(run_dir) == before
+
+
+def test_a_corrupt_checkpoint_on_ray_resumes_from_the_one_before(reference_run, config, tmp_path):
+    """The newest checkpoint fails its checksums after Ray Data was set up to start at it: the
+    workers restart once, the data starts at the checkpoint before, and the run ends with the
+    reference run's losses."""
+    ref_dir, ref_summary = reference_run
+    run_dir = tmp_path / "run"
+    interrupted_run(config(run_dir, "--checkpoint.keep_steps=[4, 8]"), 8)
+    shard = run_dir / "checkpoints" / "step-00000008" / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    failures = tmp_path / "failures.txt"
+    summary = run_training(
+        config(run_dir, "--ray.max_failures=1"), callbacks=[CountFailures(failures)]
+    )
+    assert len(failures.read_text().splitlines()) == 1  # the one restart that moves the data
+    assert summary["status"] == "finished" and summary["last_step"] == 16
+    # the same tolerance as the plain-loop-against-Ray comparison above
+    assert summary["train/loss_last"] == pytest.approx(ref_summary["train/loss_last"], abs=1e-4)
+    assert list((run_dir / "checkpoints").glob("step-00000008.corrupt-*"))
+
+
+def test_workflows_train_prints_a_failure_as_one_line(
+    ray_session, config, tiny_args, run_script, tmp_path
+):
+    run_dir = tmp_path / "run"
+    interrupted_run(config(run_dir, "--checkpoint.keep_steps=[4]"), 4)
+    code, _, err = run_script(
+        "workflows/train.py", *tiny_args(run_dir, *ON_RAY, "--model.n_layers=3")
+    )
+    assert code == 2
+    # Ray's own log lines from its processes come to stderr too
+    ours = err[err.index("error: run run failed: ") :]
+    assert ours.startswith(
+        f"error: run run failed: checkpoint {run_dir / 'checkpoints' / 'step-00000004'} does not"
+    )
+    assert "Traceback" not in ours
+    # No traceback of the driver's error, and none of the worker's (the same message, whole).
+    assert "RunFailedError" not in err and "FatalRunError" not in err
+
+
+def test_unusable_shards_fail_in_the_driver_before_ray_train_starts(config, tmp_path):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    (shards / "manifest.json").write_text("{not json")
+    with pytest.raises(DataError, match=r"manifest\.json: unreadable manifest"):
+        run_training(config(tmp_path / "run", f"--data.shards={shards}"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_failed_trial_fails_the_experiment_and_names_the_run(ray_session, config, tmp_path):
+    """A trial that errors is not a finished experiment: the error names the run and the cause,
+    and the run is not recorded as stopped early."""
+    from trainer_core.ray.tune_run import TrialsFailedError, TrialSpec, TuneSettings, run_trials
+
+    missing = tmp_path / "no-shards-here"
+    bad = config(tmp_path / "runs" / "bad", f"--data.shards={missing}")
+    with pytest.raises(TrialsFailedError) as failed:
+        run_trials([TrialSpec("bad", bad)], tmp_path, TuneSettings(), resume=False)
+    message = str(failed.value)
+    assert message.startswith("1 of 1 runs failed:\n  bad: ")
+    assert str(missing) in message.splitlines()[1] and "--resume" in message
+    assert "Traceback" not in message
+    assert not (tmp_path / "runs" / "bad" / "run.json").exists()
+
+
+def test_a_run_started_from_another_runs_checkpoint_on_ray(reference_run, config, tmp_path):
+    """``checkpoint.resume_from`` on Ray: the per-rank datasets start at that checkpoint's step
+    (not the new run dir's latest, which has none), so the branch continues the reference."""
+    ref_dir, _ = reference_run
+    source = run_training(config(tmp_path / "source", "--checkpoint.keep_steps=[8]"))
+    assert source["status"] == "finished"
+    start = tmp_path / "source" / "checkpoints" / "step-00000008"
+    branch = run_training(config(tmp_path / "branch", f"--checkpoint.resume_from={start}"))
+    assert branch["status"] == "finished" and branch["last_step"] == 16
+    resumed = losses(tmp_path / "branch")
+    assert min(resumed) > 8
+    expected = {step: loss for step, loss in losses(ref_dir).items() if step > 8}
+    assert resumed == pytest.approx(expected, abs=1e-5)

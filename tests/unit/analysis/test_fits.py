@@ -1,0 +1,145 @@
+"""Analysis on synthetic experiment dirs written to disk from known scaling-law constants."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from synthetic_experiments import (
+    FRACTIONS,
+    LADDER_N,
+    TRUE,
+    chinchilla_loss,
+    make_ladder,
+)
+
+from trainer_core.analysis import (
+    AnalysisError,
+    ChinchillaFit,
+    chinchilla_from_points,
+    extrapolation_check,
+    fit_chinchilla,
+    fit_loss_vs_compute,
+    load,
+    predict_loss,
+)
+
+
+def test_chinchilla_fit_recovers_constants(ladder_dir: Path):
+    fit = chinchilla_from_points(load(ladder_dir).fit_points(), n_bootstrap=20)
+    assert pytest.approx(TRUE["E"], rel=0.02) == fit.E
+    assert fit.alpha == pytest.approx(TRUE["alpha"], abs=0.015)
+    assert fit.beta == pytest.approx(TRUE["beta"], abs=0.015)
+    assert pytest.approx(TRUE["A"], rel=0.15) == fit.A
+    assert pytest.approx(TRUE["B"], rel=0.15) == fit.B
+    assert fit.n_points == 24 and fit.n_bootstrap == 20
+    for name in ("E", "A", "B", "alpha", "beta"):
+        lo, hi = fit.ci[name]
+        assert lo <= getattr(fit, name) <= hi and fit.std[name] > 0
+    text = str(fit)
+    assert "L(N, D) = E + A / N^alpha + B / D^beta" in text and text.count("±") == 5
+
+
+def test_compute_optimal_matches_numeric_minimum():
+    fit = ChinchillaFit(**TRUE, n_points=0, objective=0.0)
+    c = 1e21
+    n_opt, d_opt = fit.compute_optimal(c)
+    assert 6 * n_opt * d_opt == pytest.approx(c)
+    grid = np.logspace(7, 12, 20001)
+    best = grid[np.argmin(fit.predict(grid, c / (6 * grid)))]
+    assert n_opt == pytest.approx(best, rel=2e-3)
+    assert fit.optimal_tokens(n_opt) == pytest.approx(d_opt, rel=1e-9)
+    assert fit.optimal_params(d_opt) == pytest.approx(n_opt, rel=1e-9)
+
+
+def test_loss_vs_compute_fit_recovers_power_law():
+    c = np.logspace(15, 20, 12)
+    loss = (1.7 + 800 * c**-0.15) * (1 + 0.001 * np.sin(1.3 * np.arange(12)))
+    fit = fit_loss_vs_compute(c, loss, n_bootstrap=20)
+    assert pytest.approx(1.7, rel=0.02) == fit.E
+    assert pytest.approx(800, rel=0.1) == fit.A
+    assert fit.alpha == pytest.approx(0.15, abs=0.005)
+    assert fit.predict(1e18) == pytest.approx(1.7 + 800 * 1e18**-0.15, rel=2e-3)
+    assert fit.std["alpha"] > 0 and "±" in str(fit)
+
+
+def test_fit_input_errors():
+    with pytest.raises(AnalysisError, match="fit_chinchilla needs >= 5 points, got 2"):
+        fit_chinchilla([1e6, 2e6], [1e8, 2e8], [3.0, 2.9])
+    with pytest.raises(AnalysisError, match="differ in length"):
+        fit_chinchilla([1e6] * 5, [1e8] * 5, [3.0] * 4)
+    with pytest.raises(AnalysisError, match=">= 3 model sizes"):
+        fit_chinchilla(
+            [1e6, 2e6] * 3, [1e8, 2e8, 3e8, 4e8, 5e8, 6e8], [3.0, 2.9, 2.8, 2.7, 2.6, 2.5]
+        )
+    with pytest.raises(AnalysisError, match="every value of L must be a positive finite"):
+        fit_loss_vs_compute([1e15, 1e16, 1e17], [3.0, float("nan"), 2.0])
+
+
+def test_extrapolation_to_held_out_size_is_accurate(tmp_path: Path):
+    pts = load(make_ladder(tmp_path, noise=0.0)).fit_points()
+    check = extrapolation_check(pts)
+    assert check.held_out_size == "s6" and check.held_out_N == 200_000_000
+    assert check.tokens == pts["tokens"].max()
+    assert check.actual == pytest.approx(chinchilla_loss(2e8, check.tokens))
+    chinchilla, frontier = check.predictions
+    assert chinchilla.law == "L(N, D)" and abs(chinchilla.rel_error) < 1e-3
+    # Each size's points lie near its compute-optimal tokens here, so the frontier predicts too.
+    assert frontier.law == "frontier L(C)" and abs(frontier.rel_error) < 0.01
+    assert len(check.points) == len(FRACTIONS)
+    rel = check.points["L(N, D)"] / check.points["actual"] - 1
+    assert rel.abs().max() < 1e-3
+
+
+def test_predict_loss_modes():
+    fit = ChinchillaFit(**TRUE, n_points=0, objective=0.0)
+    both = predict_loss(fit, N=1e9, D=2e10)
+    assert (
+        both.loss == pytest.approx(chinchilla_loss(1e9, 2e10))
+        and pytest.approx(6 * 1e9 * 2e10) == both.C
+    )
+    by_c = predict_loss(fit, C=1e21)
+    n_opt, d_opt = fit.compute_optimal(1e21)
+    assert pytest.approx((n_opt, d_opt)) == (by_c.N, by_c.D)
+    assert by_c.loss == pytest.approx(chinchilla_loss(n_opt, d_opt))
+    by_n = predict_loss(fit, N=1e9)
+    assert pytest.approx(fit.optimal_tokens(1e9)) == by_n.D
+    assert pytest.approx(1e10) == predict_loss(fit, N=1e9, C=6e19).D
+    law = fit_loss_vs_compute(
+        np.logspace(15, 20, 8), 1.7 + 800 * np.logspace(15, 20, 8) ** -0.15, n_bootstrap=0
+    )
+    assert predict_loss(law, C=1e22).loss == pytest.approx(1.7 + 800 * 1e22**-0.15, rel=1e-3)
+    with pytest.raises(AnalysisError, match="compute budget"):
+        predict_loss(law, N=1e9)
+    flat = ChinchillaFit(**{**TRUE, "alpha": 0.0}, n_points=0, objective=0.0)  # loss flat in N
+    assert predict_loss(flat, N=1e9, D=2e10).loss == pytest.approx(
+        TRUE["E"] + TRUE["A"] + 410 * 2e10**-0.28
+    )
+    for at in ({"C": 1e21}, {"N": 1e9}, {"D": 1e10}):
+        with pytest.raises(AnalysisError, match="alpha=0: .* no compute-optimal N, D"):
+            predict_loss(flat, **at)
+
+
+# -- LR sweeps -----------------------------------------------------------------------------------
+
+
+def test_three_size_ladder_extrapolates_with_the_frontier(tmp_path: Path):
+    """Holding out one of three sizes leaves two, too few for L(N, D): the frontier predicts."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from trainer_core.analysis import report_experiment
+
+    three = {k: LADDER_N[k] for k in ("s1", "s2", "s3")}
+    text = StringIO()
+    report = report_experiment(
+        make_ladder(tmp_path, sizes=three), n_bootstrap=0, console=Console(file=text, width=200)
+    )
+    check = report.extrapolation
+    assert report.chinchilla is not None and check.held_out_size == "s3"
+    assert [p.law for p in check.predictions] == ["frontier L(C)"]
+    assert check.skipped[0][0] == "L(N, D)" and ">= 3 model sizes" in check.skipped[0][1]
+    assert "skipped held-out L(N, D): fit_chinchilla needs >= 3 model sizes" in text.getvalue()
+    assert abs(check.predictions[0].rel_error) < 0.05

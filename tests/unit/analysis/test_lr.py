@@ -1,0 +1,130 @@
+"""Analysis on synthetic experiment dirs written to disk from known scaling-law constants."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from synthetic_experiments import (
+    SWEEP_B,
+    SWEEP_N,
+    true_lr,
+)
+
+from trainer_core.analysis import (
+    LADDER_LR_EXPONENT,
+    AnalysisError,
+    fit_lr_power_law,
+    fit_sweep_lr,
+    load,
+    lr_sweep_table,
+    optimal_lr,
+    optimal_lrs,
+)
+
+
+def test_lr_sweep_table(sweep_dir: Path):
+    res = load(sweep_dir)
+    assert res.is_lr_sweep
+    table = lr_sweep_table(res)
+    assert len(table) == 7 * len(SWEEP_N)
+    a = table[table["size"] == "a"].reset_index(drop=True)
+    assert list(a["lr"]) == sorted(a["lr"])
+    top, bottom = a.iloc[-1], a.iloc[0]
+    assert top["diverged"] and top["diverged_step"] == 41 and top["status"] == "diverged"
+    assert bottom["stopped_early"] and bottom["steps_run"] == 50 and not bottom["diverged"]
+    mid = a.iloc[3]
+    assert mid["steps_run"] == 100 and mid["final_eval_loss"] < mid["best_eval_loss"] + 1e-12
+    assert mid["final_eval_loss"] == pytest.approx(mid["best_eval_loss"])
+    # Compared at step 50, the last eval the stopped trial reached; the diverged one is left out.
+    assert list(a["compared_step"]) == [50] * 7
+    assert mid["compared_loss"] == pytest.approx(mid["final_eval_loss"] + 0.2)
+    assert math.isnan(top["compared_loss"])
+
+
+def test_optimal_lr_interior_quadratic_and_diverged_excluded(sweep_dir: Path):
+    table = lr_sweep_table(load(sweep_dir))
+    optima = optimal_lrs(table)
+    assert list(optima) == list(SWEEP_N)
+    for size, n in SWEEP_N.items():
+        opt = optima[size]
+        assert opt.method == "quadratic" and not opt.at_edge
+        # the diverged trial's spurious 0.5 loss would otherwise be the minimum
+        assert opt.lr == pytest.approx(true_lr(n), rel=1e-6)
+        assert opt.step == 50
+        assert opt.loss == pytest.approx(3.2 + 10 / math.log(n), rel=1e-6)
+        assert opt.lr_low <= opt.lr <= opt.lr_high
+
+
+def test_optimal_lr_falls_back_to_grid_minimum_on_monotone_table():
+    lrs = [1e-4, 2e-4, 4e-4, 8e-4]
+    table = pd.DataFrame(
+        {
+            "size": "x",
+            "N": 1e6,
+            "lr": lrs,
+            "final_eval_loss": [4.0, 3.9, 3.6, 3.1],  # concave: no usable quadratic
+            "diverged": False,
+        }
+    )
+    opt = optimal_lr(table, loss="final_eval_loss")
+    assert (opt.method, opt.lr, opt.loss, opt.at_edge) == ("grid", 8e-4, 3.1, True)
+    # +- half a grid step (in log LR)
+    assert opt.lr_low == pytest.approx(8e-4 / math.sqrt(2)) and opt.lr_high == pytest.approx(
+        8e-4 * math.sqrt(2)
+    )
+    with pytest.raises(AnalysisError, match="no non-diverged trial"):
+        optimal_lr(table.assign(diverged=True), loss="final_eval_loss")
+    # a size whose every trial diverged is left out of the per-size optima
+    dead = table.assign(size="y", N=4e6, diverged=True)
+    assert list(optimal_lrs(pd.concat([table, dead]), loss="final_eval_loss")) == ["x"]
+
+
+def test_lr_power_law_recovers_exponent_and_compares_to_ladder_default(sweep_dir: Path):
+    n = np.array([1e6, 4e6, 1.6e7, 6.4e7, 2.56e8])
+    wiggle = np.exp(0.03 * np.array([1, -1, 1, -1, 1]))
+    fit = fit_lr_power_law(n, [true_lr(x) for x in n] * wiggle)
+    assert fit.b == pytest.approx(SWEEP_B, abs=0.02)
+    assert 0 < fit.b_stderr < 0.02
+    assert fit.sigmas_from_reference == pytest.approx((fit.b - LADDER_LR_EXPONENT) / fit.b_stderr)
+    assert fit.sigmas_from_reference < -3  # -0.4 is clearly steeper than -1/3 here
+    assert "ladder default" in str(fit)
+    from trainer_core.ladder.formulas import LRFormula
+
+    assert LRFormula().exponent == LADDER_LR_EXPONENT
+    swept = fit_sweep_lr(sweep_dir)
+    assert swept.b == pytest.approx(SWEEP_B, abs=1e-6)
+    assert swept.predict(8e6) == pytest.approx(true_lr(8e6), rel=1e-5)
+    with pytest.raises(AnalysisError, match=">= 2 sizes"):
+        fit_lr_power_law([1e6, 1e6], [1e-3, 2e-3])
+
+
+# -- plots and the CLI ---------------------------------------------------------------------------
+
+
+def test_ladder_takes_its_lr_from_a_sweep(sweep_dir: Path, tmp_path: Path):
+    from trainer_core.config.loader import from_dict
+    from trainer_core.ladder.config import LadderConfig
+    from trainer_core.ladder.lr_feedback import lr_function
+    from trainer_core.ladder.plan import plan_ladder
+
+    ladder = from_dict(
+        LadderConfig,
+        {"dir": str(tmp_path), "lr": {"from_sweep": str(sweep_dir)}, "sizes": ["1M", "3M"]},
+    )
+    fit = fit_sweep_lr(sweep_dir)
+    plans = plan_ladder(ladder, lr_fn=lr_function(ladder.lr))
+    for plan in plans:
+        assert plan.lr == pytest.approx(fit.predict(plan.num_params))
+        assert plan.lr_source == f"sweep {sweep_dir}"
+        cfg = plan.config
+        assert cfg.optim.lr == pytest.approx(plan.lr)
+        assert f"lr_source=sweep {sweep_dir}" in cfg.tracking.tags
+    bad = from_dict(LadderConfig, {"lr": {"from_sweep": str(tmp_path / "nope")}})
+    from trainer_core.config.loader import ConfigError
+
+    with pytest.raises(ConfigError, match="lr.from_sweep: .*nope.* can't give an LR fit"):
+        lr_function(bad.lr)

@@ -1,0 +1,392 @@
+"""Tokenization: input kinds, tokenizers, the shard format and manifest, bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from trainer_core.config.sections import DataConfig
+from trainer_core.data.shards import (
+    DataError,
+    DatasetWriter,
+    ShardWriter,
+    TokenizerInfo,
+    read_manifest,
+    split_key,
+    verify_shards,
+)
+from trainer_core.data.text_sources import ReadOptions, discover_inputs, write_shards
+from trainer_core.data.token_data import open_token_data
+from trainer_core.data.tokenizer import ByteTokenizer, load_tokenizer, train_bpe
+
+BYTE = ByteTokenizer()
+
+
+def shard_documents(directory) -> list[str]:
+    """Every document in a shard dir (train then validation), decoded from the parquet files."""
+    manifest = read_manifest(directory)
+    docs = []
+    for f in manifest.train + manifest.validation:
+        table = pq.read_table(directory / f.name)
+        assert table.column_names == ["tokens"]
+        stream = table.column("tokens").combine_chunks().flatten().to_numpy()
+        assert stream.dtype == np.uint16
+        ends = np.flatnonzero(stream == BYTE.eos_id)
+        starts = np.concatenate([[0], ends[:-1] + 1])
+        docs += [
+            bytes(stream[s:e].astype(np.uint8)).decode() for s, e in zip(starts, ends, strict=True)
+        ]
+    return docs
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    """One file of every input kind, some compressed, one in a subdirectory, one hidden."""
+    root = tmp_path / "corpus"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.txt").write_text("plain text document")
+    (root / "b.md").write_text("# markdown ünïcode")
+    (root / "c.jsonl").write_text(
+        json.dumps({"text": "json one", "id": 1}) + "\n\n" + json.dumps({"text": "json two"}) + "\n"
+    )
+    (root / "sub" / "d.jsonl.gz").write_bytes(gzip.compress(b'{"text": "gzipped json"}\n'))
+    (root / "sub" / "e.txt.zst").write_bytes(zstandard.ZstdCompressor().compress(b"zstd text"))
+    pq.write_table(pa.table({"text": ["parquet one", "parquet two"]}), root / "f.parquet")
+    pq.write_table(
+        pa.table({"text": pa.array([b"binary parquet"], pa.binary())}), root / "g.parquet"
+    )
+    (root / ".hidden.txt").write_text("never read")
+    return root
+
+
+EXPECTED = {
+    "plain text document",
+    "# markdown ünïcode",
+    "json one",
+    "json two",
+    "gzipped json",
+    "zstd text",
+    "parquet one",
+    "parquet two",
+    "binary parquet",
+}
+
+
+def test_every_input_kind_is_read(corpus, tmp_path):
+    files = discover_inputs([str(corpus)])
+    kinds = {f.path.rsplit("/", 1)[-1]: (f.kind, f.compression) for f in files}
+    assert kinds == {
+        "a.txt": ("text", None),
+        "b.md": ("text", None),
+        "c.jsonl": ("jsonl", None),
+        "d.jsonl.gz": ("jsonl", "gzip"),
+        "e.txt.zst": ("text", "zstd"),
+        "f.parquet": ("parquet", None),
+        "g.parquet": ("parquet", None),
+    }
+    manifest, stats = write_shards(files, BYTE, tmp_path / "out", ReadOptions(), val_fraction=0.3)
+    assert set(shard_documents(tmp_path / "out")) == EXPECTED
+    assert (stats.files, stats.documents) == (7, 9)
+    assert stats.text_bytes == sum(len(t.encode()) for t in EXPECTED)
+    assert manifest.num_train_tokens + manifest.num_val_tokens == stats.text_bytes + 9
+
+
+def test_globs_recursive_globs_and_urls(corpus):
+    names = lambda pattern: [f.path.rsplit("/", 1)[-1] for f in discover_inputs([pattern])]  # noqa: E731
+    assert names(str(corpus / "*.jsonl")) == ["c.jsonl"]
+    assert names(str(corpus / "**" / "*.jsonl*")) == ["c.jsonl", "d.jsonl.gz"]
+    assert len(discover_inputs([str(corpus / "a.txt"), str(corpus)])) == 7, (
+        "a repeated file is read once"
+    )
+    memory = fsspec.filesystem("memory")
+    memory.pipe("/remote/x.jsonl.gz", gzip.compress(b'{"text": "from a url"}\n'))
+    remote = discover_inputs(["memory://remote/*.jsonl.gz"])
+    assert [(f.path, f.compression) for f in remote] == [("memory:///remote/x.jsonl.gz", "gzip")]
+
+
+def test_jsonl_field_and_parquet_column_options(tmp_path):
+    (tmp_path / "x.jsonl").write_text('{"body": "from body"}\n')
+    pq.write_table(pa.table({"content": ["from column"]}), tmp_path / "y.parquet")
+    files = discover_inputs([str(tmp_path / "x.jsonl"), str(tmp_path / "y.parquet")])
+    write_shards(
+        files, BYTE, tmp_path / "out", ReadOptions(text_field="body", parquet_column="content")
+    )
+    assert sorted(shard_documents(tmp_path / "out")) == ["from body", "from column"]
+
+
+def test_bpe_training_save_and_reload(tmp_path, random_texts):
+    texts = random_texts(50, letters="abc de") * 2
+    tok = train_bpe(texts, 300)
+    assert tok.kind == "hf" and 259 < tok.vocab_size <= 300
+    assert tok.eos_id == tok.tok.token_to_id("<|endoftext|>")
+    tok.save(tmp_path / "tok")
+    for spec in (tmp_path / "tok", tmp_path / "tok" / "tokenizer.json"):
+        again = load_tokenizer(str(spec))
+        assert again.content_hash == tok.content_hash
+        assert (again.eos_id, again.bos_id, again.vocab_size) == (
+            tok.eos_id,
+            tok.bos_id,
+            tok.vocab_size,
+        )
+        assert again.encode_batch(texts[:3]) == tok.encode_batch(texts[:3])
+    assert len(tok.encode_batch(["abc de abc"])[0]) < len("abc de abc"), "merges shorten text"
+    assert train_bpe(texts, 300).content_hash == tok.content_hash, "training is deterministic"
+    with pytest.raises(DataError, match="vocab size >= 259"):
+        train_bpe(texts, 100)
+
+
+def test_bpe_shards_record_their_tokenizer(tmp_path, random_texts):
+    (tmp_path / "in.txt").write_text(" ".join(random_texts(20, letters="xyz ")))
+    tok = train_bpe(random_texts(20, letters="xyz "), 280)
+    manifest, _ = write_shards(
+        discover_inputs([str(tmp_path / "in.txt")]), tok, tmp_path / "out", ReadOptions()
+    )
+    assert manifest.tokenizer.kind == "hf"
+    assert manifest.tokenizer.content_hash == tok.content_hash
+    assert manifest.tokenizer.vocab_size == tok.vocab_size
+
+
+def test_byte_tokenizer_and_loading_errors(tmp_path):
+    assert (BYTE.vocab_size, BYTE.eos_id, BYTE.bos_id, BYTE.pad_id) == (259, 256, 257, 258)
+    assert BYTE.encode_batch(["hé"]) == [[104, 195, 169]]
+    BYTE.save(tmp_path / "b")
+    assert load_tokenizer(str(tmp_path / "b")).content_hash == BYTE.content_hash
+    with pytest.raises(DataError, match="not found"):
+        load_tokenizer(str(tmp_path / "missing.json"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="holds no tokenizer.json"):
+        load_tokenizer(str(tmp_path / "empty"))
+
+
+def test_manifest_round_trip_and_file_layout(tmp_path, random_texts):
+    texts = random_texts(30)
+    out = tmp_path / "s"
+    writer = DatasetWriter(
+        out,
+        TokenizerInfo(**BYTE.identity()),
+        0.2,
+        shard_tokens=500,
+        row_tokens=16,
+        row_group_rows=3,
+    )
+    for t in texts:
+        writer.add(BYTE.encode_arrays([t])[0], split_key(t))
+    manifest = writer.finish(info={"note": "x"})
+    assert read_manifest(out) == manifest
+    assert manifest.dtype == "uint16" and manifest.row_tokens == 16 and manifest.row_group_rows == 3
+    total = sum(len(t) + 1 for t in texts)
+    assert manifest.num_train_tokens + manifest.num_val_tokens == total
+    assert sum(f.documents for f in manifest.train + manifest.validation) == len(texts)
+    assert [f.tokens for f in manifest.train[:-1]] == [500] * (len(manifest.train) - 1)
+    for f in manifest.train + manifest.validation:
+        pf = pq.ParquetFile(out / f.name)
+        lengths = [len(r) for r in pf.read().column("tokens").to_pylist()]
+        assert f.rows == len(lengths) == -(-f.tokens // 16)
+        assert lengths[:-1] == [16] * (len(lengths) - 1) and 0 < lengths[-1] <= 16
+        assert pf.num_row_groups == -(-f.rows // 3)
+    val_docs = {t for t in texts if split_key(t) < 0.2}
+    assert sum(f.documents for f in manifest.validation) == len(val_docs) > 0
+    assert verify_shards(out) == manifest
+
+
+def test_uint32_for_large_vocab(tmp_path):
+    info = TokenizerInfo("test", 70_000, 0, None, "h")
+    writer = DatasetWriter(tmp_path / "s", info, 0.0)
+    writer.add(np.array([69_999, 5]), 0.5)
+    manifest = writer.finish()
+    assert manifest.dtype == "uint32"
+    tokens = pq.read_table(tmp_path / "s" / "part-00000.parquet").column("tokens").to_pylist()
+    assert tokens == [[69_999, 5, 0]]
+
+
+def test_tiny_corpus_still_gets_one_validation_document(tmp_path):
+    texts = ["alpha", "beta", "gamma"]
+    manifest, _ = _write_texts(tmp_path, texts, val_fraction=0.01)
+    first = min(texts, key=split_key)
+    assert [f.documents for f in manifest.validation] == [1]
+    assert manifest.num_val_tokens == len(first) + 1
+    single, _ = _write_texts(tmp_path / "one", ["only"], val_fraction=0.01)
+    assert single.validation == [] and single.num_train_tokens == 5
+
+
+def _write_texts(tmp_path, texts, **kw):
+    tmp_path.mkdir(exist_ok=True)
+    for i, t in enumerate(texts):
+        (tmp_path / f"{i}.txt").write_text(t)
+    return write_shards(
+        discover_inputs([str(tmp_path / "*.txt")]), BYTE, tmp_path / "out", ReadOptions(), **kw
+    )
+
+
+def test_output_is_deterministic(corpus, tmp_path):
+    files = discover_inputs([str(corpus)])
+    a, _ = write_shards(
+        files, BYTE, tmp_path / "a", ReadOptions(), val_fraction=0.3, shard_tokens=4096
+    )
+    b, _ = write_shards(
+        files, BYTE, tmp_path / "b", ReadOptions(), val_fraction=0.3, shard_tokens=4096
+    )
+    assert [f.sha256 for f in a.train + a.validation] == [f.sha256 for f in b.train + b.validation]
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+
+def test_no_input_matched(tmp_path):
+    with pytest.raises(DataError, match=r"no input matched '.*nothing/\*\.jsonl'"):
+        discover_inputs([str(tmp_path / "nothing" / "*.jsonl")])
+
+
+def test_non_utf8_file_by_policy(tmp_path):
+    (tmp_path / "bad.txt").write_bytes(b"caf\xe9 latin-1")
+    files = discover_inputs([str(tmp_path / "bad.txt")])
+    with pytest.raises(
+        DataError, match=r"bad\.txt: not valid UTF-8 \(byte 3.*--on-decode-error replace"
+    ):
+        write_shards(files, BYTE, tmp_path / "o", ReadOptions())
+    _, stats = write_shards(files, BYTE, tmp_path / "o", ReadOptions(on_decode_error="replace"))
+    assert stats.replaced_documents == 1
+    assert shard_documents(tmp_path / "o") == ["caf\ufffd latin-1"]
+    (tmp_path / "good.txt").write_text("fine")
+    both = discover_inputs([str(tmp_path / "*.txt")])
+    _, stats = write_shards(both, BYTE, tmp_path / "o2", ReadOptions(on_decode_error="skip"))
+    assert (stats.skipped_documents, stats.documents) == (1, 1)
+
+
+def test_non_utf8_jsonl_line_is_named(tmp_path):
+    (tmp_path / "x.jsonl").write_bytes(b'{"text": "ok"}\n{"text": "\xff"}\n')
+    with pytest.raises(DataError, match=r"x\.jsonl line 2: not valid UTF-8"):
+        write_shards(
+            discover_inputs([str(tmp_path / "x.jsonl")]), BYTE, tmp_path / "o", ReadOptions()
+        )
+
+
+def test_unreadable_file(tmp_path):
+    (tmp_path / "broken.txt.gz").write_bytes(b"this is not gzip")
+    (tmp_path / "ok.txt").write_text("fine")
+    files = discover_inputs([str(tmp_path)])
+    with pytest.raises(DataError, match=r"broken\.txt\.gz: can't read it .*--on-decode-error skip"):
+        write_shards(files, BYTE, tmp_path / "o", ReadOptions())
+    _, stats = write_shards(files, BYTE, tmp_path / "o", ReadOptions(on_decode_error="skip"))
+    assert (stats.skipped_files, stats.documents) == (1, 1)
+
+
+def test_empty_document_set(tmp_path):
+    (tmp_path / "e.txt").write_text("")
+    (tmp_path / "e.jsonl").write_text('{"text": ""}\n')
+    with pytest.raises(DataError, match=r"2 input file\(s\) held no non-empty document .*2 empty"):
+        write_shards(discover_inputs([str(tmp_path)]), BYTE, tmp_path / "o", ReadOptions())
+
+
+def test_missing_json_field_names_field_file_and_line(tmp_path):
+    (tmp_path / "m.jsonl").write_text('{"text": "a"}\n{"body": "b"}\n')
+    with pytest.raises(
+        DataError, match=r"m\.jsonl line 2: no field 'text' \(fields: body\); pass --text-field"
+    ):
+        write_shards(
+            discover_inputs([str(tmp_path / "m.jsonl")]), BYTE, tmp_path / "o", ReadOptions()
+        )
+
+
+def test_invalid_json_and_missing_parquet_column(tmp_path):
+    (tmp_path / "j.jsonl").write_text("{not json\n")
+    with pytest.raises(DataError, match=r"j\.jsonl line 1: not valid JSON"):
+        write_shards(
+            discover_inputs([str(tmp_path / "j.jsonl")]), BYTE, tmp_path / "o", ReadOptions()
+        )
+    pq.write_table(pa.table({"body": ["x"]}), tmp_path / "p.parquet")
+    with pytest.raises(
+        DataError, match=r"p\.parquet: no column 'text' \(columns: body\); pass --parquet-column"
+    ):
+        write_shards(
+            discover_inputs([str(tmp_path / "p.parquet")]), BYTE, tmp_path / "o", ReadOptions()
+        )
+
+
+def test_token_id_outside_vocab_is_named(tmp_path):
+    writer = ShardWriter(tmp_path, "part", vocab_size=259, eos_id=256)
+    with pytest.raises(
+        DataError, match=r"token id 300 in doc\.txt is outside the tokenizer's vocab size 259"
+    ):
+        writer.add_document([1, 300, 2], "doc.txt")
+
+
+def test_truncated_or_altered_shard(tmp_path, make_shards, random_texts):
+    out = make_shards(random_texts(20))
+    part = out / "part-00001.parquet"
+    data = part.read_bytes()
+    part.write_bytes(data[:-10])
+    with pytest.raises(
+        DataError,
+        match=r"part-00001\.parquet: shard is .* bytes.*truncated.*re-run datasets/tokenize_corpus\.py",
+    ):
+        open_token_data(DataConfig(shards=str(out)), 320)
+    part.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+    with pytest.raises(
+        DataError,
+        match=r"part-00001\.parquet: sha256 differs .*re-run datasets/tokenize_corpus\.py",
+    ):
+        verify_shards(out)
+    with pytest.raises(DataError, match=r"part-00001\.parquet: sha256 differs"):
+        open_token_data(DataConfig(shards=str(out), verify_checksums=True), 320)
+    part.unlink()
+    with pytest.raises(DataError, match=r"part-00001\.parquet: shard file listed .* is missing"):
+        verify_shards(out)
+
+
+def test_missing_manifest(tmp_path):
+    with pytest.raises(
+        DataError, match=r"no shard manifest there; create shards with datasets/tokenize_corpus\.py"
+    ):
+        open_token_data(DataConfig(shards=str(tmp_path)), 320)
+
+
+def test_writer_never_deletes_what_its_dir_holds(tmp_path):
+    mine = tmp_path / "o" / "part-00000.parquet"
+    mine.parent.mkdir()
+    mine.write_text("not a shard")
+    with pytest.raises(
+        DataError, match=r"o: not empty; shards are written into a new or empty dir"
+    ):
+        write_shards(discover_inputs([str(mine)]), BYTE, tmp_path / "o", ReadOptions())
+    assert mine.read_text() == "not a shard"
+
+
+def test_tokenize_replaces_only_a_shard_dir(run_script, tmp_path):
+    (tmp_path / "doc.txt").write_text("text")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("mine")
+    code, _, err = run_script(
+        "datasets/tokenize_corpus.py", "--input", str(tmp_path), "--out", str(notes)
+    )
+    assert (code, err) == (
+        2,
+        f"error: --out: {notes} holds files but no manifest.json, and only a shard dir is "
+        "replaced; choose a new or empty dir\n",
+    )
+    assert [p.name for p in notes.iterdir()] == ["todo.txt"]
+    code, _, err = run_script(
+        "datasets/tokenize_corpus.py", "--input", str(tmp_path), "--out", str(notes / "todo.txt")
+    )
+    assert (code, err) == (
+        2,
+        f"error: --out: {notes / 'todo.txt'} is a file, not a directory; choose another --out\n",
+    )
+
+
+def test_tokenize_reports_unmatched_input_in_one_line(run_script, tmp_path):
+    pattern = tmp_path / "none" / "*.jsonl"
+    code, out, err = run_script(
+        "datasets/tokenize_corpus.py", "--input", str(pattern), "--out", str(tmp_path / "o")
+    )
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: no input matched '{pattern}'") and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,56 @@
+"""What an experiment report found: fits, predictions, plots and the reasons a fit was skipped.
+
+The report sections (``report_ladder``, ``report_sweep``) fill one :class:`Report`; the dispatcher
+(``report.py``) picks the sections and prints what they leave.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import pandas as pd
+
+from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit
+from trainer_core.analysis.isoflop import IsoFLOPFit
+from trainer_core.analysis.load import AnalysisError, ExperimentResults
+from trainer_core.analysis.lr import LRPowerLawFit, OptimalLR
+from trainer_core.analysis.predict import ExtrapolationCheck, LossPrediction
+from trainer_core.io.storage import Location
+
+T = TypeVar("T")
+
+
+@dataclass
+class Report:
+    """What :func:`report_experiment` found; ``None`` fits were skipped (reason in ``skipped``)."""
+
+    results: ExperimentResults
+    out_dir: Location
+    plots: list[Location] = field(default_factory=list)
+    chinchilla: ChinchillaFit | None = None
+    frontier: PowerLawFit | None = None
+    isoflop: IsoFLOPFit | None = None
+    target_flops: float | None = None
+    extrapolation: ExtrapolationCheck | None = None
+    predictions: list[LossPrediction] = field(default_factory=list)
+    optima: dict[str, OptimalLR] = field(default_factory=dict)
+    lr_law: LRPowerLawFit | None = None
+    skipped: list[str] = field(default_factory=list)
+    flags: dict[str, list[str]] = field(default_factory=dict)
+    """Degenerate-fit warnings per fit name (see ``checks.py``); absent or empty: none."""
+    unresolved: dict[str, list[str]] = field(default_factory=dict)
+    """Per fit name, the parameters its data leave open (``checks.unresolved``)."""
+
+    def attempt(self, what: str, fn: Callable[[], T]) -> T | None:
+        """``fn()``, or None with the reason recorded when the data can't support it."""
+        try:
+            return fn()
+        except AnalysisError as e:
+            self.skipped.append(f"{what}: {e}")
+            return None
+
+
+def fmt_loss(value: float) -> str:
+    return "-" if pd.isna(value) else f"{value:.4f}"

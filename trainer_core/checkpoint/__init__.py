@@ -1,0 +1,1 @@
+"""Checkpoints: listing (no torch), keep policy, RNG state, safe loading, saving."""

@@ -1,0 +1,391 @@
+"""The typed configuration of one training run.
+
+Each section is a dataclass that validates itself in ``__post_init__`` and raises
+:class:`ConfigError` naming the field; :class:`TrainConfig` checks the rules that span sections
+(batch divisible by micro-batch, warmup shorter than the run). Load with
+:func:`trainer_core.configio.load_config`; dump with :func:`trainer_core.configio.to_yaml`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from trainer_core.config.loader import ConfigError
+from trainer_core.config.sizes import MODEL_SIZES, check_size
+
+
+def require(ok: bool, name: str, value: object, allowed: str) -> None:
+    """Raise a ConfigError ``"<name>: <value> is not allowed; <allowed>"`` unless ``ok``."""
+    if not ok:
+        raise ConfigError(f"{name}: {value!r} is not allowed; {allowed}")
+
+
+SIZE_DIMS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "mlp_hidden")
+"""The dims a ``size`` sets."""
+
+
+@dataclass
+class ModelConfig:
+    """Decoder-only transformer (Llama / OLMo-2 family).
+
+    ``size`` picks dims from the size table; any dim set explicitly wins over the table.
+    """
+
+    size: str = "1M"
+    d_model: int = 0
+    n_layers: int = 0
+    n_heads: int = 0
+    n_kv_heads: int = 0
+    mlp_hidden: int = 0
+    vocab_size: int = 320
+    qk_norm: bool = True
+    tie_embeddings: bool = False
+    rope_theta: float = 10_000.0
+    norm_eps: float = 1e-6
+    init_std: float = 0.02
+    attention_backend: Literal["auto", "flash", "cudnn", "efficient", "math"] = "auto"
+    """The ``scaled_dot_product_attention`` kernel. "auto" lets torch choose; naming one forces
+    it, so a run that cannot use it fails at start instead of quietly falling back to a slower
+    kernel. CPU has "flash" and "math"; "flash" and "cudnn" on a GPU need 16-bit compute."""
+
+    def __post_init__(self) -> None:
+        if self.size:
+            check_size(self.size, "size")
+            spec = MODEL_SIZES[self.size]
+            for name in SIZE_DIMS:
+                if getattr(self, name) == 0:
+                    setattr(self, name, getattr(spec, name))
+        for name in ("d_model", "n_layers", "n_heads", "mlp_hidden", "vocab_size"):
+            require(getattr(self, name) > 0, name, getattr(self, name), "must be > 0 (or set size)")
+        if self.n_kv_heads == 0:
+            self.n_kv_heads = self.n_heads
+        require(
+            self.d_model % self.n_heads == 0,
+            "n_heads",
+            self.n_heads,
+            f"must divide d_model={self.d_model}",
+        )
+        require(
+            self.n_heads % self.n_kv_heads == 0,
+            "n_kv_heads",
+            self.n_kv_heads,
+            f"must divide n_heads={self.n_heads}",
+        )
+        require(
+            (self.d_model // self.n_heads) % 2 == 0,
+            "n_heads",
+            self.n_heads,
+            "head dim must be even for RoPE",
+        )
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+@dataclass
+class OptimConfig:
+    """AdamW. ``lr`` is the peak learning rate the schedule scales."""
+
+    lr: float = 3e-3
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    decay_norms_and_biases: bool = False
+    decay_embeddings: bool = False
+    fused: bool | None = None
+
+    def __post_init__(self) -> None:
+        require(self.lr > 0, "lr", self.lr, "must be > 0")
+        require(0 <= self.beta1 < 1, "beta1", self.beta1, "must be in [0, 1)")
+        require(0 <= self.beta2 < 1, "beta2", self.beta2, "must be in [0, 1)")
+        require(self.eps > 0, "eps", self.eps, "must be > 0")
+        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "must be >= 0")
+
+
+ScheduleKind = Literal["constant", "linear", "cosine", "inv_sqrt", "inv", "wsd"]
+
+
+@dataclass
+class ScheduleConfig:
+    """Learning-rate schedule with Levanter's semantics.
+
+    Lengths (``warmup``, ``decay``, ``rewarmup``) are a fraction of the cycle when < 1, else steps.
+    ``cycles`` (a count, or the list of steps where cycles end) and ``cycle_length`` (steps,
+    a fraction, or a list of lengths) split the run into repeated warmup-stable-decay cycles.
+    """
+
+    kind: ScheduleKind = "cosine"
+    warmup: float = 0.01
+    decay: float | None = None
+    min_lr_ratio: float = 0.1
+    rewarmup: float = 0.0
+    cycles: int | list[int] | None = None
+    cycle_length: int | float | list[int] | None = None
+
+    def __post_init__(self) -> None:
+        require(self.warmup >= 0, "warmup", self.warmup, "must be >= 0 (fraction < 1 or steps)")
+        require(self.decay is None or self.decay >= 0, "decay", self.decay, "must be >= 0 or null")
+        require(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", self.min_lr_ratio, "must be in [0, 1]")
+        require(self.rewarmup >= 0, "rewarmup", self.rewarmup, "must be >= 0")
+        require(
+            self.cycles is None or self.cycle_length is None,
+            "cycle_length",
+            self.cycle_length,
+            "set either cycles or cycle_length, not both",
+        )
+
+
+@dataclass
+class TrainModuleConfig:
+    """How one batch becomes gradients: micro-batching, precision, loss extras, clipping."""
+
+    rank_microbatch_seqs: int = 0
+    """Sequences per rank per forward/backward; 0 = the whole rank batch at once. Sequences,
+    not tokens, everywhere (the ladder plans them): a micro-batch is whole rows of the batch."""
+    max_grad_norm: float | None = 1.0
+    z_loss_multiplier: float | None = None
+    autocast_precision: Literal["bf16", "fp16"] | None = None
+    label_ignore_index: int = -100
+    reduce_grads_every_micro_batch: bool = False
+    """Reduce-scatter gradients after every micro-batch instead of only the last: more traffic,
+    but FSDP never holds a full unsharded copy of the gradients (the planner turns it on where
+    that copy would not fit)."""
+
+    def __post_init__(self) -> None:
+        require(
+            self.rank_microbatch_seqs >= 0,
+            "rank_microbatch_seqs",
+            self.rank_microbatch_seqs,
+            "must be >= 0",
+        )
+        require(
+            self.max_grad_norm is None or self.max_grad_norm > 0,
+            "max_grad_norm",
+            self.max_grad_norm,
+            "must be > 0 or null",
+        )
+
+
+@dataclass
+class ParallelConfig:
+    """Device mesh (data-parallel replicate x shard x tensor-parallel) and model wrapping."""
+
+    dp_replicate: int = 1
+    dp_shard: int = -1
+    """-1: every rank not used by dp_replicate and tp."""
+    tp: int = 1
+    param_dtype: Literal["float32", "bfloat16"] = "float32"
+    reduce_dtype: Literal["float32", "bfloat16"] = "float32"
+    activation_checkpointing: Literal["none", "full", "every_k"] = "none"
+    ac_every_k: int = 2
+    compile: bool = False
+    float8: Literal["none", "tensorwise", "rowwise"] = "none"
+    """torchao float8 training of the blocks' linear layers (embedding and LM head stay bf16):
+    a GPU of compute capability 8.9+ (9.0+ for rowwise) and ``pip install -e '.[gpu]'``."""
+    float8_emulate: bool = False
+    """Run float8 casts with fp32 matmuls instead of float8 kernels: no GPU needed, no speed-up
+    (tests and debugging)."""
+
+    def __post_init__(self) -> None:
+        require(self.dp_replicate >= 1, "dp_replicate", self.dp_replicate, "must be >= 1")
+        require(
+            self.dp_shard == -1 or self.dp_shard >= 1,
+            "dp_shard",
+            self.dp_shard,
+            "must be >= 1 or -1",
+        )
+        require(self.tp >= 1, "tp", self.tp, "must be >= 1")
+        require(self.ac_every_k >= 1, "ac_every_k", self.ac_every_k, "must be >= 1")
+        if self.float8 != "none":
+            require(
+                self.param_dtype == "bfloat16",
+                "float8",
+                self.float8,
+                "float8 matmuls run inside bf16 training: set parallel.param_dtype=bfloat16",
+            )
+            require(
+                self.tp == 1,
+                "float8",
+                self.float8,
+                "float8 with tensor parallel is not supported: set parallel.tp=1 or "
+                "parallel.float8=none",
+            )
+
+
+@dataclass
+class DataConfig:
+    """Token shards to train on and how they are cut into sequences."""
+
+    shards: str = ""
+    """A directory holding manifest.json; empty = the built-in demo corpus (Python stdlib)."""
+    mix: str = ""
+    """A YAML file of {shard dir: weight}; overrides ``shards``."""
+    seq_len: int = 128
+    tokenizer: str = "byte"
+    """Tokenizer for the demo corpus: 'byte', a local tokenizer.json or a dir holding one. With
+    shards/mix, a non-default value must be the tokenizer the shards were made with."""
+    verify_checksums: bool = False
+    """Also check every shard's whole-file sha256 when opening (reads all data once). Sizes are
+    always checked, and so is each parquet page's checksum as it is read."""
+
+    def __post_init__(self) -> None:
+        require(self.seq_len >= 2, "seq_len", self.seq_len, "must be >= 2")
+
+
+@dataclass
+class KeepRule:
+    """Keep a permanent checkpoint every ``every`` steps, up to ``until`` (null = forever)."""
+
+    every: int
+    until: int | None = None
+
+    def __post_init__(self) -> None:
+        require(self.every >= 1, "every", self.every, "must be >= 1")
+
+
+@dataclass
+class CheckpointConfig:
+    """Levanter-style policy: temporary checkpoints by time/steps + permanent ones by rules."""
+
+    enabled: bool = True
+    save_interval_steps: int | None = None
+    save_interval_minutes: float | None = 15.0
+    keep: list[KeepRule] = field(default_factory=list)
+    keep_steps: list[int] = field(default_factory=list)
+    save_final: bool = True
+    async_save: bool = False
+    resume_from: str = ""
+    """A checkpoint dir to start from; empty = the latest complete one in the run dir, if any."""
+    on_corrupt: Literal["fallback", "fail"] = "fallback"
+    """A latest checkpoint whose files fail their checksums: set it aside and resume from the one
+    before ("fallback"), or stop naming the file and change nothing ("fail")."""
+
+    def __post_init__(self) -> None:
+        require(
+            self.save_interval_steps is None or self.save_interval_steps >= 1,
+            "save_interval_steps",
+            self.save_interval_steps,
+            "must be >= 1 or null",
+        )
+        require(
+            self.save_interval_minutes is None or self.save_interval_minutes > 0,
+            "save_interval_minutes",
+            self.save_interval_minutes,
+            "must be > 0 or null",
+        )
+
+
+@dataclass
+class TrackingConfig:
+    """W&B tracking (offline by default: files in the run dir, ``wandb sync`` later)."""
+
+    wandb: bool = False
+    project: str = "rayladder"
+    group: str = ""
+    name: str = ""
+    entity: str = ""
+    tags: list[str] = field(default_factory=list)
+    mode: Literal["offline", "online", "disabled"] = "offline"
+
+
+@dataclass
+class TrainerConfig:
+    """The loop: duration, batch, logging, evaluation, where outputs go."""
+
+    run_dir: str = "runs/demo"
+    seed: int = 0
+    global_batch_size: int = 2048
+    """Tokens per optimizer step across all data-parallel ranks."""
+    max_steps: int | None = 200
+    max_tokens: int | None = None
+    """Duration in tokens; converted to steps (rounded up). Use instead of max_steps."""
+    log_interval: int = 10
+    eval_interval: int = 50
+    eval_batches: int = 4
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    peak_flops_per_device: float | None = None
+    """For MFU; null = look the device up in a table (CPU: a nominal figure)."""
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        require(
+            self.global_batch_size >= 1, "global_batch_size", self.global_batch_size, "must be >= 1"
+        )
+        require(
+            (self.max_steps is None) != (self.max_tokens is None),
+            "max_steps",
+            self.max_steps,
+            "set exactly one of max_steps and max_tokens",
+        )
+        for name in ("max_steps", "max_tokens"):
+            value = getattr(self, name)
+            require(value is None or value >= 1, name, value, "must be >= 1")
+        for name in ("log_interval", "eval_interval"):
+            require(getattr(self, name) >= 1, name, getattr(self, name), "must be >= 1")
+        require(
+            self.eval_batches >= 0, "eval_batches", self.eval_batches, "must be >= 0 (0 = no evals)"
+        )
+
+
+@dataclass
+class TrainConfig:
+    """Everything one training run needs."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    train_module: TrainModuleConfig = field(default_factory=TrainModuleConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+    def __post_init__(self) -> None:
+        seq_len = self.data.seq_len
+        batch = self.trainer.global_batch_size
+        require(
+            batch % seq_len == 0,
+            "trainer.global_batch_size",
+            batch,
+            f"must be a multiple of data.seq_len={seq_len} (it counts tokens)",
+        )
+        self.check_dp_split(1)
+        steps = self.total_steps
+        warmup = self.schedule.warmup
+        require(
+            warmup < 1 or warmup < steps,
+            "schedule.warmup",
+            warmup,
+            f"warmup must be shorter than the run ({steps} steps)",
+        )
+
+    def check_dp_split(self, dp_size: int) -> None:
+        """The batch splits into whole micro-batches on each of ``dp_size`` data-parallel ranks
+        (checked where the world size is known: a Ray config, or the trainer at start)."""
+        batch = self.trainer.global_batch_size
+        seqs = batch // self.data.seq_len
+        require(
+            seqs % dp_size == 0,
+            "trainer.global_batch_size",
+            batch,
+            f"its {seqs} sequences can't be split evenly over {dp_size} data-parallel ranks",
+        )
+        micro = self.train_module.rank_microbatch_seqs
+        ranks = f"each of the {dp_size} data-parallel ranks gets" if dp_size > 1 else "it has"
+        require(
+            not micro or seqs // dp_size % micro == 0,
+            "trainer.global_batch_size",
+            batch,
+            f"{ranks} {seqs // dp_size} sequences, not a multiple of "
+            f"train_module.rank_microbatch_seqs={micro}",
+        )
+
+    @property
+    def total_steps(self) -> int:
+        if self.trainer.max_steps is not None:
+            return self.trainer.max_steps
+        return -(-self.trainer.max_tokens // self.trainer.global_batch_size)

@@ -1,0 +1,56 @@
+"""The model size table: named sizes -> transformer dimensions.
+
+Names are the approximate parameter count of the transformer blocks alone (embeddings and
+LM head depend on the vocabulary). The exact non-embedding count ``N`` used by ladder formulas is
+computed from these dims and the vocabulary by :func:`trainer_core.model.count_params`.
+CPU sizes (1M-50M) run in tests and the demo; the rest follow Llama/OLMo-2 shapes up to 7B.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainer_core.config.loader import ConfigError, suggest
+
+
+@dataclass(frozen=True)
+class SizeSpec:
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    mlp_hidden: int
+
+
+MODEL_SIZES: dict[str, SizeSpec] = {
+    "15K": SizeSpec(24, 2, 2, 2, 64),
+    "25K": SizeSpec(32, 2, 2, 2, 96),
+    "50K": SizeSpec(48, 2, 3, 3, 128),
+    "100K": SizeSpec(64, 2, 4, 4, 176),
+    "200K": SizeSpec(64, 4, 4, 4, 176),
+    "300K": SizeSpec(80, 4, 5, 5, 224),
+    "400K": SizeSpec(96, 4, 6, 6, 240),
+    "600K": SizeSpec(96, 6, 6, 6, 240),
+    "1M": SizeSpec(128, 4, 4, 4, 384),
+    "3M": SizeSpec(192, 6, 6, 6, 512),
+    "5M": SizeSpec(256, 6, 4, 4, 704),
+    "10M": SizeSpec(320, 8, 5, 5, 896),
+    "20M": SizeSpec(384, 12, 6, 6, 1024),
+    "50M": SizeSpec(512, 16, 8, 8, 1408),
+    "100M": SizeSpec(640, 20, 10, 10, 1792),
+    "200M": SizeSpec(1024, 16, 16, 16, 2816),
+    "400M": SizeSpec(1024, 32, 16, 16, 2816),
+    "700M": SizeSpec(1536, 24, 16, 16, 4096),
+    "1B": SizeSpec(2048, 16, 16, 16, 8192),
+    "3B": SizeSpec(3072, 28, 24, 8, 8192),
+    "7B": SizeSpec(4096, 32, 32, 8, 14336),
+}
+
+
+def check_size(name: str, field: str) -> None:
+    """Raise a ConfigError naming ``field`` (and the closest known size) for an unknown size."""
+    if name not in MODEL_SIZES:
+        raise ConfigError(
+            f"{field}: {name!r} is not in the size table{suggest(name, list(MODEL_SIZES))}; "
+            f"known sizes: {', '.join(MODEL_SIZES)}"
+        )

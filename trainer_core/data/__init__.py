@@ -1,0 +1,1 @@
+"""Token data: the shard format, tokenizers, text sources, the demo corpus, batches."""

@@ -1,0 +1,394 @@
+"""Raw text inputs for tokenization: finding files, reading each kind, the UTF-8 policy.
+
+Kinds, by name (after a ``.gz`` / ``.zst`` suffix is set aside):
+
+* ``.jsonl`` / ``.json`` / ``.ndjson``: one JSON object per line, the text in a field;
+* ``.parquet``: the text in a column (string, or binary decoded as UTF-8);
+* anything else: the whole file is one document.
+
+Paths can be local files, directories (searched recursively, hidden entries skipped), globs, or
+fsspec URLs (``s3://``, ``gs://``, ...; needs the matching fsspec backend). Everything here is
+plain Python so tests and the in-process demo use it directly; the Ray Data pipeline in
+:mod:`trainer_core.ray.tokenization` runs :func:`tokenize_file` once per file in parallel.
+fsspec (0.1 s to import, in every tokenizing process) is imported only for URL inputs.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import zstandard
+
+from trainer_core.data.shards import (
+    DEFAULT_SHARD_TOKENS,
+    DEFAULT_VAL_FRACTION,
+    DataError,
+    DatasetWriter,
+    Manifest,
+    TokenizerInfo,
+    check_ids,
+    split_key,
+)
+
+TEXT, JSONL, PARQUET = "text", "jsonl", "parquet"
+COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+JSONL_SUFFIXES = {".jsonl", ".json", ".ndjson"}
+DecodePolicy = Literal["strict", "replace", "skip"]
+DECODE_POLICIES = ("strict", "replace", "skip")
+GLOB_CHARS = set("*?[")
+DOCS_PER_BATCH = 256
+
+
+@dataclass(frozen=True)
+class InputFile:
+    path: str
+    """A local absolute path or a URL."""
+    kind: str
+    compression: str | None
+    size: int = 0
+    """Bytes on disk (0 = unknown): only used to share work evenly between tasks."""
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    text_field: str = "text"
+    parquet_column: str = "text"
+    on_decode_error: DecodePolicy = "strict"
+
+    def __post_init__(self) -> None:
+        if self.on_decode_error not in DECODE_POLICIES:
+            raise DataError(
+                f"--on-decode-error {self.on_decode_error!r}: use one of {', '.join(DECODE_POLICIES)}"
+            )
+
+
+@dataclass
+class ReadStats:
+    """Counts for the summary; summed over files with :meth:`add`."""
+
+    files: int = 0
+    documents: int = 0
+    text_bytes: int = 0
+    empty_documents: int = 0
+    replaced_documents: int = 0
+    skipped_documents: int = 0
+    skipped_files: int = 0
+
+    def add(self, other: ReadStats) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def classify(path: str, size: int = 0) -> InputFile:
+    name = path.rstrip("/").rsplit("/", 1)[-1].lower()
+    stem, suffix = os.path.splitext(name)
+    compression = COMPRESSIONS.get(suffix)
+    if compression:
+        suffix = os.path.splitext(stem)[1]
+    kind = JSONL if suffix in JSONL_SUFFIXES else PARQUET if suffix == ".parquet" else TEXT
+    return InputFile(path, kind, compression, size)
+
+
+def _is_url(pattern: str) -> bool:
+    return "://" in pattern and not pattern.startswith("file://")
+
+
+def _visible(path: str) -> bool:
+    return not any(part.startswith(".") for part in Path(path).parts[1:])
+
+
+def _expand_local(pattern: str) -> list[tuple[str, int]]:
+    pattern = os.path.expanduser(pattern.removeprefix("file://"))
+    matches = sorted(glob.glob(pattern, recursive=True)) if GLOB_CHARS & set(pattern) else [pattern]
+    found: list[str] = []
+    for m in matches:
+        if os.path.isdir(m):
+            for root, dirs, names in os.walk(m):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                found += [os.path.join(root, n) for n in sorted(names) if not n.startswith(".")]
+        elif os.path.isfile(m):
+            found.append(m)
+    return [(os.path.abspath(p), os.path.getsize(p)) for p in found]
+
+
+def _expand_url(pattern: str) -> list[tuple[str, int]]:
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(pattern)
+    found: dict[str, dict] = {}
+    for m in sorted(fs.glob(path)):
+        found.update(sorted(fs.find(m, detail=True).items()) if fs.isdir(m) else [(m, fs.info(m))])
+    return [
+        (fs.unstrip_protocol(p), int(info.get("size") or 0))
+        for p, info in found.items()
+        if _visible(p)
+    ]
+
+
+def discover_inputs(patterns: list[str]) -> list[InputFile]:
+    """Every input file, in a deterministic order (patterns in order, each sorted), no repeats."""
+    if not patterns:
+        raise DataError(
+            "no --input given; pass files, directories or quoted globs like 'corpus/*.jsonl'"
+        )
+    seen: dict[str, int] = {}
+    for pattern in patterns:
+        paths = _expand_url(pattern) if _is_url(pattern) else _expand_local(pattern)
+        if not paths:
+            raise DataError(
+                f"no input matched {pattern!r}; check the path (and quote globs so the shell leaves them alone)"
+            )
+        seen.update(paths)
+    return [classify(p, size) for p, size in seen.items()]
+
+
+def decode(data: bytes, policy: DecodePolicy, where: str, stats: ReadStats) -> str | None:
+    """UTF-8 text, or under ``replace`` with U+FFFD for bad bytes, or ``None`` (skip) under ``skip``."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if policy == "strict":
+            raise DataError(
+                f"{where}: not valid UTF-8 (byte {e.start}: {e.reason}); fix the encoding or pass "
+                "--on-decode-error replace (or skip)"
+            ) from None
+        if policy == "replace":
+            stats.replaced_documents += 1
+            return data.decode("utf-8", errors="replace")
+        stats.skipped_documents += 1
+        return None
+
+
+def _open(f: InputFile):
+    if _is_url(f.path):
+        import fsspec
+
+        return fsspec.open(f.path, "rb", compression=f.compression).open()
+    if f.compression == "gzip":
+        return gzip.open(f.path, "rb")
+    if f.compression == "zstd":
+        return zstandard.open(f.path, "rb")
+    return open(f.path, "rb")
+
+
+def _jsonl_docs(f: InputFile, opts: ReadOptions, stats: ReadStats, stream) -> Iterator[str]:
+    for lineno, raw in enumerate(stream, 1):
+        if not raw.strip():
+            continue
+        where = f"{f.path} line {lineno}"
+        line = decode(raw, opts.on_decode_error, where, stats)
+        if line is None:
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(
+                f"{where}: not valid JSON ({e.msg}); JSONL needs one JSON object per line"
+            ) from None
+        if not isinstance(record, dict):
+            raise DataError(
+                f"{where}: expected a JSON object, got {type(record).__name__}; JSONL needs one object per line"
+            )
+        if opts.text_field not in record:
+            raise DataError(
+                f"{where}: no field {opts.text_field!r} (fields: {', '.join(map(str, record)) or 'none'}); "
+                "pass --text-field NAME"
+            )
+        text = record[opts.text_field]
+        if text is None:
+            yield ""
+        elif not isinstance(text, str):
+            raise DataError(
+                f"{where}: field {opts.text_field!r} is a {type(text).__name__}, not a string"
+            )
+        else:
+            yield text
+
+
+def _parquet_docs(f: InputFile, opts: ReadOptions, stats: ReadStats, stream) -> Iterator[str]:
+    source = pa.BufferReader(stream.read()) if f.compression else stream
+    pf = pq.ParquetFile(source)
+    names = pf.schema_arrow.names
+    if opts.parquet_column not in names:
+        raise DataError(
+            f"{f.path}: no column {opts.parquet_column!r} (columns: {', '.join(names)}); pass --parquet-column NAME"
+        )
+    kind = pf.schema_arrow.field(opts.parquet_column).type
+    binary = pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+    if not (binary or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise DataError(
+            f"{f.path}: column {opts.parquet_column!r} holds {kind}, not text; pass --parquet-column NAME"
+        )
+    row = 0
+    for batch in pf.iter_batches(columns=[opts.parquet_column], batch_size=1024):
+        for value in batch.column(0).to_pylist():
+            row += 1
+            if value is None:
+                yield ""
+            elif binary:
+                text = decode(value, opts.on_decode_error, f"{f.path} row {row}", stats)
+                if text is not None:
+                    yield text
+            else:
+                yield value
+
+
+def _text_docs(f: InputFile, opts: ReadOptions, stats: ReadStats, stream) -> Iterator[str]:
+    text = decode(stream.read(), opts.on_decode_error, f.path, stats)
+    if text is not None:
+        yield text
+
+
+READERS = {TEXT: _text_docs, JSONL: _jsonl_docs, PARQUET: _parquet_docs}
+
+
+def _valid_unicode(text: str, policy: DecodePolicy, where: str, stats: ReadStats) -> str | None:
+    """JSON escapes can smuggle in lone surrogates, which no UTF-8 tokenizer accepts."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return decode(text.encode("utf-8", errors="surrogatepass"), policy, where, stats)
+
+
+def read_documents(f: InputFile, opts: ReadOptions, stats: ReadStats) -> Iterator[str]:
+    """The non-empty documents of one file, counting into ``stats``.
+
+    An unreadable file (missing, corrupt archive, broken parquet) is an error under ``strict``;
+    otherwise it is counted as skipped, keeping any documents read before the failure.
+    """
+    stats.files += 1
+    try:
+        with _open(f) as stream:
+            for text in READERS[f.kind](f, opts, stats, stream):
+                text = _valid_unicode(text, opts.on_decode_error, f.path, stats)
+                if text is None:
+                    continue
+                if not text:
+                    stats.empty_documents += 1
+                    continue
+                stats.documents += 1
+                stats.text_bytes += len(text) if text.isascii() else len(text.encode("utf-8"))
+                yield text
+    except DataError:
+        raise
+    except Exception as e:
+        if not _is_read_failure(e):
+            raise
+        if opts.on_decode_error == "strict":
+            raise DataError(
+                f"{f.path}: can't read it ({type(e).__name__}: {e}); fix or remove the file, or pass "
+                "--on-decode-error skip to skip unreadable files"
+            ) from None
+        stats.skipped_files += 1
+
+
+def _is_read_failure(e: Exception) -> bool:
+    return isinstance(e, (OSError, EOFError, pa.ArrowException, zstandard.ZstdError))
+
+
+@dataclass
+class DocBatch:
+    """Tokenized documents of one file, in file order: ids and :func:`split_key` of each."""
+
+    tokens: list[np.ndarray]
+    keys: list[float]
+
+
+def tokenize_file(
+    f: InputFile,
+    tokenizer,
+    opts: ReadOptions,
+    stats: ReadStats,
+    docs_per_batch: int = DOCS_PER_BATCH,
+) -> Iterator[DocBatch]:
+    """Read one file and tokenize it ``docs_per_batch`` documents at a time (bounded memory)."""
+    texts: list[str] = []
+
+    def flush() -> DocBatch:
+        tokens = [
+            check_ids(ids, tokenizer.vocab_size, f.path) for ids in tokenizer.encode_arrays(texts)
+        ]
+        batch = DocBatch(tokens, [split_key(t) for t in texts])
+        texts.clear()
+        return batch
+
+    for text in read_documents(f, opts, stats):
+        texts.append(text)
+        if len(texts) >= docs_per_batch:
+            yield flush()
+    if texts:
+        yield flush()
+
+
+def sample_texts(files: list[InputFile], opts: ReadOptions, max_bytes: int) -> list[str]:
+    """Up to ``max_bytes`` of text for training a BPE: an equal share from each file, in order,
+    at least one document per file, so the sample spans the whole input deterministically."""
+    share = max(max_bytes // max(len(files), 1), 1)
+    sample: list[str] = []
+    total = 0
+    for f in files:
+        taken = 0
+        for text in read_documents(f, opts, ReadStats()):
+            sample.append(text)
+            taken += len(text)
+            if taken >= share:
+                break
+        total += taken
+        if total >= max_bytes:
+            break
+    return sample
+
+
+def new_writer(out_dir, tokenizer, val_fraction: float, shard_tokens: int) -> DatasetWriter:
+    return DatasetWriter(out_dir, TokenizerInfo(**tokenizer.identity()), val_fraction, shard_tokens)
+
+
+def finish_shards(
+    writer: DatasetWriter, totals: ReadStats, num_files: int, info: dict | None
+) -> Manifest:
+    """Write the manifest, unless no document survived reading (then say why)."""
+    if totals.documents == 0:
+        raise DataError(
+            f"the {num_files} input file(s) held no non-empty document ({totals.skipped_files} unreadable, "
+            f"{totals.skipped_documents} undecodable, {totals.empty_documents} empty); check --input, "
+            "--text-field and --parquet-column"
+        )
+    return writer.finish(info={**(info or {}), "read": totals.to_dict()})
+
+
+def write_shards(
+    files: list[InputFile],
+    tokenizer,
+    out_dir,
+    opts: ReadOptions,
+    *,
+    val_fraction: float = DEFAULT_VAL_FRACTION,
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    info: dict | None = None,
+) -> tuple[Manifest, ReadStats]:
+    """Tokenize ``files`` in this process into shards: the same output as the Ray pipeline."""
+    writer = new_writer(out_dir, tokenizer, val_fraction, shard_tokens)
+    totals = ReadStats()
+    for f in files:
+        stats = ReadStats()
+        for docs in tokenize_file(f, tokenizer, opts, stats):
+            for ids, key in zip(docs.tokens, docs.keys, strict=True):
+                writer.add(ids, key, f.path)
+        totals.add(stats)
+    return finish_shards(writer, totals, len(files), info), totals

@@ -1,0 +1,520 @@
+"""Training data: token shards -> position-addressable batches of (seq_len+1)-token windows.
+
+Each source's training stream is cut into windows of ``seq_len + 1`` tokens (inputs plus the
+shifted labels) at stride ``seq_len``; windows never cross a parquet file, so window ``i``'s file
+and offset follow from the manifest's token counts. The order is a pure function of the seed:
+
+* a *slot* is one window position in the run's global stream; step ``k`` with a global batch of
+  ``B`` sequences is slots ``[k*B, (k+1)*B)``, and data-parallel rank ``r`` of ``dp`` gets the
+  contiguous slice ``[r*B/dp, (r+1)*B/dp)`` of it;
+* each source's windows are visited in a fresh permutation every epoch (seeded by seed, source
+  and epoch); when an epoch runs out the next epoch's permutation continues;
+* a mix of sources assigns slots in blocks of :data:`MIX_BLOCK`: each block holds a fixed quota
+  per source (the weights, rounded), shuffled per block, so the source of any slot and how many
+  windows of that source came before it are computed without looking at earlier blocks.
+
+So any step's batch is computed directly (``start_step`` reads nothing before it), a resumed run
+gets exactly the batches of an uninterrupted one, and the Ray Data reader
+(:mod:`trainer_core.ray.reader`) reproduces them from the same :class:`TokenDataSpec`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+import yaml
+
+from trainer_core.config.sections import DataConfig
+from trainer_core.data.demo_corpus import demo_shards
+from trainer_core.data.shards import (
+    RETOKENIZE,
+    DataError,
+    Manifest,
+    ShardError,
+    ShardFile,
+    verify_shards,
+)
+from trainer_core.data.tokenizer import load_tokenizer
+from trainer_core.io import storage
+from trainer_core.io.storage import Location
+
+MIX_BLOCK = 4096
+"""Slots per mixing block: a source's share is its weight rounded to 1/MIX_BLOCK."""
+CACHE_BYTES = 512 << 20
+"""Decoded row groups kept per process; the demo corpus fits entirely."""
+OPEN_FILES = 64
+
+
+@dataclass(frozen=True)
+class TokenDataSpec:
+    """A small picklable description of what to read, built on the driver, opened anywhere.
+
+    ``sources`` are (absolute shard dir, weight) pairs. ``demo_tokenizer`` set means the built-in
+    demo corpus instead: every node builds (or reuses) its own identical cached copy.
+    """
+
+    sources: tuple[tuple[str, float], ...] = ()
+    demo_tokenizer: str | None = None
+    verify_checksums: bool = False
+
+
+def apportion(total: int, weights: Sequence[float]) -> np.ndarray:
+    """Integer shares of ``total`` proportional to ``weights`` (largest remainder, ties by order)."""
+    w = np.asarray(weights, dtype=np.float64)
+    exact = total * w / w.sum()
+    shares = np.floor(exact).astype(np.int64)
+    order = np.argsort(-(exact - shares), kind="stable")
+    shares[order[: total - int(shares.sum())]] += 1
+    return shares
+
+
+def read_mix(path: str | Path) -> tuple[tuple[str, float], ...]:
+    """A mix YAML ``{shard dir: weight}``; relative dirs are relative to the YAML file."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise DataError(
+            f"mix file {str(path)!r} not found; data.mix must name a YAML file of {{shard dir: weight}}"
+        )
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise DataError(f"{path}: not valid YAML ({e})") from None
+    if not isinstance(raw, dict) or not raw:
+        raise DataError(
+            f"{path}: a mix must be a non-empty mapping of shard dir -> weight, e.g. 'shards/web: 0.7'"
+        )
+    sources = []
+    for key, weight in raw.items():
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
+            raise DataError(f"{path}: weight of {key!r} is {weight!r}; weights must be numbers > 0")
+        source = key if storage.is_url(key) else path.parent / str(key)
+        sources.append((str(storage.normalize(source, absolute=True)), float(weight)))
+    return tuple(sources)
+
+
+def resolve_spec(cfg: DataConfig) -> TokenDataSpec:
+    if cfg.mix:
+        return TokenDataSpec(read_mix(cfg.mix), verify_checksums=cfg.verify_checksums)
+    if cfg.shards:
+        path = str(storage.normalize(cfg.shards, absolute=True))
+        return TokenDataSpec(((path, 1.0),), verify_checksums=cfg.verify_checksums)
+    return TokenDataSpec(demo_tokenizer=cfg.tokenizer, verify_checksums=cfg.verify_checksums)
+
+
+def open_token_data(cfg: DataConfig, model_vocab_size: int) -> TokenData:
+    """Open the configured shards (or the demo corpus) and check they fit the model's vocab."""
+    data = TokenData.open(resolve_spec(cfg))
+    info = data.manifest.tokenizer
+    if info.vocab_size > model_vocab_size:
+        raise DataError(
+            f"{data.manifest.path}: the shards' tokenizer ({info.kind}) has vocab_size {info.vocab_size}, "
+            f"more than model.vocab_size={model_vocab_size}; set model.vocab_size >= {info.vocab_size}"
+        )
+    if (
+        (cfg.shards or cfg.mix)
+        and cfg.tokenizer != DataConfig.tokenizer
+        and load_tokenizer(cfg.tokenizer).content_hash != info.content_hash
+    ):
+        raise DataError(
+            f"{data.manifest.path}: shards were made by another tokenizer than data.tokenizer="
+            f"{cfg.tokenizer!r}; re-tokenize with it or leave data.tokenizer unset"
+        )
+    return data
+
+
+def first_line(e: Exception) -> str:
+    """pyarrow's messages can run to several lines; a one-line error keeps the first."""
+    return (str(e).splitlines() or [type(e).__name__])[0]
+
+
+@dataclass(frozen=True)
+class ShardLayout:
+    """What a split's row groups must decode to, from its manifest."""
+
+    dtype: np.dtype
+    vocab_size: int
+    row_tokens: int
+    row_group_rows: int
+
+    @property
+    def group_tokens(self) -> int:
+        return self.row_tokens * self.row_group_rows
+
+
+def decode_group(
+    file: pq.ParquetFile, path: Location, index: int, file_tokens: int, layout: ShardLayout
+) -> np.ndarray:
+    """Decode one row group, its pages' CRCs verified, or raise a ShardError naming the file.
+
+    Page CRCs catch flipped bits in the data; the count, dtype and vocab checks catch what they
+    cannot (a damaged footer or page header, a manifest from another tokenizer) before the model
+    indexes its embedding with a bad id. One vectorised max per row group keeps that cheap.
+    """
+    try:
+        column = file.read_row_group(index, columns=["tokens"]).column("tokens").combine_chunks()
+        tokens = column.flatten().to_numpy() if pa.types.is_list(column.type) else None
+    except (OSError, ValueError, KeyError, pa.ArrowException) as e:
+        raise ShardError(
+            f"{path}: row group {index} is corrupt ({first_line(e)}); {RETOKENIZE}"
+        ) from None
+    expected = min(layout.group_tokens, file_tokens - index * layout.group_tokens)
+    if tokens is None or tokens.size != expected or tokens.dtype != layout.dtype:
+        found = column.type if tokens is None else f"{tokens.size} {tokens.dtype} tokens"
+        raise ShardError(
+            f"{path}: row group {index} decodes to {found}, the manifest implies {expected} "
+            f"{layout.dtype} tokens; {RETOKENIZE}"
+        )
+    if tokens.size and int(tokens.max()) >= layout.vocab_size:
+        at = int(np.argmax(tokens >= layout.vocab_size))
+        row = index * layout.row_group_rows + at // layout.row_tokens
+        raise ShardError(
+            f"{path}: row {row} holds token id {int(tokens[at])}, outside the manifest's vocab "
+            f"size {layout.vocab_size} (corrupt shard, or a manifest from another tokenizer); "
+            f"{RETOKENIZE}"
+        )
+    return tokens
+
+
+def open_parquet(path: Location) -> pq.ParquetFile:
+    """A local file memory-mapped; a remote one through its fsspec filesystem, whose reads
+    fetch only the row groups asked for."""
+    if storage.is_url(path):
+        fs, key = storage.filesystem(path)
+        # Opened by pyarrow from the filesystem (not a handle we pass), so close() releases it.
+        return pq.ParquetFile(key, filesystem=fs, page_checksum_verification=True)
+    return pq.ParquetFile(path, memory_map=True, page_checksum_verification=True)
+
+
+class RowGroupCache:
+    """Decoded parquet row groups, least recently used first out, within a byte budget."""
+
+    def __init__(self, budget_bytes: int = CACHE_BYTES):
+        self.budget = budget_bytes
+        self._files: OrderedDict[Location, pq.ParquetFile] = OrderedDict()
+        self._groups: OrderedDict[tuple[Location, int], np.ndarray] = OrderedDict()
+        self._bytes = 0
+
+    def group(
+        self, path: Location, index: int, file_tokens: int, layout: ShardLayout
+    ) -> np.ndarray:
+        """Row group ``index`` of ``path`` (``file_tokens`` long), decoded and checked once."""
+        key = (path, index)
+        hit = self._groups.get(key)
+        if hit is not None:
+            self._groups.move_to_end(key)
+            return hit
+        tokens = decode_group(self._file(path), path, index, file_tokens, layout)
+        self._groups[key] = tokens
+        self._bytes += tokens.nbytes
+        while self._bytes > self.budget and len(self._groups) > 1:
+            self._bytes -= self._groups.popitem(last=False)[1].nbytes
+        return tokens
+
+    def _file(self, path: Location) -> pq.ParquetFile:
+        handle = self._files.get(path)
+        if handle is None:
+            try:
+                handle = open_parquet(path)
+            except (OSError, ValueError, pa.ArrowException) as e:
+                raise ShardError(
+                    f"{path}: not a readable parquet file ({first_line(e)}); {RETOKENIZE}"
+                ) from None
+            self._files[path] = handle
+            if len(self._files) > OPEN_FILES:
+                self._files.popitem(last=False)[1].close()
+        self._files.move_to_end(path)
+        return handle
+
+
+class Split:
+    """One split (train or validation) of one shard dir: window index <-> (file, token offset)."""
+
+    def __init__(self, manifest: Manifest, files: list[ShardFile]):
+        self.manifest = manifest
+        self.paths = [storage.join(manifest.dir, f.name) for f in files]
+        self.tokens = np.array([f.tokens for f in files], dtype=np.int64)
+        self.layout = ShardLayout(
+            np.dtype(manifest.dtype),
+            manifest.tokenizer.vocab_size,
+            manifest.row_tokens,
+            manifest.row_group_rows,
+        )
+        self._starts: dict[int, np.ndarray] = {}
+
+    def window_starts(self, seq_len: int) -> np.ndarray:
+        """First window index of each file, plus the total at the end."""
+        starts = self._starts.get(seq_len)
+        if starts is None:
+            per_file = np.maximum((self.tokens - 1) // seq_len, 0)
+            starts = self._starts[seq_len] = np.concatenate([[0], np.cumsum(per_file)])
+        return starts
+
+    def num_windows(self, seq_len: int) -> int:
+        return int(self.window_starts(seq_len)[-1])
+
+    def locate(self, windows: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+        """(file index, token offset in that file) of each window."""
+        starts = self.window_starts(seq_len)
+        files = np.searchsorted(starts, windows, side="right") - 1
+        return files, (windows - starts[files]) * seq_len
+
+    def read(
+        self, windows: np.ndarray, seq_len: int, cache: RowGroupCache, out: np.ndarray
+    ) -> None:
+        """Fill ``out[i]`` with window ``windows[i]`` (``seq_len + 1`` tokens)."""
+        g = self.layout.group_tokens
+        for i, (f, offset) in enumerate(zip(*self.locate(windows, seq_len), strict=True)):
+            path, file_tokens = self.paths[f], int(self.tokens[f])
+            start = pos = int(offset)
+            end = start + seq_len + 1
+            while pos < end:
+                index, within = divmod(pos, g)
+                group = cache.group(path, index, file_tokens, self.layout)
+                take = min(end - pos, g - within)
+                out[i, pos - start : pos - start + take] = group[within : within + take]
+                pos += take
+
+
+class WindowOrder:
+    """Global slot -> (source, window of that source's training split), a pure function of the seed."""
+
+    def __init__(self, windows: Sequence[int], weights: Sequence[float], seed: int):
+        self.windows = np.asarray(windows, dtype=np.int64)
+        self.seed = seed % (1 << 63)
+        self.quotas = apportion(MIX_BLOCK, weights) if len(windows) > 1 else None
+        self._perms: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._blocks: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+
+    def consumed(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Source of each slot and how many windows of that source the stream used before it."""
+        slots = np.asarray(slots, dtype=np.int64)
+        if self.quotas is None:
+            return np.zeros_like(slots), slots
+        blocks, within = np.divmod(slots, MIX_BLOCK)
+        sources, before = np.empty_like(slots), np.empty_like(slots)
+        for b in np.unique(blocks):
+            layout, rank = self._block(int(b))
+            sel = blocks == b
+            sources[sel] = layout[within[sel]]
+            before[sel] = b * self.quotas[sources[sel]] + rank[within[sel]]
+        return sources, before
+
+    def locate(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(source, window index in its training split) of each slot."""
+        sources, before = self.consumed(slots)
+        windows = np.empty_like(before)
+        for s in np.unique(sources):
+            sel = sources == s
+            epochs, index = np.divmod(before[sel], self.windows[s])
+            picked = np.empty_like(index)
+            for e in np.unique(epochs):
+                at = epochs == e
+                picked[at] = self.permutation(int(s), int(e))[index[at]]
+            windows[sel] = picked
+        return sources, windows
+
+    def permutation(self, source: int, epoch: int) -> np.ndarray:
+        key = (source, epoch)
+        perm = self._perms.get(key)
+        if perm is None:
+            rng = np.random.default_rng([self.seed, 0, source, epoch])
+            perm = self._perms[key] = rng.permutation(int(self.windows[source]))
+            if len(self._perms) > 4:
+                self._perms.popitem(last=False)
+        return perm
+
+    def _block(self, block: int) -> tuple[np.ndarray, np.ndarray]:
+        """The block's source per position, and each position's rank among its source's."""
+        hit = self._blocks.get(block)
+        if hit is None:
+            rng = np.random.default_rng([self.seed, 1, block])
+            layout = rng.permutation(np.repeat(np.arange(len(self.quotas)), self.quotas))
+            order = np.argsort(layout, kind="stable")
+            first = np.concatenate([[0], np.cumsum(self.quotas)[:-1]])
+            rank = np.empty(MIX_BLOCK, dtype=np.int64)
+            rank[order] = np.arange(MIX_BLOCK) - first[layout[order]]
+            hit = self._blocks[block] = (layout, rank)
+            if len(self._blocks) > 8:
+                self._blocks.popitem(last=False)
+        return hit
+
+
+class TokenData:
+    """Opened shards (one dir or a weighted mix) that serve train and eval batches."""
+
+    def __init__(
+        self, spec: TokenDataSpec, manifests: list[Manifest], cache_bytes: int = CACHE_BYTES
+    ):
+        self.spec, self.manifests = spec, manifests
+        self.weights = [w for _, w in spec.sources] if spec.sources else [1.0]
+        first = manifests[0]
+        for m in manifests[1:]:
+            if m.tokenizer.content_hash != first.tokenizer.content_hash:
+                raise DataError(
+                    f"mix sources use different tokenizers: {first.dir} ({first.tokenizer.kind}, "
+                    f"vocab {first.tokenizer.vocab_size}) vs {m.dir} ({m.tokenizer.kind}, vocab "
+                    f"{m.tokenizer.vocab_size}); tokenize every source with the same --tokenizer"
+                )
+        quotas = apportion(MIX_BLOCK, self.weights)
+        for (path, _), quota in zip(spec.sources, quotas, strict=False):
+            if quota == 0:
+                raise DataError(
+                    f"mix weight of {path} is below 1/{MIX_BLOCK} of the total; raise it or drop the source"
+                )
+        self.train = [Split(m, m.train) for m in manifests]
+        self.val = [Split(m, m.validation) for m in manifests]
+        self.cache = RowGroupCache(cache_bytes)
+        self._orders: dict[tuple[int, int], WindowOrder] = {}
+
+    @classmethod
+    def open(cls, spec: TokenDataSpec) -> TokenData:
+        if spec.demo_tokenizer is not None:
+            dirs = [demo_shards(tokenizer=spec.demo_tokenizer)]
+        else:
+            dirs = [storage.normalize(d) for d, _ in spec.sources]
+        if not dirs:
+            raise DataError(
+                "no shard dirs to read; set data.shards or data.mix (or neither for the demo corpus)"
+            )
+        manifests = [verify_shards(d, checksums=spec.verify_checksums) for d in dirs]
+        for m in manifests:
+            if not (m.page_checksums or spec.verify_checksums):
+                warnings.warn(
+                    f"{m.dir}: shards written without page checksums, so a corrupted page would "
+                    f"go unnoticed; {RETOKENIZE}, or set data.verify_checksums=true",
+                    stacklevel=2,
+                )
+        return cls(spec, manifests)
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.manifests[0]
+
+    @property
+    def vocab_size(self) -> int:
+        return self.manifest.tokenizer.vocab_size
+
+    @property
+    def eos_id(self) -> int:
+        return self.manifest.tokenizer.eos_id
+
+    @property
+    def num_train_tokens(self) -> int:
+        return sum(m.num_train_tokens for m in self.manifests)
+
+    def order(self, seq_len: int, seed: int) -> WindowOrder:
+        key = (seq_len, seed)
+        if key not in self._orders:
+            counts = [s.num_windows(seq_len) for s in self.train]
+            for split, n in zip(self.train, counts, strict=True):
+                if n == 0:
+                    raise DataError(
+                        f"{split.manifest.path}: no shard file holds seq_len+1 = {seq_len + 1} tokens; "
+                        "use a shorter data.seq_len or more text"
+                    )
+            self._orders[key] = WindowOrder(counts, self.weights, seed)
+        return self._orders[key]
+
+    def read_slots(self, slots: np.ndarray, seq_len: int, seed: int) -> np.ndarray:
+        """The windows at global slots ``slots`` as an int64 array [len(slots), seq_len + 1]."""
+        sources, windows = self.order(seq_len, seed).locate(slots)
+        return self._read(self.train, sources, windows, seq_len)
+
+    def _read(
+        self, splits: list[Split], sources: np.ndarray, windows: np.ndarray, seq_len: int
+    ) -> np.ndarray:
+        out = np.empty((len(windows), seq_len + 1), dtype=np.int64)
+        if len(splits) == 1:
+            splits[0].read(windows, seq_len, self.cache, out)
+            return out
+        for s in np.unique(sources):
+            sel = np.flatnonzero(sources == s)
+            part = np.empty((sel.size, seq_len + 1), dtype=np.int64)
+            splits[s].read(windows[sel], seq_len, self.cache, part)
+            out[sel] = part
+        return out
+
+    def rank_slots(
+        self, step: int, global_batch_seqs: int, dp_rank: int, dp_size: int
+    ) -> np.ndarray:
+        """The global slots of rank ``dp_rank``'s share of step ``step``."""
+        per_rank = rank_batch_size(global_batch_seqs, dp_rank, dp_size)
+        first = step * global_batch_seqs + dp_rank * per_rank
+        return np.arange(first, first + per_rank, dtype=np.int64)
+
+    def train_batches(
+        self,
+        seq_len: int,
+        global_batch_seqs: int,
+        seed: int,
+        start_step: int = 0,
+        dp_rank: int = 0,
+        dp_size: int = 1,
+    ) -> Iterator[torch.Tensor]:
+        """Endless int64 batches [global_batch_seqs/dp_size, seq_len+1] from step ``start_step`` on."""
+        rank_batch_size(global_batch_seqs, dp_rank, dp_size)
+        if start_step < 0:
+            raise DataError(f"start_step {start_step} must be >= 0")
+        self.order(seq_len, seed)
+
+        def batches() -> Iterator[torch.Tensor]:
+            step = start_step
+            while True:
+                slots = self.rank_slots(step, global_batch_seqs, dp_rank, dp_size)
+                yield torch.from_numpy(self.read_slots(slots, seq_len, seed))
+                step += 1
+
+        return batches()
+
+    def eval_batches(
+        self, seq_len: int, batch_seqs: int, num_batches: int, dp_rank: int = 0, dp_size: int = 1
+    ) -> list[torch.Tensor]:
+        """The same ``num_batches`` validation batches on every call: windows spread evenly over
+        each source's validation split, sources in proportion to their weights."""
+        per_rank = rank_batch_size(batch_seqs, dp_rank, dp_size)
+        total = batch_seqs * num_batches
+        if total == 0:
+            return []
+        chosen: list[tuple[float, int, int]] = []
+        for s, (split, quota) in enumerate(
+            zip(self.val, apportion(total, self.weights), strict=True)
+        ):
+            n = split.num_windows(seq_len)
+            if quota and n == 0:
+                raise DataError(
+                    f"{split.manifest.path}: the validation split ({split.tokens.sum()} tokens) has no "
+                    f"window of seq_len+1 = {seq_len + 1} tokens; re-tokenize with a larger --val-fraction "
+                    "or set trainer.eval_batches=0"
+                )
+            picks = (np.arange(quota) * n) // quota if quota <= n else np.arange(quota) % max(n, 1)
+            chosen += [((j + 0.5) / quota, s, int(w)) for j, w in enumerate(picks)]
+        chosen.sort()
+        sources = np.array([s for _, s, _ in chosen])
+        windows = np.array([w for _, _, w in chosen], dtype=np.int64)
+        out = self._read(self.val, sources, windows, seq_len)
+        first = dp_rank * per_rank
+        return [
+            torch.from_numpy(out[b * batch_seqs + first : b * batch_seqs + first + per_rank].copy())
+            for b in range(num_batches)
+        ]
+
+
+def rank_batch_size(global_batch_seqs: int, dp_rank: int, dp_size: int) -> int:
+    """Sequences per rank; the global batch must split evenly over the data-parallel ranks."""
+    if global_batch_seqs < 1 or dp_size < 1 or not 0 <= dp_rank < dp_size:
+        raise DataError(
+            f"bad batch layout: global_batch_seqs={global_batch_seqs}, dp_rank={dp_rank}, dp_size={dp_size}"
+        )
+    if global_batch_seqs % dp_size:
+        raise DataError(
+            f"global batch of {global_batch_seqs} sequences can't be split evenly over {dp_size} data-parallel ranks"
+        )
+    return global_batch_seqs // dp_size

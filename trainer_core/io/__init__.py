@@ -1,0 +1,1 @@
+"""Where results live: local paths or URLs, the run-dir layout, output-dir checks."""

@@ -1,0 +1,218 @@
+"""The on-disk layout of runs and experiments: every file name, the ``run.json`` record, atomic writes.
+
+The trainer, the checkpointer, the Ray layer and the analysis all name files through this module,
+so the layout described in docs/run_layout.md has one owner. It imports neither torch nor Ray:
+reading a run dir must not need them.
+
+A run dir::
+
+    config.yaml                      the resolved config
+    run.json                         RunInfo + status, diverged_step, last_step, workers (+ error)
+    metrics.jsonl                    one line per log interval or eval
+    metrics_step{N}.json             the metrics saved with the permanent checkpoint of step N
+    checkpoints/step-{N:08d}/        a checkpoint (what it holds: trainer_core.checkpoint)
+    checkpoints/step-{N:08d}.tmp-*   scratch of a save in flight (.old-*: of a re-save)
+    checkpoints/step-{N:08d}.corrupt-*  a checkpoint moved aside after failing its checksums
+
+An experiment dir (ladder or LR sweep): ``experiment.yaml``, ``plan.json``, ``runs/<name>/`` (a
+run dir per trial) and Tune's state in ``tune/``.
+
+``config.yaml``, ``run.json`` and ``metrics_step{N}.json`` are replaced whole
+(:func:`write_atomic`): a reader, or a crash, sees the old content or the new, never a mix.
+``metrics.jsonl`` is appended to (and rewritten whole when a resume drops replayed steps).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import yaml
+
+from trainer_core.io import storage
+from trainer_core.io.storage import Location, write_atomic
+
+CONFIG = "config.yaml"
+RUN_JSON = "run.json"
+METRICS = "metrics.jsonl"
+CHECKPOINTS = "checkpoints"
+
+EXPERIMENT = "experiment.yaml"
+PLAN = "plan.json"
+RUNS = "runs"
+TUNE = "tune"
+
+METRICS_STEP = re.compile(r"^metrics_step(\d+)\.json$")
+"""A ``metrics_step{N}.json`` file name; group 1 is N."""
+STEP_DIR = re.compile(r"^step-(\d{8,})$")
+"""A committed checkpoint dir's name; group 1 is the step."""
+SCRATCH_DIR = re.compile(r"^step-(\d{8,})\.(tmp|old)-\w+$")
+"""A save's scratch dir (``tmp``: being written; ``old``: the one a re-save replaces)."""
+
+FINAL_STATUSES = ("finished", "diverged")
+"""A run in one of these is done: running it again returns its record at once."""
+
+
+@dataclass
+class RunInfo:
+    """What a run is: the part of ``run.json`` fixed at its start."""
+
+    name: str
+    num_params: int
+    flops_per_token: int
+    lr: float
+    global_batch_tokens: int
+    seq_len: int
+    total_steps: int
+    size: str = ""
+    tags: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class WorkerGroup:
+    """One start or restart of a run's ranks: a restart onto other nodes shows as a new group."""
+
+    start_step: int
+    time: float
+    """When the group began training (Unix seconds, after loading its checkpoint)."""
+    ranks: list[dict[str, str]]
+    """Per rank, where it ran: ``host``, plus what the launcher adds (``node_id`` on Ray)."""
+
+
+RUN_FIELDS = (
+    *(f.name for f in fields(RunInfo)),
+    "status",
+    "diverged_step",
+    "last_step",
+    "workers",
+)
+"""Every key of ``run.json`` in the order it is written. ``status``: running, finished, diverged
+(``diverged_step`` says when), stopped (by Tune's early stopping) or failed (with an ``error`` key);
+``workers``: a :class:`WorkerGroup` per (re)start, oldest first."""
+
+
+def config_path(run_dir: Location) -> Location:
+    return storage.join(run_dir, CONFIG)
+
+
+def run_json_path(run_dir: Location) -> Location:
+    return storage.join(run_dir, RUN_JSON)
+
+
+def metrics_path(run_dir: Location) -> Location:
+    return storage.join(run_dir, METRICS)
+
+
+def metrics_step_path(run_dir: Location, step: int) -> Location:
+    return storage.join(run_dir, f"metrics_step{step}.json")
+
+
+def metrics_step_files(run_dir: Location) -> list[tuple[int, Location]]:
+    """Every ``metrics_step{N}.json`` of a run as (N, path), sorted by file name."""
+    found = sorted(n for n, size in storage.entries(run_dir).items() if size is not None)
+    return [
+        (int(m.group(1)), storage.join(run_dir, n)) for n in found if (m := METRICS_STEP.match(n))
+    ]
+
+
+def checkpoints_dir(run_dir: Location) -> Location:
+    return storage.join(run_dir, CHECKPOINTS)
+
+
+def step_dir(run_dir: Location, step: int) -> Location:
+    return storage.join(checkpoints_dir(run_dir), f"step-{step:08d}")
+
+
+def beside(path: Location, kind: str, token: str) -> Location:
+    """``step-N.<kind>-<token>`` next to the checkpoint dir ``step-N`` (kind: tmp, old, corrupt)."""
+    return storage.sibling(path, f"{storage.name(path)}.{kind}-{token}")
+
+
+def scratch_dirs(run_dir: Location, kind: str = "*") -> list[Location]:
+    """The scratch dirs of a run's saves (``kind``: tmp, old or both), sorted by name."""
+    root = checkpoints_dir(run_dir)
+    return [
+        storage.join(root, n)
+        for n, size in sorted(storage.entries(root).items())
+        if size is None and (m := SCRATCH_DIR.match(n)) and kind in ("*", m.group(2))
+    ]
+
+
+def write_run_json(
+    run_dir: Location,
+    info: RunInfo,
+    status: str,
+    *,
+    last_step: int,
+    diverged_step: int | None = None,
+    workers: list[WorkerGroup] | None = None,
+    error: str | None = None,
+) -> None:
+    record = {
+        **asdict(info),
+        "status": status,
+        "diverged_step": diverged_step,
+        "last_step": last_step,
+        "workers": [asdict(g) for g in workers or []],
+        **({"error": error} if error else {}),
+    }
+    write_atomic(run_json_path(run_dir), json.dumps(record, indent=2))
+
+
+def read_run_json(run_dir: Location) -> dict[str, Any] | None:
+    """The run's record as written (None: the run has not started)."""
+    path = run_json_path(run_dir)
+    return json.loads(storage.read_text(path)) if storage.is_file(path) else None
+
+
+def worker_groups(run_dir: Location) -> list[WorkerGroup]:
+    """The worker groups run.json records so far ([] before the first start)."""
+    return [WorkerGroup(**g) for g in (read_run_json(run_dir) or {}).get("workers", [])]
+
+
+def last_logged_step(run_dir: Location) -> int:
+    """The step of the last whole line of ``metrics.jsonl`` (0: none)."""
+    path = metrics_path(run_dir)
+    last = 0
+    for line in storage.read_text(path).splitlines() if storage.is_file(path) else []:
+        try:
+            last = int(json.loads(line).get("step", last))
+        except (ValueError, AttributeError):
+            continue  # a line cut by a kill mid-write
+    return last
+
+
+def mark_stopped(run_dir: Location) -> None:
+    """Record a run still ``running`` after its trial ended (Tune's early stopping ended it) as
+    ``stopped``, or as ``finished`` when its last step was logged: ASHA stops every trial that
+    reaches ``max_t``, at its last report, which can land before the run writes "finished"."""
+    record = read_run_json(run_dir)
+    if record is None or record.get("status") != "running":
+        return
+    record["last_step"] = max(record.get("last_step", 0), last_logged_step(run_dir))
+    done = record["last_step"] >= record["total_steps"]
+    record["status"] = "finished" if done else "stopped"
+    write_atomic(run_json_path(run_dir), json.dumps(record, indent=2))
+
+
+def write_metrics_step(run_dir: Location, step: int, record: dict[str, Any]) -> None:
+    """The metrics kept beside the permanent checkpoint of ``step``."""
+    write_atomic(metrics_step_path(run_dir, step), json.dumps(record, indent=2, default=float))
+
+
+def experiment_kind(record: Mapping) -> str:
+    """The one rule for "ladder" vs "LR sweep", on an experiment's top-level config keys (a
+    job's fields, or its ``experiment.yaml``): an LR sweep's config has a ``sweep`` section."""
+    return "LR sweep" if "sweep" in record else "ladder"
+
+
+def recorded_experiment_kind(exp_dir: Location) -> str | None:
+    """:func:`experiment_kind` of the experiment recorded in ``exp_dir``; None without a record
+    (a new dir, a single run's dir)."""
+    path = storage.join(exp_dir, EXPERIMENT)
+    if not storage.is_file(path):
+        return None
+    return experiment_kind(yaml.safe_load(storage.read_text(path)) or {})

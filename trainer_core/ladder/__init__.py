@@ -1,0 +1,1 @@
+"""Ladder planning (no Ray): formulas, the per-size plan, memory, records, sweeps."""

@@ -1,0 +1,183 @@
+"""A ladder's config: the sizes, the formulas, the devices, and the ``run:`` template.
+
+A template field the plan fills in (:data:`PLANNED`) is an error to set, so no setting is
+silently replaced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import ClassVar
+
+from trainer_core.config.loader import ConfigError
+from trainer_core.config.sections import (
+    SIZE_DIMS,
+    TrainConfig,
+    require,
+)
+from trainer_core.config.sizes import check_size
+from trainer_core.devices import (
+    CPU_NOMINAL_FLOPS,
+    DEVICE_MEMORY_GB,
+    PEAK_BF16_FLOPS,
+    device_peak_flops,
+    match_device,
+)
+from trainer_core.ladder.formulas import BatchFormula, Beta2Formula, DurationFormula, LRFormula
+
+
+@dataclass
+class LadderConfig:
+    """A model ladder: named sizes, the formulas that size everything, and the run template.
+
+    What planning reads (sizes, sequence length, vocabulary, devices, formulas) is set here;
+    every other setting of the runs is set in ``run``.
+    """
+
+    MOVED_KEYS: ClassVar[dict[str, str]] = {
+        "seed": "run.trainer.seed",
+        "data": "run.data",
+        "tracking": "run.tracking",
+        "optim": "run.optim (beta1, weight_decay) and beta2 (the batch-size rule for beta2)",
+    }
+    """Keys of older ladder files and where each fact lives now (named in the error)."""
+
+    name: str = "demo"
+    dir: str = "runs/ladder-demo"
+    sizes: list[str] = field(default_factory=lambda: ["1M", "3M", "5M"])
+    max_devices: int = 1
+    device_type: str = "cpu"
+    devices_per_node: int = 8
+    """A run's devices are a power of two within one node, or whole nodes (the mesh keeps a TP
+    group inside a node; partial nodes strand the rest)."""
+    device_memory_gb: float | None = None
+    memory_fraction: float = 0.8
+    max_micro_batch_seqs: int = 64
+    assumed_mfu: float = 0.4
+    """For the device-hours estimate (measure it with ``--benchmark SIZE``)."""
+    seq_len: int = 128
+    vocab_size: int = 320
+    eval_tokens: int = 0
+    """Tokens per evaluation, the same for every size (rounded to whole batches); 0 = the run
+    template's ``trainer.eval_batches``. Equal eval sets keep the sizes' losses comparable."""
+    batch: BatchFormula = field(default_factory=BatchFormula)
+    lr: LRFormula = field(default_factory=LRFormula)
+    duration: DurationFormula = field(default_factory=DurationFormula)
+    beta2: Beta2Formula = field(default_factory=Beta2Formula)
+    run: TrainConfig = field(default_factory=TrainConfig)
+    """Template for every run (data, seed, optimizer, logging, eval, precision, parallelism,
+    tracking...); the fields in :data:`PLANNED` are filled in per size, so left unset here."""
+
+    def __post_init__(self) -> None:
+        require(bool(self.sizes), "sizes", self.sizes, "list at least one size")
+        for s in self.sizes:
+            check_size(s, "sizes")
+        require(self.max_devices >= 1, "max_devices", self.max_devices, "must be >= 1")
+        require(
+            self.devices_per_node >= 1, "devices_per_node", self.devices_per_node, "must be >= 1"
+        )
+        parallel = self.run.parallel
+        require(
+            parallel.dp_shard == -1,
+            "run.parallel.dp_shard",
+            parallel.dp_shard,
+            "the ladder sizes the mesh per size: leave it -1 (every device not used by "
+            "dp_replicate and tp)",
+        )
+        group = parallel.tp * parallel.dp_replicate
+        require(
+            self.devices_per_node % parallel.tp == 0,
+            "run.parallel.tp",
+            parallel.tp,
+            f"a TP group stays inside a node: must divide devices_per_node={self.devices_per_node}",
+        )
+        require(
+            bool(device_counts(self)),
+            "max_devices",
+            self.max_devices,
+            f"no run fits: devices must be a multiple of dp_replicate x tp = {group} and a power "
+            f"of two within a node or whole nodes of {self.devices_per_node}",
+        )
+        require(
+            not self.uses_gpu or device_peak_flops(self.device_type) is not None,
+            "device_type",
+            self.device_type,
+            f"use 'cpu' or a GPU of trainer_core.flops.PEAK_BF16_FLOPS ({', '.join(PEAK_BF16_FLOPS)})",
+        )
+        require(
+            0 < self.memory_fraction <= 1,
+            "memory_fraction",
+            self.memory_fraction,
+            "must be in (0, 1]",
+        )
+        planned = dict(PLANNED)
+        if self.eval_tokens:
+            planned["trainer.eval_batches"] = "eval_tokens"
+        check_unplanned(self.run, TrainConfig(), planned, "run.")
+
+    @property
+    def memory_bytes(self) -> float:
+        gb = self.device_memory_gb or _lookup(DEVICE_MEMORY_GB, self.device_type, 80)
+        return gb * 2**30 * self.memory_fraction
+
+    @property
+    def peak_flops(self) -> float:
+        """Per device, from the one table MFU uses too (:mod:`trainer_core.flops`)."""
+        if not self.uses_gpu:
+            return CPU_NOMINAL_FLOPS
+        return device_peak_flops(self.device_type)
+
+    @property
+    def uses_gpu(self) -> bool:
+        return self.device_type.lower() != "cpu"
+
+
+PLANNED = {
+    **{f"model.{key}": "sizes" for key in ("size", *SIZE_DIMS)},
+    "model.vocab_size": "vocab_size",
+    "data.seq_len": "seq_len",
+    "optim.lr": "lr",
+    "optim.beta2": "beta2",
+    "schedule": "duration",
+    "train_module.rank_microbatch_seqs": "max_micro_batch_seqs",
+    "train_module.reduce_grads_every_micro_batch": "memory_fraction",
+    "trainer.run_dir": "dir",
+    "trainer.global_batch_size": "batch",
+    "trainer.max_steps": "duration",
+    "trainer.max_tokens": "duration",
+    "trainer.device": "device_type",
+    "checkpoint.keep_steps": "duration.decay_points",
+    "tracking.group": "name",
+    "tracking.name": "name",
+}
+"""Each run-template field the plan fills in -> the ladder key it is planned from."""
+
+
+def check_unplanned(
+    template: object, default: object, planned: dict[str, str], prefix: str
+) -> None:
+    """Fail, naming both keys, when ``template`` sets (differs from ``default`` in) a field the
+    plan fills in: the plan would replace the value without a word."""
+    for key, owner in planned.items():
+        if attrgetter(key)(template) != attrgetter(key)(default):
+            raise ConfigError(
+                f"{prefix}{key}: the ladder plans it from {owner} for every size; "
+                f"remove {prefix}{key} (or set {owner})"
+            )
+
+
+def _lookup(table: dict[str, float], device_type: str, default: float) -> float:
+    """The entry of the model named in ``device_type`` (:func:`match_device`), else ``default``."""
+    key = match_device(device_type, table)
+    return default if key is None else table[key]
+
+
+def device_counts(ladder: LadderConfig) -> list[int]:
+    """Device counts a run may use, ascending: multiples of dp_replicate x tp that are a power of
+    two within one node or whole nodes, up to ``max_devices``."""
+    group = ladder.run.parallel.tp * ladder.run.parallel.dp_replicate
+    node = ladder.devices_per_node
+    within = [2**k for k in range(node.bit_length()) if 2**k <= node and node % 2**k == 0]
+    counts = set(within) | set(range(node, ladder.max_devices + 1, node))
+    return sorted(d for d in counts if d <= ladder.max_devices and d % group == 0)

@@ -1,0 +1,112 @@
+"""The ladder's formulas: target batch, peak LR, duration and beta2 as functions of N.
+
+Defaults follow OLMo-core's model ladder (2025): N counts every parameter except the input
+embedding; target batch = 2048*160*(N/108e6)^(2/3) tokens; peak LR = 0.0047*(N/108e6)^(-1/3)/2;
+beta2 0.95 for batches of >= 524,288 tokens else 0.99; duration = 20*N*c tokens. Each formula is a
+config section a ladder file can override, and a named function a reader can find and test.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from trainer_core.config.sections import (
+    require,
+)
+from trainer_core.config.sizes import check_size
+
+
+@dataclass
+class BatchFormula:
+    """Target global batch in tokens: ``coef * (N / ref_params) ** exponent``."""
+
+    coef: float = 2048 * 160
+    ref_params: float = 108e6
+    exponent: float = 2 / 3
+
+
+LADDER_LR_EXPONENT = -1 / 3
+"""OLMo-core's peak LR ~ N^(-1/3): the ladder's default, and the analysis's reference for a fit."""
+
+
+@dataclass
+class LRFormula:
+    """Peak LR ``coef * (N / ref_params) ** exponent``, or fitted by an LR sweep (``from_sweep``)."""
+
+    coef: float = 0.0047 / 2
+    ref_params: float = 108e6
+    exponent: float = LADDER_LR_EXPONENT
+    from_sweep: str = ""
+    """An LR-sweep experiment dir: use its fitted LR*(N) = a * N^b for every size."""
+
+
+@dataclass
+class DurationFormula:
+    """How long each size trains and how its LR schedule is shaped."""
+
+    tokens_per_param: float = 20.0
+    """Chinchilla-optimal tokens per parameter."""
+    chinchilla_multiple: float = 4.0
+    """c: each run trains 20*N*c tokens (a power of two, e.g. 4, 1, 0.25)."""
+    warmup_tokens_per_param: float = 1.0
+    schedule: str = "wsds"
+    """'wsds' (decays ending at each decay point) or 'cosine' (one decay to the end)."""
+    decay_points: list[float] = field(default_factory=lambda: [0.125, 0.25, 0.5, 1.0])
+    """Where WSD-S decays end, as fractions of the run."""
+    decay_fraction: float = 0.1
+    min_lr_ratio: float = 0.0
+    multiple_by_size: dict[str, float] = field(default_factory=dict)
+    """Per-size c overriding ``chinchilla_multiple`` (e.g. ``{25K: 8}``): training the cheap small
+    sizes longer gives them annealed points at the budgets of the larger ones, so isoFLOP
+    (approach 2) budgets are covered by several sizes for little extra compute."""
+
+    def __post_init__(self) -> None:
+        multiples = {"chinchilla_multiple": self.chinchilla_multiple}
+        multiples.update({f"multiple_by_size.{k}": v for k, v in self.multiple_by_size.items()})
+        for key, c in multiples.items():
+            require(c > 0 and math.log2(c).is_integer(), key, c, "must be a power of two")
+        for size in self.multiple_by_size:
+            check_size(size, "multiple_by_size")
+        require(
+            self.schedule in ("wsds", "cosine"), "schedule", self.schedule, "use 'wsds' or 'cosine'"
+        )
+        pts = self.decay_points
+        require(
+            bool(pts) and pts == sorted(pts) and pts[0] > 0 and pts[-1] == 1.0,
+            "decay_points",
+            pts,
+            "must increase and end at 1.0",
+        )
+        require(
+            0 < self.decay_fraction < 1, "decay_fraction", self.decay_fraction, "must be in (0, 1)"
+        )
+
+
+@dataclass
+class Beta2Formula:
+    """AdamW's beta2 by global batch: ``large_batch`` from ``large_batch_tokens`` on."""
+
+    large_batch: float = 0.95
+    small_batch: float = 0.99
+    large_batch_tokens: int = 524_288
+
+
+def target_batch_tokens(n: int, f: BatchFormula) -> int:
+    return round(f.coef * (n / f.ref_params) ** f.exponent)
+
+
+def peak_lr(n: int, f: LRFormula) -> float:
+    return f.coef * (n / f.ref_params) ** f.exponent
+
+
+def chinchilla_multiple(size: str, f: DurationFormula) -> float:
+    return f.multiple_by_size.get(size, f.chinchilla_multiple)
+
+
+def train_tokens(n: int, multiple: float, f: DurationFormula) -> int:
+    return round(f.tokens_per_param * n * multiple)
+
+
+def beta2_for_batch(batch_tokens: int, f: Beta2Formula) -> float:
+    return f.large_batch if batch_tokens >= f.large_batch_tokens else f.small_batch

@@ -1,0 +1,53 @@
+"""An experiment's record on disk (``experiment.yaml``, ``plan.json``) and the checks before a
+launch (preflight)."""
+
+from __future__ import annotations
+
+import json
+
+from trainer_core.config.loader import ConfigError, to_yaml
+from trainer_core.data.token_data import open_token_data
+from trainer_core.errors import UserError
+from trainer_core.io import storage
+from trainer_core.io.output_dir import check_output_dir
+from trainer_core.io.run_dir import EXPERIMENT, PLAN, experiment_kind, recorded_experiment_kind
+from trainer_core.io.storage import Location, write_atomic
+from trainer_core.ladder.config import LadderConfig
+from trainer_core.ladder.plan import SizePlan
+
+
+def preflight(job: LadderConfig, dry_run: bool = False) -> list[str]:
+    """Fail before any trial starts: unreadable data / tokenizer mismatch, unwritable output dir,
+    or a dir that already holds the other kind of experiment, whose runs and Tune state this one
+    would mix with.
+
+    A dry run plans from the config alone (the data and the dir may live on a cluster this
+    machine cannot see): it returns those problems as warnings instead, and a launch still stops.
+    """
+    problems = []
+    for check in (
+        lambda: open_token_data(job.run.data, job.vocab_size),
+        lambda: check_output_dir(job.dir, "dir"),
+    ):
+        try:
+            check()
+        except UserError as e:
+            if not dry_run:
+                raise
+            problems.append(f"{e} (planned from the config; a launch stops here)")
+    out = storage.normalize(job.dir)
+    found = recorded_experiment_kind(out)
+    kind = experiment_kind(vars(job))
+    if found not in (None, kind):
+        raise ConfigError(
+            f"dir: {str(out)!r} already holds a different experiment ({found}, see its "
+            f"experiment.yaml); this {kind} would mix its runs with that one's: pick another --dir"
+        )
+    return problems
+
+
+def write_experiment_record(job: LadderConfig, plans: list[SizePlan], exp_dir: Location) -> None:
+    storage.makedirs(exp_dir)
+    write_atomic(storage.join(exp_dir, EXPERIMENT), to_yaml(job))
+    rows = [{**p.table_row(job), "lr_source": p.lr_source} for p in plans]
+    write_atomic(storage.join(exp_dir, PLAN), json.dumps(rows, indent=2, default=str))

@@ -1,0 +1,1 @@
+"""The transformer, its attention kernel choice, and its parameter and FLOP counts."""

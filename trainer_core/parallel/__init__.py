@@ -1,0 +1,1 @@
+"""Process groups, the device mesh, and wrapping a model for FSDP2/TP/compile/float8."""

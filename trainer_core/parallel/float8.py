@@ -1,0 +1,96 @@
+"""float8 training (torchao) of the transformer blocks' linear layers (``parallel.float8``).
+
+The blocks' matmuls are nearly all of a step's FLOPs, and an H100 runs them twice as fast in
+float8. The embedding (a lookup) and the LM head (whose logits feed a softmax that float8's
+range would clip) stay in bf16, as in torchtitan and OLMo-core, and so does any linear layer
+whose dims are not multiples of 16 (float8 kernels need them). The recipes: "tensorwise" (one
+scale per tensor, fastest) and "rowwise" (one per row, more robust to outliers, H100 only).
+
+Converted first, before TP, AC, compile and FSDP (torchtitan's order), so that compile traces
+the float8 casts into the blocks' graphs and FSDP shards the converted weights. Under FSDP the
+tensorwise recipe all-gathers weights already cast to float8 (half of bf16's traffic), their
+scales computed for every layer with one all-reduce after each optimizer step. torchao is
+imported only here and only when float8 is on (``pip install -e '.[gpu]'``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import warnings
+
+import torch
+from torch import nn
+
+from trainer_core.config.loader import ConfigError
+from trainer_core.config.sections import ParallelConfig
+
+MIN_CAPABILITY = {"tensorwise": (8, 9), "rowwise": (9, 0)}
+"""CUDA compute capability each recipe needs: float8 tensor cores (Ada 8.9, Hopper 9.0);
+row-wise scaled matmuls exist from Hopper on."""
+
+
+def check_float8(cfg: ParallelConfig, device: torch.device) -> None:
+    """Fail in one line, before any conversion, when this install or device can't run float8."""
+    where = f"parallel.float8: {cfg.float8!r}"
+    if importlib.util.find_spec("torchao") is None:
+        raise ConfigError(
+            f"{where} needs torchao, which is not installed: pip install -e '.[gpu]' "
+            "(or set parallel.float8=none)"
+        )
+    if cfg.float8_emulate:
+        return
+    if device.type != "cuda":
+        raise ConfigError(
+            f"{where} needs a CUDA GPU (H100, H200, Ada or newer) and this run is on "
+            f"{device.type}: set parallel.float8=none (or parallel.float8_emulate=true to test)"
+        )
+    have = torch.cuda.get_device_capability(device)
+    need = MIN_CAPABILITY[cfg.float8]
+    if have < need:
+        name = torch.cuda.get_device_name(device)
+        raise ConfigError(
+            f"{where} needs compute capability {need[0]}.{need[1]}+ and {name} has "
+            f"{have[0]}.{have[1]}: set parallel.float8=none (bf16) on this GPU"
+        )
+
+
+def converts(module: nn.Module, fqn: str) -> bool:
+    """The filter: a linear layer inside a block whose dims are multiples of 16."""
+    return (
+        fqn.startswith("blocks.")
+        and isinstance(module, nn.Linear)
+        and module.in_features % 16 == 0
+        and module.out_features % 16 == 0
+    )
+
+
+def float8_all_gather(cfg: ParallelConfig, fsdp: bool) -> bool:
+    """FSDP all-gathers float8 weights: only with one scale per tensor (torchao's limit)."""
+    return fsdp and cfg.float8 == "tensorwise"
+
+
+def convert_to_float8(model: nn.Module, cfg: ParallelConfig, *, fsdp: bool) -> None:
+    """Swap the block linears for torchao's ``Float8Linear``."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    if not cfg.compile and not cfg.float8_emulate:
+        warnings.warn(
+            "parallel.float8 without parallel.compile: the float8 casts run as separate kernels "
+            "and a step is slower than bf16; set parallel.compile=true",
+            stacklevel=2,
+        )
+    config = dataclasses.replace(
+        Float8LinearConfig.from_recipe_name(cfg.float8),
+        enable_fsdp_float8_all_gather=float8_all_gather(cfg, fsdp),
+        emulate=cfg.float8_emulate,
+    )
+    convert_to_float8_training(model, module_filter_fn=converts, config=config)
+
+
+def precompute_scales_after_step(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """With float8 all-gather: each step's new weights get their scales from one all-reduce
+    over every layer, instead of one per layer inside the next forward's all-gathers."""
+    from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+    optimizer.register_step_post_hook(lambda *_: precompute_float8_dynamic_scale_for_fsdp(model))

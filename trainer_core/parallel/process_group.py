@@ -1,0 +1,97 @@
+"""Process-group setup that works the same under torchrun, Ray Train and a single process.
+
+Ray Train's TorchTrainer creates the default process group before our code runs; torchrun only
+sets env vars; a plain ``python`` run has neither and needs no group at all. Every helper here is
+a no-op without a process group, so callers never branch on "am I distributed?".
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainer_core.config.loader import ConfigError
+
+_created_group = False
+"""True when :func:`init_distributed` created the default group, so :func:`teardown` may end it
+(a group Ray Train made is Ray's to destroy)."""
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+
+def resolve_device(trainer_device: str) -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU; asking for CUDA without one is a ConfigError."""
+    if trainer_device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if trainer_device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            "trainer.device: 'cuda' but this machine has no usable CUDA device; use 'auto' or 'cpu'"
+        )
+    return torch.device(trainer_device)
+
+
+def _cuda_device(local_rank: int) -> torch.device:
+    """This process's GPU: ``LOCAL_RANK`` among the visible devices (torchrun, Ray Train), or the
+    only visible one when a launcher gives each process a single device."""
+    count = torch.cuda.device_count()
+    if local_rank < count:
+        return torch.device("cuda", local_rank)
+    if count == 1:
+        return torch.device("cuda", 0)
+    raise RuntimeError(
+        f"LOCAL_RANK={local_rank} but only {count} CUDA devices are visible to this process"
+    )
+
+
+def init_distributed(device_type: str) -> DistInfo:
+    """Join (or create) the default process group: gloo on CPU, NCCL on CUDA.
+
+    The CUDA device is set *before* the group is created so NCCL binds each rank to its own GPU
+    (otherwise every rank's first collective lands on GPU 0).
+    """
+    global _created_group
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    device = _cuda_device(local_rank) if device_type == "cuda" else torch.device(device_type)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", 1)) > 1:
+        if device.type == "cuda":
+            dist.init_process_group(backend="nccl", device_id=device)
+        else:
+            dist.init_process_group(backend="gloo")
+        _created_group = True
+    if not dist.is_initialized():
+        return DistInfo(0, 1, local_rank, device)
+    return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device)
+
+
+def is_distributed() -> bool:
+    """A process group of more than one rank exists (collectives have someone to talk to)."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def teardown() -> None:
+    """Destroy the default group if :func:`init_distributed` created it; otherwise do nothing."""
+    global _created_group
+    if _created_group and dist.is_initialized():
+        dist.destroy_process_group()
+    _created_group = False
+
+
+def all_gather_object(obj: Any) -> list[Any]:
+    """Every rank's ``obj`` (picklable), indexed by rank; ``[obj]`` without a process group."""
+    if not is_distributed():
+        return [obj]
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered

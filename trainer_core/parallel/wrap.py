@@ -1,0 +1,173 @@
+"""Device mesh and model wrapping: float8, TP, activation checkpointing, compile, FSDP2.
+
+Applied in torchtitan's order (float8 -> TP -> AC -> compile -> FSDP) so each transform sees the
+module structure it expects. The mesh's shape and each rank's data-parallel place come from
+:mod:`trainer_core.mesh` (no torch), the rule the planner and the Ray layer use too. FSDP2 shards
+over dp_shard and replicates over dp_replicate (HSDP), on the dp sub-mesh when tp > 1 (2D).
+
+Wrappers keep checkpoints portable: ``checkpoint_wrapper`` and ``torch.compile`` add
+``_checkpoint_wrapped_module.`` / ``_orig_mod.`` to parameter names, which
+``torch.distributed.checkpoint.state_dict`` strips, so a run saved with AC or compile loads
+without them and vice versa.
+
+The TP, AC and FSDP2 modules (DTensor among them, ~1 s) are imported by the functions that apply
+them: a single-device run never loads them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from trainer_core.config.sections import ParallelConfig
+from trainer_core.parallel.float8 import check_float8, convert_to_float8
+from trainer_core.parallel.mesh import MESH_DIMS, check_tensor_parallel, mesh_shape
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def build_mesh(cfg: ParallelConfig, world_size: int, device_type: str) -> DeviceMesh | None:
+    """The 3D mesh named :data:`MESH_DIMS`; None for a single process (nothing to shard)."""
+    shape = mesh_shape(cfg, world_size)
+    if world_size == 1:
+        return None
+    mesh = init_device_mesh(device_type, shape, mesh_dim_names=MESH_DIMS)
+    dp_mesh(mesh)
+    if cfg.tp > 1:
+        # A 2D-sharded gradient's norm is partial over dp_shard and tp; with this flattened
+        # dim DTensor reduces it in one all-reduce instead of two in a row.
+        mesh["dp_shard", "tp"]._flatten("dp_shard_tp")
+    return mesh
+
+
+def dp_mesh(mesh: DeviceMesh) -> DeviceMesh:
+    """The data-parallel sub-mesh (replicate x shard flattened): ranks that see different data,
+    for splitting batches and counting the global tokens of the loss."""
+    return mesh["dp_replicate", "dp_shard"]._flatten("dp")
+
+
+def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
+    """Megatron-style TP inside each block; embedding, norms and head stay replicated.
+
+    Column-wise q/k/v and gate/up leave each rank with its own heads / hidden units; the
+    row-wise output projections sum the partial results, so a block's output is whole again.
+    """
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    check_tensor_parallel(model.cfg, tp_mesh.size())
+    plan = {
+        "attn.wq": ColwiseParallel(),
+        "attn.wk": ColwiseParallel(),
+        "attn.wv": ColwiseParallel(),
+        "attn.wo": RowwiseParallel(),
+        "mlp.w_gate": ColwiseParallel(),
+        "mlp.w_up": ColwiseParallel(),
+        "mlp.w_down": RowwiseParallel(),
+    }
+    for block in model.blocks.values():
+        parallelize_module(block, tp_mesh, plan)
+        # QK-norm weights are shared by all heads but each rank normalises only its own heads:
+        # their gradients are partial sums until added up over the TP group.
+        for norm in (block.attn.q_norm, block.attn.k_norm):
+            if norm is not None:
+                norm.grad_group = tp_mesh.get_group()
+
+
+def apply_activation_checkpointing(model: nn.Module, cfg: ParallelConfig) -> None:
+    """Recompute block activations in backward: every block ("full") or every k-th ("every_k")."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    every = 1 if cfg.activation_checkpointing == "full" else cfg.ac_every_k
+    for i, key in enumerate(list(model.blocks.keys())):
+        if i % every == 0:
+            # Non-reentrant torch.utils.checkpoint: works with FSDP2, DTensor and compile.
+            model.blocks[key] = checkpoint_wrapper(model.blocks[key])
+
+
+def apply_compile(model: nn.Module) -> None:
+    """Compile each block separately: identical blocks share one graph, and the FSDP hooks
+    between blocks stay outside the compiled regions."""
+    for key, block in list(model.blocks.items()):
+        model.blocks[key] = torch.compile(block)
+
+
+def apply_fsdp(model: nn.Module, mesh: DeviceMesh, cfg: ParallelConfig) -> None:
+    """FSDP2 per block, then the root (embedding, final norm, head).
+
+    A tied embedding/head weight is one parameter held by two root-level modules, so it lands in
+    the root unit once and is gathered once per forward.
+    """
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mp = MixedPrecisionPolicy(
+        param_dtype=DTYPES[cfg.param_dtype], reduce_dtype=DTYPES[cfg.reduce_dtype]
+    )
+    fsdp_mesh = mesh["dp_replicate", "dp_shard"] if cfg.dp_replicate > 1 else mesh["dp_shard"]
+    for block in model.blocks.values():
+        fully_shard(block, mesh=fsdp_mesh, mp_policy=mp)
+    fully_shard(model, mesh=fsdp_mesh, mp_policy=mp)
+
+
+def parallelize_model(
+    model: nn.Module, mesh: DeviceMesh | None, cfg: ParallelConfig, device: torch.device
+) -> nn.Module:
+    """Apply float8, TP, AC, compile and FSDP2 as configured; returns the same (now wrapped)
+    model.
+
+    ``param_dtype`` / ``reduce_dtype`` act through FSDP, i.e. only with data-parallel size > 1;
+    on one device (or TP alone) bf16 comes from autocast (:mod:`trainer_core.precision`).
+    """
+    fsdp = mesh is not None and dp_mesh(mesh).size() > 1
+    model.to(device)
+    if cfg.float8 != "none":
+        check_float8(cfg, device)
+        convert_to_float8(model, cfg, fsdp=fsdp)
+    if mesh is not None and cfg.tp > 1:
+        apply_tensor_parallel(model, mesh["tp"])
+    if cfg.activation_checkpointing != "none":
+        apply_activation_checkpointing(model, cfg)
+    if cfg.compile:
+        apply_compile(model)
+    if fsdp:
+        apply_fsdp(model, mesh, cfg)
+    return model
+
+
+def clip_grad_norm(model: nn.Module, max_norm: float | None) -> torch.Tensor:
+    """Global pre-clip L2 norm of all gradients (every shard, every rank); clips if asked.
+
+    The value equals the single-process norm. Gradients live on different meshes (TP'd weights
+    on dp x tp, norms and embeddings on dp only, plain replicated tensors under TP alone), so
+    norms are taken per (mesh, placements) group, each made whole with one collective, then
+    combined. A non-finite norm leaves the gradients untouched (the caller skips the step).
+    """
+    from torch.distributed.tensor import DTensor
+
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    groups: dict[object, list[torch.Tensor]] = {}
+    for g in grads:
+        key = (g.device_mesh, g.placements) if isinstance(g, DTensor) else None
+        groups.setdefault(key, []).append(g)
+    squares = []
+    for group in groups.values():
+        norm = torch.nn.utils.get_total_norm(group, 2.0)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        squares.append(norm.float() ** 2)
+    total = torch.stack(squares).sum().sqrt()
+    value = total.item()
+    if max_norm is not None and math.isfinite(value):
+        coef = max_norm / (value + 1e-6)
+        if coef < 1.0:
+            for g in grads:  # a Python scalar scales plain tensors and DTensors alike
+                g.mul_(coef)
+    return total

@@ -1,0 +1,55 @@
+"""Config for runs that go through Ray: the library's TrainConfig plus a ``ray`` section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from trainer_core.config.sections import TrainConfig, require
+from trainer_core.parallel.mesh import DPLayout, dp_layout
+
+
+@dataclass
+class RayConfig:
+    """Where and how wide a run goes on Ray."""
+
+    address: str = ""
+    """Ray cluster address; empty = the cluster this job was submitted to (or one found on this
+    machine), else a new local Ray; "local" = always a new local Ray."""
+    num_workers: int = 1
+    use_gpu: bool = False
+    cpus_per_worker: float = 1.0
+    """On a small CPU machine leave room for Ray Data's read tasks (e.g. 0.5 with 2 workers)."""
+    gpus_per_worker: float = 1.0
+    max_failures: int = 3
+    """Worker-group restarts (from the latest checkpoint) before the run fails."""
+    report_on_log: bool = False
+    """Also report every log interval to Ray (a cross-worker barrier; eval and checkpoint steps always report)."""
+
+    def __post_init__(self) -> None:
+        require(self.num_workers >= 1, "num_workers", self.num_workers, "must be >= 1")
+        require(self.cpus_per_worker > 0, "cpus_per_worker", self.cpus_per_worker, "must be > 0")
+        require(self.gpus_per_worker > 0, "gpus_per_worker", self.gpus_per_worker, "must be > 0")
+        require(
+            self.max_failures >= -1,
+            "max_failures",
+            self.max_failures,
+            "must be >= -1 (-1 = forever)",
+        )
+
+
+@dataclass
+class RayTrainConfig(TrainConfig):
+    ray: RayConfig = field(default_factory=RayConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.check_dp_split(self.layout().dp_size)
+
+    def layout(self, rank: int = 0) -> DPLayout:
+        """World rank ``rank``'s place among ``ray.num_workers`` workers (the one DP rule)."""
+        return dp_layout(self.parallel, self.ray.num_workers, rank)
+
+    @classmethod
+    def of(cls, cfg: TrainConfig, ray: RayConfig) -> RayTrainConfig:
+        """``cfg``'s sections (shared, not copied) with ``ray``."""
+        return cls(**{f.name: getattr(cfg, f.name) for f in fields(TrainConfig)}, ray=ray)

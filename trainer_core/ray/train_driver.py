@@ -1,0 +1,132 @@
+"""Driver side of one Ray Train run: config -> TorchTrainer -> fit -> summary.
+
+The run dir is Ray's experiment dir (``storage_path`` = its parent, ``name`` = its name), so a
+restarted driver that builds the same TorchTrainer finds the run again and resumes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from typing import Any
+
+import ray.data
+import ray.train
+
+from trainer_core.data.token_data import open_token_data
+from trainer_core.errors import RunFailedError
+from trainer_core.io import storage
+from trainer_core.io.run_dir import FINAL_STATUSES, metrics_path, read_run_json
+from trainer_core.io.storage import Location
+from trainer_core.ray.failures import FailFastTorchTrainer, fatal_reason
+from trainer_core.ray.reader import dataset_name, ray_train_dataset, resume_step
+from trainer_core.ray.run_config import RayTrainConfig
+from trainer_core.ray.worker import train_worker
+
+
+def with_absolute_run_dir(cfg: RayTrainConfig) -> RayTrainConfig:
+    """Workers run in other directories (Tune trial dirs, other nodes): never pass a relative path."""
+    run_dir = str(storage.normalize(cfg.trainer.run_dir, absolute=True))
+    return dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, run_dir=run_dir))
+
+
+def _rank_dataset(cfg: RayTrainConfig, dp_rank: int, dp_size: int):
+    """Built by Ray on every worker-group (re)start, from the position the workers will resume at."""
+    start = resume_step(cfg)
+    data = open_token_data(cfg.data, cfg.model.vocab_size)
+    return ray_train_dataset(
+        data.spec,
+        seq_len=cfg.data.seq_len,
+        global_batch_seqs=cfg.trainer.global_batch_size // cfg.data.seq_len,
+        seed=cfg.trainer.seed,
+        start_step=start,
+        num_steps=max(cfg.total_steps - start, 0),
+        dp_rank=dp_rank,
+        dp_size=dp_size,
+    )
+
+
+def build_torch_trainer(
+    cfg: RayTrainConfig, tags: dict[str, Any] | None = None, callbacks: list | None = None
+):
+    cfg = with_absolute_run_dir(cfg)
+    rc = cfg.ray
+    dp_size = cfg.layout().dp_size
+    run_dir = cfg.trainer.run_dir
+    resources = {"CPU": rc.cpus_per_worker}
+    if rc.use_gpu:
+        resources["GPU"] = rc.gpus_per_worker
+    datasets = {
+        dataset_name(r): functools.partial(_rank_dataset, cfg, r, dp_size) for r in range(dp_size)
+    }
+    return FailFastTorchTrainer(
+        train_worker,
+        train_loop_config={"train": cfg, "tags": tags or {}},
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=rc.num_workers, use_gpu=rc.use_gpu, resources_per_worker=resources
+        ),
+        run_config=ray.train.RunConfig(
+            name=storage.name(run_dir),
+            storage_path=str(storage.parent(run_dir)),
+            failure_config=ray.train.FailureConfig(max_failures=rc.max_failures),
+            callbacks=callbacks or [],
+            logging_config=ray.train.LoggingConfig(log_level="WARNING"),
+        ),
+        datasets=datasets,
+        # Each rank reads its own dataset, in order (Ray Data reorders blocks unless told not to).
+        dataset_config=ray.train.DataConfig(
+            datasets_to_split=[],
+            execution_options=ray.data.ExecutionOptions(preserve_order=True),
+        ),
+    )
+
+
+def run_summary(run_dir: Location) -> dict[str, Any]:
+    """run.json plus the last logged metrics: what a finished (or resumed-and-finished) run reports."""
+    summary = read_run_json(run_dir) or {}
+    metrics_file = metrics_path(run_dir)
+    if storage.is_file(metrics_file):
+        for line in storage.read_text(metrics_file).splitlines():
+            try:
+                summary.update(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return summary
+
+
+def run_training(
+    cfg: RayTrainConfig, tags: dict[str, Any] | None = None, callbacks: list | None = None
+) -> dict[str, Any]:
+    """Run (or resume) one training run on Ray Train and return its summary.
+
+    Idempotent: a run whose run.json says finished/diverged returns its summary at once, which
+    is what makes a restored Tune experiment safe to re-run trials. A failure raises
+    :class:`RunFailedError` with the reason: at once for bad input (no retry can fix it), after
+    ``ray.max_failures`` restarts for anything else.
+    """
+    run_dir = storage.normalize(cfg.trainer.run_dir, absolute=True)
+    done = run_summary(run_dir)
+    if done.get("status") in FINAL_STATUSES:
+        return done
+    # Unusable shards fail here, as one line, before any Ray Train process starts (in the
+    # controller they would fail too, but under Ray's logged traceback).
+    open_token_data(cfg.data, cfg.model.vocab_size)
+    try:
+        build_torch_trainer(cfg, tags, callbacks).fit()
+    except ray.train.TrainingFailedError as e:
+        raise RunFailedError(failure_message(run_dir, e)) from None
+    return run_summary(run_dir)
+
+
+def failure_message(run_dir: Location, error: Exception) -> str:
+    """What stopped the run (the user error's message whole, else the last line of Ray's
+    report, not its tracebacks) and where its work so far is."""
+    reason = fatal_reason(error)
+    if reason is None:
+        lines = [line for line in str(error).splitlines() if line.strip()]
+        reason = lines[-1].strip() if lines else type(error).__name__
+    return (
+        f"run {storage.name(run_dir)} failed: {reason}\n  checkpoints and metrics so far are kept in "
+        f"{run_dir}; fix the cause and re-run the same command to resume"
+    )

@@ -1,0 +1,1 @@
+"""The training loop: trainer, train module, optimizer, LR schedules, callbacks, tracking."""

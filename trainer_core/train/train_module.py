@@ -1,0 +1,187 @@
+"""The train module: how a batch becomes an optimizer update (OLMo-core's TrainModule contract).
+
+It owns the (possibly sharded) model, the optimizer and the LR scheduler, and knows nothing about
+loops, data files or Ray. The loss is the exact token-weighted mean over the *global* batch: each
+micro-batch contributes ``sum(token CE) / global_tokens``, so 1 x 8 sequences and 4 x 2 sequences
+give the same gradient, and data-parallel ranks with different numbers of valid tokens still
+average correctly.
+
+DCP's state-dict helpers load DTensor and FSDP (~1 s): only the state methods import them, so
+code that never checkpoints a module does not pay for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from trainer_core.config.sections import TrainModuleConfig
+from trainer_core.model.counts import num_flops_per_token
+from trainer_core.parallel.wrap import clip_grad_norm
+
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class BatchStats:
+    """Local (this rank) sums for one global batch; reduce across DP ranks to log them."""
+
+    ce_sum: torch.Tensor
+    z_sum: torch.Tensor
+    num_tokens: torch.Tensor
+    global_tokens: torch.Tensor
+
+
+class TrainModule:
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        cfg: TrainModuleConfig,
+        *,
+        seq_len: int,
+        device: torch.device,
+        dp_group: dist.ProcessGroup | None = None,
+        dp_size: int = 1,
+    ):
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.cfg, self.seq_len, self.device = cfg, seq_len, device
+        self.dp_group, self.dp_size = dp_group, dp_size
+        self.autocast_dtype = AUTOCAST_DTYPES.get(cfg.autocast_precision or "")
+
+    # -- the contract -------------------------------------------------------------------------
+
+    def train_batch(self, batch: torch.Tensor) -> BatchStats:
+        """Forward + backward over this rank's part of a global batch ``[B_rank, seq_len + 1]``."""
+        self.model.train()
+        batch = batch.to(self.device, non_blocking=True)
+        inputs, labels = self._split(batch)
+        global_tokens = self._global_count(labels)
+        micro = self.micro_batches(inputs.shape[0])
+        ce_total = torch.zeros((), device=self.device)
+        z_total = torch.zeros((), device=self.device)
+        for i, (start, stop) in enumerate(micro):
+            self._set_grad_sync(self.cfg.reduce_grads_every_micro_batch or i == len(micro) - 1)
+            ce_sum, z_sum = self._loss_sums(inputs[start:stop], labels[start:stop])
+            # FSDP averages gradients over DP ranks; scaling by dp_size undoes that so the
+            # result is sum / global_tokens exactly.
+            ((ce_sum + z_sum) * (self.dp_size / global_tokens)).backward()
+            ce_total += ce_sum.detach()
+            z_total += z_sum.detach()
+        local_tokens = (labels != self.cfg.label_ignore_index).sum()
+        return BatchStats(ce_total, z_total, local_tokens, global_tokens)
+
+    @torch.no_grad()
+    def eval_batch(self, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed token CE and token count for ``[B, seq_len + 1]`` (reduce across ranks to
+        average), in forwards of at most one micro-batch: an eval batch is a whole rank batch
+        (micro x accumulation sequences), which would not fit in one forward at scale."""
+        self.model.eval()
+        inputs, labels = self._split(batch.to(self.device))
+        ce_total = torch.zeros((), device=self.device)
+        for start, stop in self.micro_batches(inputs.shape[0]):
+            ce_sum, _ = self._loss_sums(inputs[start:stop], labels[start:stop], with_z=False)
+            ce_total += ce_sum
+        return ce_total, (labels != self.cfg.label_ignore_index).sum()
+
+    def optim_step(self) -> torch.Tensor:
+        """Clip, step optimizer and schedule; returns the global pre-clip gradient norm.
+
+        A non-finite norm skips the update (the caller stops the run), so the weights stay those
+        of the last good step.
+        """
+        norm = clip_grad_norm(self.model, self.cfg.max_grad_norm)
+        if torch.isfinite(norm):
+            self.optimizer.step()
+            self.scheduler.step()
+        return norm
+
+    def zero_grads(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def num_flops_per_token(self, seq_len: int | None = None) -> int:
+        return num_flops_per_token(self.model_config, seq_len or self.seq_len)
+
+    @property
+    def model_config(self):
+        return self.model.cfg
+
+    def state_dict(self, *, optim: bool = True) -> dict:
+        """Model, optimizer and schedule state (each rank's shard under FSDP2), a DCP Stateful."""
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer if optim else [])
+        state = {"model": model_sd}
+        if optim:
+            state["optim"] = optim_sd
+            state["scheduler"] = self.scheduler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        has_optim = "optim" in state
+        set_state_dict(
+            self.model,
+            self.optimizer if has_optim else [],
+            model_state_dict=state["model"],
+            optim_state_dict=state.get("optim", {}),
+        )
+        if has_optim:
+            self.scheduler.load_state_dict(state["scheduler"])
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def micro_batches(self, rank_batch: int) -> list[tuple[int, int]]:
+        """Row ranges of at most ``rank_microbatch_seqs`` (the last may be shorter: an eval
+        batch need not divide evenly; a training batch does, checked at config time)."""
+        per_micro = self.cfg.rank_microbatch_seqs or rank_batch
+        return [(s, min(s + per_micro, rank_batch)) for s in range(0, rank_batch, per_micro)]
+
+    def _split(self, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and next-token labels; ignored label positions are fed to the model as id 0."""
+        inputs, labels = batch[:, :-1], batch[:, 1:]
+        return inputs.clamp(min=0), labels
+
+    def _global_count(self, labels: torch.Tensor) -> torch.Tensor:
+        count = (labels != self.cfg.label_ignore_index).sum().to(torch.float32)
+        if self.dp_size > 1:
+            dist.all_reduce(count, group=self.dp_group)
+        return count.clamp(min=1.0)
+
+    def _loss_sums(
+        self, inputs: torch.Tensor, labels: torch.Tensor, with_z: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        autocast = (
+            torch.autocast(self.device.type, dtype=self.autocast_dtype)
+            if self.autocast_dtype
+            else contextlib.nullcontext()
+        )
+        with autocast:
+            logits = self.model(inputs)
+        logits = logits.float().flatten(0, 1)
+        flat_labels = labels.flatten()
+        ce_sum = F.cross_entropy(
+            logits, flat_labels, ignore_index=self.cfg.label_ignore_index, reduction="sum"
+        )
+        z_sum = torch.zeros((), device=logits.device)
+        if with_z and self.cfg.z_loss_multiplier:
+            valid = flat_labels != self.cfg.label_ignore_index
+            z_sum = self.cfg.z_loss_multiplier * (logits.logsumexp(-1)[valid] ** 2).sum()
+        return ce_sum, z_sum
+
+    def _set_grad_sync(self, sync: bool) -> None:
+        """Off: FSDP skips the reduce-scatter and accumulates full gradients locally (all
+        micro-batches but the last, unless ``reduce_grads_every_micro_batch``)."""
+        if hasattr(self.model, "set_requires_gradient_sync"):
+            self.model.set_requires_gradient_sync(sync)
