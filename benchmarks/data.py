@@ -26,8 +26,9 @@ import pyarrow.parquet as pq
 
 from trainer_core.config.sections import DataConfig
 from trainer_core.data.demo_corpus import DEMO_READ, demo_files
+from trainer_core.data.row_groups import RowGroupCache
 from trainer_core.data.text_sources import TEXT, InputFile, write_shards
-from trainer_core.data.token_data import RowGroupCache, Split, TokenData, open_token_data
+from trainer_core.data.token_data import Split, TokenData, open_token_data
 from trainer_core.data.tokenizer import ByteTokenizer
 
 

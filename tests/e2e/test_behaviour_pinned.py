@@ -63,6 +63,10 @@ def dry_run_text(run_script, exp_dir: Path) -> str:
     return out.replace(str(exp_dir), DIR)
 
 
+LOSS_TOLERANCE = 2e-4
+"""Relative: 100x the spread seen between CPUs, well under any change of behaviour."""
+
+
 def tiny_run_losses(run_dir: Path) -> list[dict]:
     from trainer_core.train.__main__ import main
 
@@ -96,5 +100,8 @@ def test_tiny_run_has_the_same_losses(tmp_path):
     losses = tiny_run_losses(tmp_path / "run")
     expected = pinned("losses", losses)
     assert [r["step"] for r in losses] == [r["step"] for r in expected]
+    # Steps are exact. Losses are float sums whose last bits differ between CPUs (one machine
+    # gave step 18 at 1.1e-6 from the pin) and such differences compound over the steps; a
+    # change in behaviour (data order, LR, init, loss) moves them by 1e-3 and more.
     for got, want in zip(losses, expected, strict=True):
-        assert got == pytest.approx(want, rel=1e-6, abs=1e-6), got["step"]
+        assert got == pytest.approx(want, rel=LOSS_TOLERANCE), got["step"]

@@ -14,179 +14,28 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import minimize
 
 from trainer_core.analysis.bootstrap import (
     CI_LEVEL,
-    parallel_map,
     percentile_interval,
-    residual_resamples,
 )
 from trainer_core.analysis.load import AnalysisError
-
-HUBER_DELTA = 1e-3
-LOCAL_STARTS = 16
-"""L-BFGS-B runs per fit: from the best-scoring points of the initial-value grid."""
-BOOTSTRAP_STARTS = 2
-"""L-BFGS-B runs per bootstrap resample, from that resample's best grid points."""
+from trainer_core.analysis.solver import (
+    LOCAL_STARTS,
+    Problem,
+    best_grid_points,
+    fit_problem,
+    solve,
+    uncertainty,
+)
 
 CHINCHILLA_SIZE_PARAMS = 3
 """Parameters of L(N, D) that differ between sizes (E, A, alpha): they absorb per-size offsets."""
 
 ArrayLike = Sequence[float] | np.ndarray | pd.Series
-
-
-@dataclass
-class _Problem:
-    """log L_pred = logsumexp(e, c_1 - p_1 log x_1, c_2 - p_2 log x_2, ...).
-
-    Parameters are theta = (e, c_1, p_1, c_2, p_2, ...) with c_k = log of the k-th coefficient.
-    Internally each log x_k is centred on its mean m_k (c_k' = c_k - p_k m_k): the same model,
-    but without the strong c/p correlation that makes L-BFGS crawl.
-    """
-
-    terms: np.ndarray  # (K, n, P): z_k = terms[k] @ theta' for the centred parameters theta'
-    log_loss: np.ndarray  # (n,)
-    grid: np.ndarray  # (G, P) initial values, centred
-    centres: np.ndarray  # (K - 1,)
-
-    @classmethod
-    def build(cls, log_x: list[np.ndarray], log_loss: np.ndarray, grid: np.ndarray) -> _Problem:
-        n, k = log_loss.size, len(log_x)
-        terms = np.zeros((k + 1, n, 1 + 2 * k))
-        terms[0, :, 0] = 1.0
-        centres = np.array([lx.mean() for lx in log_x])
-        for i, (lx, m) in enumerate(zip(log_x, centres, strict=True), start=1):
-            terms[i, :, 2 * i - 1] = 1.0
-            terms[i, :, 2 * i] = -(lx - m)
-        prob = cls(terms, log_loss, grid, centres)
-        prob.grid = prob.to_internal(grid)
-        return prob
-
-    def _shift(self, theta: np.ndarray, sign: float) -> np.ndarray:
-        out = np.array(theta, dtype=float, copy=True)
-        for i, m in enumerate(self.centres, start=1):
-            out[..., 2 * i - 1] += sign * out[..., 2 * i] * m
-        return out
-
-    def to_internal(self, theta: np.ndarray) -> np.ndarray:
-        return self._shift(theta, -1.0)
-
-    def to_raw(self, theta: np.ndarray) -> np.ndarray:
-        return self._shift(theta, 1.0)
-
-    def log_pred(self, theta: np.ndarray) -> np.ndarray:
-        """log L_pred of every point for centred parameters ``theta``."""
-        z = self.terms @ theta
-        zmax = z.max(axis=0)
-        return zmax + np.log(np.exp(z - zmax).sum(axis=0))
-
-    def with_log_loss(self, log_loss: np.ndarray) -> _Problem:
-        return _Problem(self.terms, log_loss, self.grid, self.centres)
-
-
-def _huber(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    small = np.abs(r) <= HUBER_DELTA
-    value = np.where(small, 0.5 * r**2, HUBER_DELTA * (np.abs(r) - 0.5 * HUBER_DELTA))
-    return value, np.where(small, r, HUBER_DELTA * np.sign(r))
-
-
-def _objective(theta: np.ndarray, prob: _Problem) -> tuple[float, np.ndarray]:
-    z = prob.terms @ theta  # (K, n)
-    zmax = z.max(axis=0)
-    w = np.exp(z - zmax)
-    total = w.sum(axis=0)
-    resid = zmax + np.log(total) - prob.log_loss
-    value, dvalue = _huber(resid)
-    weights = w / total  # d log L_pred / d z_k
-    grad = np.einsum("kn,knp->p", weights * dvalue, prob.terms)
-    # Scaled by 1/delta^2 (same minimiser) so L-BFGS-B's relative tolerances see O(1) values.
-    return float(value.sum()) / HUBER_DELTA**2, grad / HUBER_DELTA**2
-
-
-def _grid_scores(prob: _Problem) -> np.ndarray:
-    z = np.einsum("knp,gp->gkn", prob.terms, prob.grid)
-    zmax = z.max(axis=1)
-    log_pred = zmax + np.log(np.exp(z - zmax[:, None, :]).sum(axis=1))
-    return _huber(log_pred - prob.log_loss)[0].sum(axis=1)
-
-
-def _solve(prob: _Problem, starts: np.ndarray) -> tuple[np.ndarray, float]:
-    """The best L-BFGS-B optimum over ``starts``; the first wins ties, however many cores ran them."""
-    results = parallel_map(partial(_descend, prob), starts)
-    best, best_value = starts[0], math.inf
-    for x, value in results:
-        if value < best_value:
-            best, best_value = x, value
-    return best, best_value * HUBER_DELTA**2
-
-
-def _descend(prob: _Problem, x0: np.ndarray) -> tuple[np.ndarray, float]:
-    # Exponents (every other parameter from index 2) stay >= 0.
-    bounds = [(0.0, 10.0) if i and i % 2 == 0 else (None, None) for i in range(prob.grid.shape[1])]
-    res = minimize(
-        _objective,
-        x0,
-        args=(prob,),
-        jac=True,
-        method="L-BFGS-B",
-        bounds=bounds,
-        options={"maxiter": 2000, "ftol": 1e-12, "gtol": 1e-8},
-    )
-    return res.x, float(res.fun)
-
-
-def _best_grid_points(prob: _Problem, k: int) -> np.ndarray:
-    return prob.grid[np.argsort(_grid_scores(prob))[:k]]
-
-
-@dataclass
-class _FitResult:
-    """Raw parameters (e, c_1, p_1, ...), the summed Huber loss and the bootstrap refits."""
-
-    theta: np.ndarray
-    objective: float
-    samples: np.ndarray  # (n_bootstrap, P), empty without a bootstrap
-
-
-def _fit(
-    prob: _Problem, n_bootstrap: int, seed: int, groups: np.ndarray | None, group_params: int
-) -> _FitResult:
-    """The fit and its bootstrap refits; ``group_params``: parameters that vary between groups."""
-    theta, value = _solve(prob, _best_grid_points(prob, LOCAL_STARTS))
-    n = prob.log_loss.size
-    resamples = residual_resamples(
-        prob.log_loss,
-        prob.log_pred(theta),
-        np.arange(n) if groups is None else groups,
-        theta.size,
-        n_bootstrap,
-        np.random.default_rng(seed),
-        theta.size if groups is None else group_params,
-    )
-    samples = parallel_map(partial(_refit, prob), resamples)
-    samples_raw = prob.to_raw(np.array(samples).reshape(len(samples), theta.size))
-    return _FitResult(prob.to_raw(theta), value, samples_raw)
-
-
-def _refit(prob: _Problem, log_loss: np.ndarray) -> np.ndarray:
-    """Centred parameters of one bootstrap resample, from its own best grid points."""
-    sub = prob.with_log_loss(log_loss)
-    return _solve(sub, _best_grid_points(sub, BOOTSTRAP_STARTS))[0]
-
-
-def _uncertainty(
-    samples: dict[str, np.ndarray],
-) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
-    """Std and percentile CI of each parameter's bootstrap values (NaN without a bootstrap)."""
-    std = {
-        name: float(np.std(v, ddof=1)) if len(v) >= 2 else math.nan for name, v in samples.items()
-    }
-    return std, {name: percentile_interval(v) for name, v in samples.items()}
 
 
 def _format(title: str, values: dict[str, float], fit: PowerLawFit | ChinchillaFit) -> str:
@@ -247,7 +96,7 @@ class FitStats:
 
 def _fit_stats(named: dict[str, np.ndarray], n_points: int, objective: float) -> dict:
     """FitStats fields from the bootstrap refits' named parameter samples."""
-    std, ci = _uncertainty(named)
+    std, ci = uncertainty(named)
     n_bootstrap = len(next(iter(named.values()))) if named else 0
     return {
         "n_points": n_points,
@@ -302,7 +151,7 @@ class PowerLawFit(FitStats):
         return _format(self.title, self.params(), self)
 
 
-def _power_law_problem(c: np.ndarray, loss: np.ndarray) -> _Problem:
+def _power_law_problem(c: np.ndarray, loss: np.ndarray) -> Problem:
     grid = np.array(
         list(
             itertools.product(
@@ -310,7 +159,7 @@ def _power_law_problem(c: np.ndarray, loss: np.ndarray) -> _Problem:
             )
         )
     )
-    return _Problem.build([np.log(c)], np.log(loss), grid)
+    return Problem.build([np.log(c)], np.log(loss), grid)
 
 
 def power_law_theta(C: np.ndarray, L: np.ndarray, starts: int = LOCAL_STARTS) -> np.ndarray:
@@ -319,7 +168,7 @@ def power_law_theta(C: np.ndarray, L: np.ndarray, starts: int = LOCAL_STARTS) ->
     For refits inside another bootstrap (the frontier's): few starts, no nested resampling.
     """
     prob = _power_law_problem(C, L)
-    return prob.to_raw(_solve(prob, _best_grid_points(prob, starts))[0])
+    return prob.to_raw(solve(prob, best_grid_points(prob, starts))[0])
 
 
 def fit_loss_vs_compute(
@@ -337,7 +186,7 @@ def fit_loss_vs_compute(
     if np.unique(c).size < 3:
         raise AnalysisError("fit_loss_vs_compute needs >= 3 distinct compute values")
     prob = _power_law_problem(c, loss)
-    fit = _fit(prob, n_bootstrap, seed, _groups(groups, c.size, "fit_loss_vs_compute"), 3)
+    fit = fit_problem(prob, n_bootstrap, seed, _groups(groups, c.size, "fit_loss_vs_compute"), 3)
     return PowerLawFit.from_samples(
         fit.theta, fit.samples, c.size, fit.objective, PowerLawFit.title
     )
@@ -499,9 +348,9 @@ def fit_chinchilla(
     exps = np.arange(0, 2.01, 0.5)
     logs = np.arange(0, 26, 5.0)
     grid = np.array(list(itertools.product(np.arange(-1, 1.6, 0.5), logs, exps, logs, exps)))
-    prob = _Problem.build([np.log(n), np.log(d)], np.log(loss), grid)
+    prob = Problem.build([np.log(n), np.log(d)], np.log(loss), grid)
     groups = _groups(groups, n.size, "fit_chinchilla")
-    fit = _fit(prob, n_bootstrap, seed, groups, CHINCHILLA_SIZE_PARAMS)
+    fit = fit_problem(prob, n_bootstrap, seed, groups, CHINCHILLA_SIZE_PARAMS)
     e, a, alpha, b, beta = fit.theta
     s = fit.samples
     named = {

@@ -18,7 +18,6 @@ import pandas as pd
 from trainer_core.analysis.bootstrap import parallel_map, residual_resamples
 from trainer_core.analysis.curves import budget_grid, size_curves
 from trainer_core.analysis.fits import (
-    BOOTSTRAP_STARTS,
     CHINCHILLA_SIZE_PARAMS,
     ChinchillaFit,
     PowerLawFit,
@@ -27,6 +26,7 @@ from trainer_core.analysis.fits import (
     power_law_theta,
 )
 from trainer_core.analysis.load import AnalysisError
+from trainer_core.analysis.solver import BOOTSTRAP_STARTS
 
 MIN_FRONTIER_POINTS = 3
 

@@ -367,7 +367,7 @@ class TrainConfig:
         """The batch splits into whole micro-batches on each of ``dp_size`` data-parallel ranks
         (checked where the world size is known: a Ray config, or the trainer at start)."""
         batch = self.trainer.global_batch_size
-        seqs = batch // self.data.seq_len
+        seqs = self.batch_seqs
         require(
             seqs % dp_size == 0,
             "trainer.global_batch_size",
@@ -383,6 +383,11 @@ class TrainConfig:
             f"{ranks} {seqs // dp_size} sequences, not a multiple of "
             f"train_module.rank_microbatch_seqs={micro}",
         )
+
+    @property
+    def batch_seqs(self) -> int:
+        """Sequences per optimizer step: the global batch counts tokens, the data yields rows."""
+        return self.trainer.global_batch_size // self.data.seq_len
 
     @property
     def total_steps(self) -> int:

@@ -90,7 +90,7 @@ class SizePlan:
 
     @property
     def batch_seqs(self) -> int:
-        return self.batch_tokens // self.config.data.seq_len
+        return self.config.batch_seqs
 
     @property
     def dp_size(self) -> int:
@@ -160,58 +160,28 @@ class SizePlan:
 
 
 def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
+    """One size's run, fully specified: the ladder's ``run`` template with the model, batch,
+    devices, micro-batch, LR, beta2, duration, schedule and permanent checkpoints filled in.
+
+    The order matters: memory decides the smallest mesh and micro-batch, the target batch then
+    picks the device count, and only the final mesh fixes the micro-batch and the batch (whole
+    micro-batches per rank); duration, warmup and the schedule follow from that batch. ``lr_fn``
+    (N -> peak LR) replaces the LR formula, e.g. a fitted LR sweep.
+    """
     run = ladder.run
     model = replace(
         run.model, size=size, vocab_size=ladder.vocab_size, **dict.fromkeys(SIZE_DIMS, 0)
     )
     n = count_params(model)["non_embedding"]
-    seq = ladder.seq_len
-    tp = run.parallel.tp
     try:
-        check_tensor_parallel(model, tp)
+        check_tensor_parallel(model, run.parallel.tp)
     except ConfigError as e:
         raise ConfigError(f"run.{e} (or drop size {size!r})") from None
-    min_devices, micro_seqs = min_mesh_and_micro(model, ladder)
-    if min_devices > ladder.max_devices:
-        raise ConfigError(
-            f"sizes: {size!r} needs more than {ladder.max_devices} devices of "
-            f"{ladder.device_type} (memory estimate); raise max_devices, turn on activation "
-            "checkpointing, or drop this size"
-        )
     target = target_batch_tokens(n, ladder.batch)
-    batch_seqs, devices = batch_and_devices(
-        max(1, round(target / seq)), micro_seqs, min_devices, device_counts(ladder), run.parallel
-    )
-    batch = batch_seqs * seq
-    layout = dp_layout(run.parallel, devices)
-    rank_seqs, micro_seqs, sync_every, memory = rank_batch_and_micro(
-        model,
-        ladder,
-        devices,
-        layout.dp_size,
-        max(1, round(target / seq)),
-        batch_seqs // layout.dp_size,
-    )
-    batch = rank_seqs * layout.dp_size * seq
-    if memory.total > ladder.memory_bytes:
-        raise ConfigError(
-            f"sizes: {size!r} does not fit on {devices} {ladder.device_type} with one sequence "
-            f"per micro-batch ({memory.total / 2**30:.1f} GiB estimated, "
-            f"{ladder.memory_bytes / 2**30:.1f} GiB usable); raise max_devices or turn on "
-            "activation checkpointing"
-        )
-    accum = rank_seqs // micro_seqs
-    drift = abs(batch - target) / target
-    warning = ""
-    if drift > BATCH_DRIFT:
-        warning = (
-            f"{size}: global batch {batch:,} tokens differs from the target {target:,} by "
-            f"{100 * drift:.0f}%"
-        )
-        warnings.warn(warning, stacklevel=2)
+    mesh = _mesh_and_batch(size, model, ladder, target)
+    batch = mesh.batch_tokens
     multiple = chinchilla_multiple(size, ladder.duration)
-    tokens_target = train_tokens(n, multiple, ladder.duration)
-    steps = max(1, math.ceil(tokens_target / batch))
+    steps = max(1, math.ceil(train_tokens(n, multiple, ladder.duration) / batch))
     uncapped_warmup = max(1, round(ladder.duration.warmup_tokens_per_param * n / batch))
     warmup = min(uncapped_warmup, max(1, steps // 10))
     schedule, ckpt_steps = _schedule_and_checkpoints(steps, warmup, ladder.duration)
@@ -221,13 +191,13 @@ def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
     config = replace(
         run,
         model=model,
-        data=replace(run.data, seq_len=seq),
+        data=replace(run.data, seq_len=ladder.seq_len),
         optim=replace(run.optim, lr=lr, beta2=beta2_for_batch(batch, ladder.beta2)),
         schedule=schedule,
         train_module=replace(
             run.train_module,
-            rank_microbatch_seqs=micro_seqs,
-            reduce_grads_every_micro_batch=sync_every,
+            rank_microbatch_seqs=mesh.micro_seqs,
+            reduce_grads_every_micro_batch=mesh.sync_every,
         ),
         trainer=replace(
             run.trainer,
@@ -253,17 +223,66 @@ def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
         size=size,
         num_params=n,
         target_batch_tokens=target,
-        devices=devices,
-        mesh=mesh_shape(run.parallel, devices),
-        grad_accum=accum,
-        memory=memory,
+        devices=mesh.devices,
+        mesh=mesh_shape(run.parallel, mesh.devices),
+        grad_accum=mesh.rank_seqs // mesh.micro_seqs,
+        memory=mesh.memory,
         uncapped_warmup=uncapped_warmup,
         lr_source=source,
-        flops_per_token=num_flops_per_token(model, seq),
+        flops_per_token=num_flops_per_token(model, ladder.seq_len),
         chinchilla_multiple=multiple,
         config=named_run(config, ladder, size),
-        batch_warning=warning,
+        batch_warning=mesh.warning,
     )
+
+
+@dataclass(frozen=True)
+class _MeshPlan:
+    devices: int
+    rank_seqs: int
+    micro_seqs: int
+    sync_every: bool
+    memory: MemoryEstimate
+    batch_tokens: int
+    warning: str
+
+
+def _mesh_and_batch(size: str, model: ModelConfig, ladder: LadderConfig, target: int) -> _MeshPlan:
+    """Devices, per-rank batch and micro-batch for one size (see :mod:`trainer_core.ladder.batch`),
+    or a ConfigError when the model does not fit ``max_devices``."""
+    seq = ladder.seq_len
+    min_devices, micro_seqs = min_mesh_and_micro(model, ladder)
+    if min_devices > ladder.max_devices:
+        raise ConfigError(
+            f"sizes: {size!r} needs more than {ladder.max_devices} devices of "
+            f"{ladder.device_type} (memory estimate); raise max_devices, turn on activation "
+            "checkpointing, or drop this size"
+        )
+    target_seqs = max(1, round(target / seq))
+    batch_seqs, devices = batch_and_devices(
+        target_seqs, micro_seqs, min_devices, device_counts(ladder), ladder.run.parallel
+    )
+    dp_size = dp_layout(ladder.run.parallel, devices).dp_size
+    rank_seqs, micro_seqs, sync_every, memory = rank_batch_and_micro(
+        model, ladder, devices, dp_size, target_seqs, batch_seqs // dp_size
+    )
+    if memory.total > ladder.memory_bytes:
+        raise ConfigError(
+            f"sizes: {size!r} does not fit on {devices} {ladder.device_type} with one sequence "
+            f"per micro-batch ({memory.total / 2**30:.1f} GiB estimated, "
+            f"{ladder.memory_bytes / 2**30:.1f} GiB usable); raise max_devices or turn on "
+            "activation checkpointing"
+        )
+    batch = rank_seqs * dp_size * seq
+    drift = abs(batch - target) / target
+    warning = ""
+    if drift > BATCH_DRIFT:
+        warning = (
+            f"{size}: global batch {batch:,} tokens differs from the target {target:,} by "
+            f"{100 * drift:.0f}%"
+        )
+        warnings.warn(warning, stacklevel=3)
+    return _MeshPlan(devices, rank_seqs, micro_seqs, sync_every, memory, batch, warning)
 
 
 def _schedule_and_checkpoints(

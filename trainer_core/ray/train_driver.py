@@ -38,7 +38,7 @@ def _rank_dataset(cfg: RayTrainConfig, dp_rank: int, dp_size: int):
     return ray_train_dataset(
         data.spec,
         seq_len=cfg.data.seq_len,
-        global_batch_seqs=cfg.trainer.global_batch_size // cfg.data.seq_len,
+        global_batch_seqs=cfg.batch_seqs,
         seed=cfg.trainer.seed,
         start_step=start,
         num_steps=max(cfg.total_steps - start, 0),

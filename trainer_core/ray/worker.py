@@ -93,7 +93,7 @@ def _train(config: dict[str, Any]) -> None:
     quiet_ray_loggers()  # again: Train and Data loggers created since process start
     cfg: RayTrainConfig = config["train"]
     layout = cfg.layout(ray.train.get_context().get_world_rank())
-    rows_per_rank = cfg.trainer.global_batch_size // cfg.data.seq_len // layout.dp_size
+    rows_per_rank = cfg.batch_seqs // layout.dp_size
     shard = ray.train.get_dataset_shard(dataset_name(layout.dp_rank))
     # Where this worker group's datasets start (built from the same listing just before the
     # workers started; read before the first collective, so before any rank can change it).

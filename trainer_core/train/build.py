@@ -87,6 +87,13 @@ def build_trainer(
     tags: dict | None = None,
     placement: dict[str, str] | None = None,
 ) -> Trainer:
+    """The run a config describes, ready to ``fit()``: device, process group and mesh, the
+    wrapped model, optimizer and schedule, data for this rank, callbacks, checkpointer.
+
+    One function for ``python -m trainer_core.train``, ``torchrun`` and the Ray Train worker, so
+    a run is built the same way everywhere; the Ray layer passes its own ``train_batches``
+    (Ray Data) and callbacks (reporting), and ``placement`` for ``run.json``.
+    """
     device = resolve_device(cfg.trainer.device)
     dist_info = init_distributed(device.type)
     device = dist_info.device
@@ -98,7 +105,7 @@ def build_trainer(
         assert (dp.get_local_rank(), dp.size()) == (layout.dp_rank, layout.dp_size), "mesh order"
     dp_rank, dp_size = layout.dp_rank, layout.dp_size
     seq_len = cfg.data.seq_len
-    batch_seqs = cfg.trainer.global_batch_size // seq_len
+    batch_seqs = cfg.batch_seqs
     module = build_train_module(cfg, device, mesh, dp_size)
 
     data = open_token_data(cfg.data, cfg.model.vocab_size)

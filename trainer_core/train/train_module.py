@@ -38,6 +38,14 @@ class BatchStats:
 
 
 class TrainModule:
+    """How one global batch becomes one optimizer update, and how an eval batch is scored.
+
+    Holds the (wrapped) model, optimizer and scheduler; splits a rank's batch into
+    micro-batches, accumulates gradients (syncing them across data-parallel ranks only where
+    the config says), clips and steps. The :class:`Trainer` never touches the model directly,
+    so precision, parallelism and the loss live here and nowhere else (OLMo-core's contract).
+    """
+
     def __init__(
         self,
         model: nn.Module,

@@ -72,6 +72,14 @@ class _Window:
 
 
 class Trainer:
+    """The loop around a :class:`TrainModule`: steps, logging, evals and checkpoints.
+
+    It owns what happens *between* optimizer steps and knows nothing of how a step is computed
+    (the train module) or where batches come from (``train_batches(start_step)``, so a resumed
+    run asks for the batches from its checkpoint's step on). Callbacks see every boundary; Ray
+    adds its reporting as one of them, so the loop is the same with and without Ray.
+    """
+
     def __init__(
         self,
         cfg: TrainConfig,

@@ -16,6 +16,7 @@ import torch
 
 from trainer_core.config.sections import DataConfig
 from trainer_core.data.demo_corpus import demo_shards
+from trainer_core.data.row_groups import RowGroupCache
 from trainer_core.data.shards import (
     DataError,
     ShardError,
@@ -23,7 +24,7 @@ from trainer_core.data.shards import (
     read_manifest,
     write_manifest,
 )
-from trainer_core.data.token_data import MIX_BLOCK, RowGroupCache, TokenData, open_token_data
+from trainer_core.data.token_data import MIX_BLOCK, TokenData, open_token_data
 
 SEQ = 16
 
