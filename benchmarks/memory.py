@@ -1,10 +1,10 @@
-"""Peak memory of real train steps against the planner's estimate (trainer_core.memory).
+"""Peak memory of real train steps against the planner's estimate (trainer_core.ladder.memory).
 
 python benchmarks/memory.py [--device cpu|cuda] [--cases logits,fsdp2,...]
 
 Each case runs in fresh processes (two gloo ranks for the FSDP2 cases; NCCL on two GPUs): the
 model, AdamW and the train module built the way the trainer builds them (mesh, FSDP2, the
-autocast rule of :mod:`trainer_core.precision`), one step (optimizer state allocated), then one
+autocast rule of :mod:`trainer_core.parallel.precision`), one step (optimizer state allocated), then one
 measured step. The measure is what the allocator holds at the step's peak. On CUDA that is
 ``torch.cuda.max_memory_allocated``. On CPU torch has no allocator statistics, but c10's CPU
 allocator reports every allocation and free to ``torch.profiler`` under ``profile_memory=True``:

@@ -5,9 +5,9 @@ python benchmarks/train_step.py --size 1M [--seq-len 128] [--batch-seqs 16] [--m
     [--float8 none|tensorwise|rowwise] [--attention auto|flash|cudnn|efficient|math] [--json]
 
 The model is built and wrapped the way the trainer builds it (parallelize_model: float8, compile;
-fused AdamW on CUDA; bf16 from trainer_core.precision, i.e. autocast on one device). MFU is
-FLOPs/token (6N + 12 L d s) x tokens/s over the device's peak (trainer_core.flops); peak memory
-(CUDA only) is set beside the planner's estimate (trainer_core.memory). One more step runs
+fused AdamW on CUDA; bf16 from trainer_core.parallel.precision, i.e. autocast on one device). MFU is
+FLOPs/token (6N + 12 L d s) x tokens/s over the device's peak (trainer_core.devices); peak memory
+(CUDA only) is set beside the planner's estimate (trainer_core.ladder.memory). One more step runs
 under the profiler to name the attention kernel that ran. ``--json`` prints the result as one
 JSON line (benchmarks/gpu_check.py reads it).
 """

@@ -326,7 +326,7 @@ def random_texts():
 @pytest.fixture
 def run_script(monkeypatch, capsys):
     """Run an entry script in this process as ``python <script> <args>`` would (its ``main``
-    under :func:`trainer_core.cli.exit_on_error`): ``(exit code, stdout, stderr)``. Loaded from
+    under :func:`trainer_core.config.cli.exit_on_error`): ``(exit code, stdout, stderr)``. Loaded from
     its file, since scripts are not a package."""
     from trainer_core.config.cli import exit_on_error
 

@@ -1,4 +1,4 @@
-"""Sharded checkpoints: atomic commit, Levanter-style keep policy, safe loading, listing.
+"""Saving and loading sharded checkpoints: atomic commit, integrity listings, async saves.
 
 Layout: ``<run_dir>/checkpoints/step-XXXXXXXX/``, written with ``torch.distributed.checkpoint``
 (every rank writes its own shards). All ranks write into ``step-N.tmp-<token>`` (rank 0 picks the

@@ -42,7 +42,7 @@ def list_files(root: Path, names: list[str]) -> FileListing:
 
 def size_problems(found: dict[str, int | None], listing: FileListing) -> list[str]:
     """Listed files that are absent or of another size in ``found`` (a dir's
-    :func:`trainer_core.storage.entries`): a cheap check, one listing for the whole dir."""
+    :func:`trainer_core.io.storage.entries`): a cheap check, one listing for the whole dir."""
     problems = []
     for name, entry in sorted(listing.items()):
         size = found.get(name)

@@ -3,7 +3,7 @@
 Each section is a dataclass that validates itself in ``__post_init__`` and raises
 :class:`ConfigError` naming the field; :class:`TrainConfig` checks the rules that span sections
 (batch divisible by micro-batch, warmup shorter than the run). Load with
-:func:`trainer_core.configio.load_config`; dump with :func:`trainer_core.configio.to_yaml`.
+:func:`trainer_core.config.loader.load_config`; dump with :func:`trainer_core.config.loader.to_yaml`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Names are the approximate parameter count of the transformer blocks alone (embeddings and
 LM head depend on the vocabulary). The exact non-embedding count ``N`` used by ladder formulas is
-computed from these dims and the vocabulary by :func:`trainer_core.model.count_params`.
+computed from these dims and the vocabulary by :func:`trainer_core.model.counts.count_params`.
 CPU sizes (1M-50M) run in tests and the demo; the rest follow Llama/OLMo-2 shapes up to 7B.
 """
 

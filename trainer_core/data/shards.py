@@ -121,7 +121,7 @@ class Manifest:
     page_checksums: bool = False
     """Files carry parquet page CRCs; False in manifests written before they did."""
     dir: Location = Path(".")
-    """A local dir, or a URL (``s3://bucket/prefix``) read through :mod:`trainer_core.storage`."""
+    """A local dir, or a URL (``s3://bucket/prefix``) read through :mod:`trainer_core.io.storage`."""
 
     @property
     def path(self) -> Location:
@@ -315,7 +315,7 @@ class DatasetWriter:
     """Routes documents to the train and validation writers and writes the manifest at the end.
 
     It writes into a new or empty dir and never deletes: replacing an existing shard dir is the
-    caller's job, done only once the new one is complete (:func:`trainer_core.paths.replace_when_complete`).
+    caller's job, done only once the new one is complete (:func:`trainer_core.io.output_dir.replace_when_complete`).
 
     A document goes to validation when its :func:`split_key` is below ``val_fraction``. So that
     a small corpus still gets a validation split, the training document with the smallest key is

@@ -103,7 +103,7 @@ class LadderConfig:
             not self.uses_gpu or device_peak_flops(self.device_type) is not None,
             "device_type",
             self.device_type,
-            f"use 'cpu' or a GPU of trainer_core.flops.PEAK_BF16_FLOPS ({', '.join(PEAK_BF16_FLOPS)})",
+            f"use 'cpu' or a GPU of trainer_core.devices.PEAK_BF16_FLOPS ({', '.join(PEAK_BF16_FLOPS)})",
         )
         require(
             0 < self.memory_fraction <= 1,
@@ -123,7 +123,7 @@ class LadderConfig:
 
     @property
     def peak_flops(self) -> float:
-        """Per device, from the one table MFU uses too (:mod:`trainer_core.flops`)."""
+        """Per device, from the one table MFU uses too (:mod:`trainer_core.devices`)."""
         if not self.uses_gpu:
             return CPU_NOMINAL_FLOPS
         return device_peak_flops(self.device_type)

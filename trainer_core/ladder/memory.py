@@ -9,7 +9,7 @@ Activations are counted from what this model's blocks save for backward, measure
 up, their SiLU and product) and about 10 model-width plus 3 key/value-width vectors (norm inputs
 and outputs, q/k/v before and after QK-norm and RoPE, the attention output). That is 4 bytes
 an element in fp32. 16-bit compute saves about 0.8x that, not 0.5x, both ways it comes
-(:mod:`trainer_core.precision`): under autocast the residual stream stays fp32, and with FSDP's
+(:mod:`trainer_core.parallel.precision`): under autocast the residual stream stays fp32, and with FSDP's
 bf16 ``param_dtype`` the norms and RoPE still save fp32 copies of their inputs (counted with the
 hooks: 0.76x and 0.77x; measured steps agree, ``benchmarks/RESULTS.md``).
 """
@@ -72,7 +72,7 @@ def rank_params(model: ModelConfig, tp: int) -> tuple[float, float]:
     """(root unit, one block): parameters one tensor-parallel rank holds of each FSDP unit before
     FSDP shards it. TP splits only the blocks' linear layers (a ``1/tp`` slice each); the
     embedding, the LM head and every norm stay whole on each TP rank
-    (:func:`trainer_core.parallel.apply_tensor_parallel`)."""
+    (:func:`trainer_core.parallel.wrap.apply_tensor_parallel`)."""
     counts = count_params(model)
     block = counts["blocks"] / model.n_layers
     block_norms = 2 * model.d_model + (2 * model.head_dim if model.qk_norm else 0)

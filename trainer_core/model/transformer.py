@@ -3,7 +3,7 @@
 Pre-norm blocks (RMSNorm -> grouped-query attention with RoPE and optional per-head QK-norm ->
 residual; RMSNorm -> SwiGLU MLP -> residual), a final RMSNorm and an untied (or tied) LM head.
 Attention is ``F.scaled_dot_product_attention`` (flash / cuDNN kernels on GPU), restricted to
-``model.attention_backend`` when one is named (:mod:`trainer_core.attention`).
+``model.attention_backend`` when one is named (:mod:`trainer_core.model.attention`).
 Module names (``blocks.<i>.attn.wq`` ...) are what ``trainer_core.parallel`` shards.
 """
 

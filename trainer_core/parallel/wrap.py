@@ -2,7 +2,7 @@
 
 Applied in torchtitan's order (float8 -> TP -> AC -> compile -> FSDP) so each transform sees the
 module structure it expects. The mesh's shape and each rank's data-parallel place come from
-:mod:`trainer_core.mesh` (no torch), the rule the planner and the Ray layer use too. FSDP2 shards
+:mod:`trainer_core.parallel.mesh` (no torch), the rule the planner and the Ray layer use too. FSDP2 shards
 over dp_shard and replicates over dp_replicate (HSDP), on the dp sub-mesh when tp > 1 (2D).
 
 Wrappers keep checkpoints portable: ``checkpoint_wrapper`` and ``torch.compile`` add
@@ -122,7 +122,7 @@ def parallelize_model(
     model.
 
     ``param_dtype`` / ``reduce_dtype`` act through FSDP, i.e. only with data-parallel size > 1;
-    on one device (or TP alone) bf16 comes from autocast (:mod:`trainer_core.precision`).
+    on one device (or TP alone) bf16 comes from autocast (:mod:`trainer_core.parallel.precision`).
     """
     fsdp = mesh is not None and dp_mesh(mesh).size() > 1
     model.to(device)

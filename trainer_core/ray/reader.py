@@ -51,7 +51,7 @@ def dataset_name(dp_rank: int) -> str:
 
 def resume_step(cfg: TrainConfig) -> int:
     """The step the next worker group will start from, by the trainer's rule
-    (:meth:`trainer_core.trainer.Trainer.restore`): the run's latest complete checkpoint; with
+    (:meth:`trainer_core.train.trainer.Trainer.restore`): the run's latest complete checkpoint; with
     none yet, ``checkpoint.resume_from``'s step when set; else 0."""
     complete = [c for c in list_checkpoints(cfg.trainer.run_dir) if c.complete]
     if complete:

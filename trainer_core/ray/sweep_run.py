@@ -1,4 +1,4 @@
-"""Learning-rate sweeps on Ray Tune: the size x LR trials that ``trainer_core.sweep`` plans, run
+"""Learning-rate sweeps on Ray Tune: the size x LR trials that ``trainer_core.ladder.sweep`` plans, run
 on the ladder's trial machinery with early stopping.
 
 ASHA (or median stopping) on eval loss at the eval steps frees the resources of clearly worse LRs.

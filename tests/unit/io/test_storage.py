@@ -1,4 +1,4 @@
-"""The local-path-or-URL seam (trainer_core/storage.py) on local disk, and the errors a URL gets
+"""The local-path-or-URL seam (trainer_core/io/storage.py) on local disk, and the errors a URL gets
 when this machine cannot write there (a real S3 server: tests/e2e/test_object_storage.py)."""
 
 from __future__ import annotations

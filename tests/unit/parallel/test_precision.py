@@ -32,7 +32,7 @@ def test_where_bf16_comes_from(parallel, module, fsdp, expected):
 
 def test_the_memory_estimate_follows_the_same_rule():
     """bf16 without FSDP is autocast; with FSDP it is bf16 parameters, whose norms and RoPE
-    still save fp32 copies: 0.8x of fp32's activations either way (``trainer_core.memory``)."""
+    still save fp32 copies: 0.8x of fp32's activations either way (``trainer_core.ladder.memory``)."""
     model = ModelConfig(size="1B", vocab_size=50304)
     args = {"seq_len": 4096, "micro_seqs": 2, "grad_accum": 1}
 
