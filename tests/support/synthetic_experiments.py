@@ -42,7 +42,7 @@ def write_run(
         "size": size,
         "num_params": n,
         "flops_per_token": 6 * n,
-        "lr": lr,
+        "peak_lr": lr,
         "global_batch_tokens": BATCH,
         "seq_len": 512,
         "total_steps": total_steps,

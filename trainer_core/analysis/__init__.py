@@ -14,6 +14,18 @@ from trainer_core.analysis.fits import (
     fit_loss_vs_compute,
 )
 from trainer_core.analysis.frontier import fit_frontier, frontier_points
+from trainer_core.analysis.hparam_laws import (
+    CellOptimum,
+    HparamHeldOut,
+    HparamLawFit,
+    HparamLaws,
+    HparamPrediction,
+    cell_optima,
+    fit_hparam_law,
+    fit_hparam_laws,
+    held_out_check,
+    leave_one_out,
+)
 from trainer_core.analysis.isoflop import IsoFLOPFit, fit_isoflop
 from trainer_core.analysis.load import AnalysisError, ExperimentResults, load
 from trainer_core.analysis.lr import (
@@ -28,6 +40,7 @@ from trainer_core.analysis.lr import (
 )
 from trainer_core.analysis.lr_grid import widen_lrs
 from trainer_core.analysis.plots import plot_loss_curves, plot_lr_sweep, plot_lr_vs_size
+from trainer_core.analysis.plots_hparams import plot_cell_sweeps, plot_hparam_law, plot_hparam_laws
 from trainer_core.analysis.plots_scaling import plot_isoflops, plot_loss_vs_compute
 from trainer_core.analysis.predict import (
     ExtrapolationCheck,
@@ -41,34 +54,47 @@ from trainer_core.analysis.report import report_experiment
 from trainer_core.analysis.report_data import Report
 
 __all__ = [
-    "LADDER_LR_EXPONENT",
     "AnalysisError",
+    "CellOptimum",
     "ChinchillaFit",
     "ExperimentResults",
     "ExtrapolationCheck",
     "HeldOutPrediction",
+    "HparamHeldOut",
+    "HparamLawFit",
+    "HparamLaws",
+    "HparamPrediction",
     "IsoFLOPFit",
+    "LADDER_LR_EXPONENT",
     "LRPowerLawFit",
     "LossPrediction",
     "OptimalLR",
     "PowerLawFit",
     "Report",
+    "cell_optima",
     "chinchilla_from_points",
     "extrapolation_check",
     "fit_chinchilla",
     "fit_flags",
     "fit_frontier",
+    "fit_hparam_law",
+    "fit_hparam_laws",
     "fit_isoflop",
     "fit_loss_vs_compute",
     "fit_lr_power_law",
     "fit_sweep_lr",
     "frontier_points",
+    "held_out_check",
     "isoflop_flags",
     "isoflop_unresolved",
+    "leave_one_out",
     "load",
     "lr_sweep_table",
     "optimal_lr",
     "optimal_lrs",
+    "plot_cell_sweeps",
+    "plot_hparam_law",
+    "plot_hparam_laws",
     "plot_isoflops",
     "plot_loss_curves",
     "plot_loss_vs_compute",

@@ -31,7 +31,17 @@ from trainer_core.io.run_dir import (
     run_json_path,
 )
 
-METRIC_COLUMNS = ["size", "name", "N", "lr", "step", "tokens", "flops", "train_loss", "eval_loss"]
+METRIC_COLUMNS = [
+    "size",
+    "name",
+    "N",
+    "peak_lr",
+    "step",
+    "tokens",
+    "flops",
+    "train_loss",
+    "eval_loss",
+]
 POINT_COLUMNS = [*METRIC_COLUMNS, "lr_at_step", "annealed"]
 CHECKPOINT_COLUMNS = [
     "name",
@@ -89,7 +99,7 @@ class ExperimentResults:
                     "size": run.size,
                     "name": run.name,
                     "N": run.num_params,
-                    "lr": run.lr,
+                    "peak_lr": run.peak_lr,
                     "status": run.status,
                     "step": step,
                     "tokens": step * run.global_batch_tokens,
@@ -114,7 +124,7 @@ class ExperimentResults:
         if pts.empty:
             final = self.final().rename(columns={"final_eval_loss": "eval_loss"})
             pts = final[final["name"].isin(ok)]
-        cols = ["size", "name", "N", "lr", "step", "tokens", "flops", "eval_loss"]
+        cols = ["size", "name", "N", "peak_lr", "step", "tokens", "flops", "eval_loss"]
         pts = pts[cols].dropna(subset=["eval_loss"])
         return pts[pts["eval_loss"].map(math.isfinite)].reset_index(drop=True)
 
@@ -183,14 +193,14 @@ def _load_local(root: Path) -> ExperimentResults:
                 {"name": run["name"], "size": run["size"], **c.__dict__, "tokens": tokens}
             )
     runs_df = pd.DataFrame(runs)
-    runs_df = runs_df.sort_values(["num_params", "lr", "name"], kind="stable").reset_index(
+    runs_df = runs_df.sort_values(["num_params", "peak_lr", "name"], kind="stable").reset_index(
         drop=True
     )
     return ExperimentResults(
         path=root,
         runs=runs_df,
-        metrics=_frame(metrics, METRIC_COLUMNS, ["N", "lr", "name", "step"]),
-        points=_frame(points, POINT_COLUMNS, ["N", "lr", "name", "step"]),
+        metrics=_frame(metrics, METRIC_COLUMNS, ["N", "peak_lr", "name", "step"]),
+        points=_frame(points, POINT_COLUMNS, ["N", "peak_lr", "name", "step"]),
         checkpoints=_frame(checkpoints, CHECKPOINT_COLUMNS, ["name", "step"]),
     )
 
@@ -218,8 +228,12 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
             "rerun the experiment with --resume"
         )
     record = _read_json(path)
+    if "peak_lr" not in record and "lr" in record:  # run.json before the field was renamed
+        record["peak_lr"] = record.pop("lr")
     missing = [
-        k for k in ("num_params", "lr", "global_batch_tokens", "flops_per_token") if k not in record
+        k
+        for k in ("num_params", "peak_lr", "global_batch_tokens", "flops_per_token")
+        if k not in record
     ]
     if missing:
         raise AnalysisError(f"{path}: missing {', '.join(missing)}; not a rayladder run.json")
@@ -269,7 +283,7 @@ def read_points(run_dir: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
         row = _metric_row(run, step, record)
         lr = record.get("lr")
         row["lr_at_step"] = math.nan if lr is None else float(lr)
-        row["annealed"] = lr is None or float(lr) <= ANNEALED_LR_FRACTION * float(run["lr"])
+        row["annealed"] = lr is None or float(lr) <= ANNEALED_LR_FRACTION * float(run["peak_lr"])
         rows.append(row)
     return rows
 
@@ -281,7 +295,7 @@ def _metric_row(run: dict[str, Any], step: int, record: dict[str, Any]) -> dict[
         "size": run["size"],
         "name": run["name"],
         "N": run["num_params"],
-        "lr": run["lr"],
+        "peak_lr": run["peak_lr"],
         "step": step,
         "tokens": tokens,
         "flops": float(tokens) * float(run["flops_per_token"]),

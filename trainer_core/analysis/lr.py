@@ -66,7 +66,7 @@ def lr_sweep_table(results: ExperimentResults) -> pd.DataFrame:
             {
                 "size": run.size,
                 "N": run.num_params,
-                "lr": run.lr,
+                "lr": run.peak_lr,
                 "name": run.name,
                 "final_eval_loss": f["final_eval_loss"],
                 "best_eval_loss": f["best_eval_loss"],

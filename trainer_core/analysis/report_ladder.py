@@ -129,7 +129,7 @@ def _final_table(report: Report, console: Console) -> None:
     cols = (
         "size",
         "N",
-        "lr",
+        "peak lr",
         "status",
         "steps",
         "tokens",
@@ -145,7 +145,7 @@ def _final_table(report: Report, console: Console) -> None:
         table.add_row(
             row.size,
             f"{row.N:,}",
-            f"{row.lr:.3e}",
+            f"{row.peak_lr:.3e}",
             row.status,
             f"{row.step}/{run.total_steps}",
             f"{row.tokens:,}",

@@ -63,7 +63,8 @@ class RunInfo:
     name: str
     num_params: int
     flops_per_token: int
-    lr: float
+    peak_lr: float
+    """The schedule's peak; the LR of each step is ``lr`` in the metrics."""
     global_batch_tokens: int
     seq_len: int
     total_steps: int

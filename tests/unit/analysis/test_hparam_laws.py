@@ -1,0 +1,188 @@
+"""Known-answer tests of the hyperparameter laws: synthetic sweeps with a planted LR*(N, D) and
+B*(D), whose fits must recover them within their intervals and flag what the data leave open."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from trainer_core.analysis.hparam_laws import (
+    cell_optima,
+    fit_hparam_law,
+    fit_hparam_laws,
+    held_out_check,
+    leave_one_out,
+)
+from trainer_core.analysis.load import AnalysisError
+from trainer_core.analysis.synthetic_sweep import (
+    RATIOS,
+    SIZES,
+    STEP_LAW_BATCH,
+    STEP_LAW_LR,
+    PlantedLaw,
+    SyntheticSweep,
+)
+
+SHRINKING = PlantedLaw(0.5, -0.3, -0.12)
+"""LR* falling with the horizon, as Bjorck et al. (2025) find (b negative)."""
+
+
+def sweep(law: PlantedLaw = STEP_LAW_LR, seed: int = 0, **kw) -> pd.DataFrame:
+    return SyntheticSweep(lr_law=law, **kw).table(seed)
+
+
+def inside(value: float, interval: tuple[float, float]) -> bool:
+    return interval[0] <= value <= interval[1]
+
+
+@pytest.mark.parametrize("law", [STEP_LAW_LR, SHRINKING], ids=["b-positive", "b-negative"])
+def test_planted_lr_law_is_recovered_within_its_intervals(law):
+    laws = fit_hparam_laws(sweep(law))
+    fit = laws.lr
+    assert fit.terms == ("N", "D") and not fit.excluded and not fit.notes
+    assert inside(law.c, fit.ci["c"])
+    assert inside(law.a, fit.ci["N"])
+    assert inside(law.b, fit.ci["D"])
+    lo, hi = fit.ci["D"]
+    assert math.copysign(1, law.b) == math.copysign(1, fit.b)
+    assert lo > 0 if law.b > 0 else hi < 0, "the interval resolves b's sign"
+    assert "UNRESOLVED" not in str(fit)
+
+
+def test_planted_batch_law_is_recovered_as_a_law_of_d():
+    laws = fit_hparam_laws(sweep())
+    assert laws.batch is not None and laws.batch.terms == ("D",)
+    assert inside(STEP_LAW_BATCH.c, laws.batch.ci["c"])
+    assert inside(STEP_LAW_BATCH.b, laws.batch.ci["D"])
+    assert str(laws.batch).startswith("B*(D) = ")
+    both = fit_hparam_law(laws.batch_cells, ("N", "D"))
+    assert inside(0.0, both.ci["N"]), "B* planted without N: N's exponent is zero"
+    assert any("a (N's exponent)" in note and "sign not resolved" in note for note in both.notes)
+
+
+def test_a_law_missing_a_term_is_called_a_misfit():
+    """B* planted to fall with N: a law of D alone leaves the cells far from it."""
+    df = sweep(batch_law=PlantedLaw(5e4, -0.5, 0.571))
+    laws = fit_hparam_laws(df)
+    assert laws.batch.scatter > 2 and "MISFIT" in str(laws.batch)
+    both = fit_hparam_law(laws.batch_cells, ("N", "D"))
+    assert inside(-0.5, both.ci["N"]) and "MISFIT" not in str(both)
+
+
+def test_cell_optima_cover_the_planted_optimum():
+    cells = cell_optima(sweep(seed=1), "lr")
+    assert len(cells) == len(SIZES) * len(RATIOS)
+    covered = [c.low <= STEP_LAW_LR(c.N, c.D) <= c.high for c in cells]
+    assert sum(covered) >= 10, "95% intervals: at most a couple of 12 miss"
+    assert all(c.method == "quadratic" and not c.at_edge for c in cells)
+
+
+def test_an_edge_optimum_is_flagged_and_excluded_from_the_law():
+    edge = (1e8, 6e9)
+    laws = fit_hparam_laws(sweep(lr_shift={edge: 0.1}))
+    cell = next(c for c in laws.lr_cells if edge == (c.N, c.D))
+    assert cell.at_edge and cell.high == math.inf and "NOT BRACKETED" in str(cell)
+    assert [(c.N, c.D) for c in laws.lr.excluded] == [edge]
+    assert "EXCLUDED" in str(laws.lr) and cell.label in str(laws.lr)
+    assert inside(STEP_LAW_LR.b, laws.lr.ci["D"])
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [[(n, 1e10) for n in SIZES], [(n, 20 * n) for n in SIZES]],
+    ids=["one-D-for-all", "one-D-per-N"],
+)
+def test_one_horizon_per_size_leaves_b_unresolved(cells):
+    fit = fit_hparam_laws(sweep(cells=cells)).lr
+    assert fit.terms == ("N",) and math.isnan(fit.b)
+    assert any(note.startswith("b (D's exponent)") for note in fit.notes)
+    assert "UNRESOLVED: b (D's exponent)" in str(fit)
+
+
+def test_one_size_fits_d_alone_and_leaves_a_unresolved():
+    fit = fit_hparam_laws(sweep(cells=[(1e8, 1e8 * r) for r in RATIOS])).lr
+    assert fit.terms == ("D",) and math.isnan(fit.a)
+    assert any(note.startswith("a (N's exponent)") for note in fit.notes)
+
+
+def test_held_out_cell_falls_inside_the_predicted_interval():
+    cells = cell_optima(sweep(seed=2), "lr")
+    n, d = 2e8, 2e8 * 60
+    check = held_out_check(cells, n, d)
+    assert check.covered and "inside" in str(check)
+    assert inside(STEP_LAW_LR(n, d), check.law_interval)
+    assert check.interval[0] <= check.law_interval[0] <= check.law_interval[1] <= check.interval[1]
+    checks = leave_one_out(cells)
+    assert len(checks) == len(cells)
+    assert sum(c.covered for c in checks) >= len(checks) - 2
+
+
+def test_predict_brackets_the_truth_and_names_extrapolation():
+    laws = fit_hparam_laws(sweep(seed=3))
+    n, d = 1.5e8, 5e9
+    p = laws.predict(n, d)
+    assert inside(STEP_LAW_LR(n, d), p.lr[1:])
+    assert p.batch is not None and inside(STEP_LAW_BATCH(n, d), p.batch[1:])
+    assert p.extrapolated == []
+    far = laws.predict(7e9, 1.4e12)
+    assert far.extrapolated == ["N", "D"] and "extrapolated" in str(far)
+    assert far.lr[2] / far.lr[1] > p.lr[2] / p.lr[1], "intervals widen away from the data"
+
+
+def test_stopped_and_diverged_trials_do_not_move_the_optimum():
+    df = sweep(seed=4)
+    base = cell_optima(df, "lr", seed=0)
+    bad = df.iloc[::7].assign(loss=df["loss"].iloc[::7] + 1.0, stopped=True)
+    diverged = df.iloc[::11].assign(loss=math.nan, stopped=False)
+    dirty = pd.concat([df.assign(stopped=False), bad, diverged], ignore_index=True)
+    assert [c.value for c in cell_optima(dirty, "lr", seed=0)] == pytest.approx(
+        [c.value for c in base], rel=1e-9
+    )
+
+
+def test_an_asymmetric_curve_is_fitted_over_its_lowest_points():
+    """A wall above LR*: a parabola over the whole wide grid sits 40% below LR*."""
+    lrs = 1e-3 * 2 ** (np.arange(-8, 9) / 2)
+    x = np.log(lrs / 1e-3)
+    loss = 3 + 0.05 * x**2 + 0.05 * np.maximum(x, 0) ** 3
+    whole = np.polyfit(x, loss, 2)
+    assert 1e-3 * math.exp(-whole[1] / (2 * whole[0])) < 0.6e-3
+    df = pd.DataFrame({"N": 1e8, "D": 2e9, "lr": lrs, "batch": 2e5, "loss": loss})
+    (cell,) = cell_optima(df, "lr")
+    assert cell.value == pytest.approx(1e-3, rel=0.1)
+
+
+def test_without_spare_points_the_interval_is_the_neighbouring_grid_values():
+    df = sweep(cells=[(1e8, 2e9)], noise=0.0, n_lr=3, n_batch=1)
+    (cell,) = cell_optima(df, "lr")
+    lrs = np.sort(df["lr"].unique())
+    assert cell.method == "quadratic"
+    assert (cell.low, cell.high) == pytest.approx((lrs[0], lrs[2]), rel=1e-9)
+    assert cell_optima(df, "batch") == [], "one batch tried: no batch optimum"
+
+
+def test_a_table_without_the_columns_is_refused():
+    with pytest.raises(AnalysisError, match="lacks columns"):
+        cell_optima(pd.DataFrame({"N": [1.0], "lr": [1e-3], "loss": [3.0]}))
+
+
+def test_plots_of_the_laws_are_written(tmp_path):
+    from trainer_core.analysis.plots_hparams import plot_hparam_laws
+
+    df = sweep(cells=[(n, n * r) for n in SIZES[:2] for r in RATIOS[:2]], n_lr=5, n_batch=3)
+    edge = sweep(cells=[(2e8, 4e9)], lr_shift={(2e8, 4e9): 0.1})
+    df = pd.concat([df, edge], ignore_index=True)
+    laws = fit_hparam_laws(df, n_bootstrap=50)
+    assert len(laws.lr.excluded) == 1, "the edge cell is drawn hollow, not fitted"
+    paths = plot_hparam_laws(df, laws.lr, laws.batch, tmp_path)
+    assert [p.name for p in paths] == [
+        "hparam_lr_cells.png",
+        "hparam_lr_vs_N.png",
+        "hparam_lr_vs_D.png",
+        "hparam_batch_cells.png",
+        "hparam_batch_vs_D.png",
+    ]
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths)

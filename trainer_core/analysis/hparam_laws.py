@@ -1,0 +1,477 @@
+"""Hyperparameter scaling laws: LR*(N, D) and B*(D) (or B*(N, D)) fitted from sweeps, with
+intervals, flags for what the data leave open, and a held-out check.
+
+Two stages. Each (N, D) cell of a sweep gets its optimum from a parabola in log LR (or log
+batch) through the lowest points of its curve; a bootstrap of the loss noise gives its interval.
+The cells' optima then get a power law c N^a D^b, fitted by least squares in log space weighted
+by those intervals, and a bootstrap of the law gives intervals for c, a, b and for predictions.
+D's exponent is fitted with its sign free: published laws disagree on it (Step Law's LR* grows
+with the horizon, Bjorck et al.'s falls).
+
+Input: one row per trial at one eval point, columns N, D (tokens at that point), lr, batch
+(tokens) and loss, optionally ``stopped``. Stopped trials are left out, as ``lr.py`` leaves out
+their un-annealed losses; non-finite losses (diverged trials) too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from scipy.stats import norm
+
+from trainer_core.analysis.bootstrap import CI_LEVEL, percentile_interval
+from trainer_core.analysis.checks import format_flags
+from trainer_core.analysis.load import AnalysisError
+from trainer_core.analysis.lr import QUADRATIC_HALF_WINDOW
+
+Param = Literal["lr", "batch"]
+COLUMNS = ("N", "D", "lr", "batch", "loss")
+N_BOOTSTRAP = 1000
+SIGMA_FLOOR = 0.02
+"""No cell pins its optimum better than 2% (in log units): without a floor, a cell whose few
+points happen to lie on a parabola would get all the weight of the law's fit."""
+Z_CI = float(norm.ppf(0.5 + CI_LEVEL / 2))
+MISFIT_SCATTER = 2.0
+"""Cells straying from the law by more than this many times their own intervals: the law's form
+misses something (a term, a bend), beyond what widening its intervals fixes."""
+SYMBOL = {"lr": "lr*", "batch": "B*"}
+
+
+@dataclass
+class CellOptimum:
+    """The optimal LR (or batch) of one (N, D) cell, with its 95% interval.
+
+    ``method``: "quadratic" (vertex of a parabola in log ``param`` through the lowest points)
+    or "grid" (the lowest point itself, its interval the neighbouring grid values).
+    """
+
+    N: float
+    D: float
+    param: Param
+    value: float
+    low: float
+    high: float
+    loss: float
+    method: Literal["quadratic", "grid"]
+    at_edge: bool
+    """The lowest loss is at the smallest or largest value tried: the optimum is not bracketed,
+    so it may lie beyond the grid; the interval is open on that side (0 or inf)."""
+    n_points: int
+    """Distinct values of ``param`` tried in the cell."""
+
+    @property
+    def log_sigma(self) -> float:
+        """The interval's half-width in log units, as a normal standard deviation."""
+        if not (self.low > 0 and math.isfinite(self.high)):
+            return math.inf
+        return (math.log(self.high) - math.log(self.low)) / (2 * Z_CI)
+
+    @property
+    def label(self) -> str:
+        return f"N={self.N:.3g} D={self.D:.3g}"
+
+    def __str__(self) -> str:
+        line = (
+            f"{self.label}: {SYMBOL[self.param]} = {self.value:.4g} "
+            f"[{self.low:.4g}, {self.high:.4g}], loss {self.loss:.4f} "
+            f"({self.method}, {self.n_points} values)"
+        )
+        if self.at_edge:
+            side = "smallest" if self.low == 0 else "largest"
+            line += f"  NOT BRACKETED: lowest loss at the grid's {side} {self.param}; widen it"
+        return line
+
+
+def _usable(df: pd.DataFrame) -> pd.DataFrame:
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise AnalysisError(f"hyperparameter sweep table lacks columns {missing}; needs {COLUMNS}")
+    keep = np.isfinite(df["loss"].astype(float)) & (df["lr"] > 0) & (df["batch"] > 0)
+    if "stopped" in df.columns:
+        keep &= ~df["stopped"].eq(True)
+    return df[keep]
+
+
+def _curves(df: pd.DataFrame, param: Param) -> list[tuple[float, float, np.ndarray, np.ndarray]]:
+    """(N, D, x, y) per cell that varies ``param``: x its log values ascending, y the lowest loss
+    at each. Where LR and batch are both swept, the lowest loss over the other one traces the
+    curve through the joint optimum, so this vertex is the joint optimum's LR (or batch)."""
+    out = []
+    for (n, d), rows in _usable(df).groupby(["N", "D"]):
+        best = rows.groupby(param)["loss"].min().sort_index()
+        if len(best) >= 2:
+            out.append((float(n), float(d), np.log(best.index.to_numpy(float)), best.to_numpy()))
+    return out
+
+
+def _window(y: np.ndarray) -> slice:
+    """The grid minimum and up to QUADRATIC_HALF_WINDOW points on each side: a parabola over
+    the whole curve is pulled off the minimum by the curve's asymmetry (a steep wall at high LR)."""
+    i = int(np.argmin(y))
+    return slice(max(0, i - QUADRATIC_HALF_WINDOW), min(len(y), i + QUADRATIC_HALF_WINDOW + 1))
+
+
+def _design(x: np.ndarray) -> np.ndarray:
+    return np.stack([x**2, x, np.ones_like(x)], axis=1)
+
+
+def _vertices(x: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """The minimum over [x[0], x[-1]] of the parabola fitted to each row of Y: the vertex when
+    convex and inside, else the lower end."""
+    coef = Y @ np.linalg.pinv(_design(x)).T
+    c2, c1 = coef[:, 0], coef[:, 1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        vertex = -c1 / (2 * c2)
+    ends = _design(np.array([x[0], x[-1]])) @ coef.T
+    lower_end = np.where(ends[0] <= ends[1], x[0], x[-1])
+    return np.where(c2 > 0, np.clip(vertex, x[0], x[-1]), lower_end)
+
+
+def _pooled_noise(curves: list[tuple[float, float, np.ndarray, np.ndarray]]) -> float:
+    """The loss noise, pooled over the cells' windows: a window's two spare points cannot
+    estimate it, and a sweep's trials share their noise. NaN when no window has a spare point."""
+    rss, dof = 0.0, 0
+    for *_, x, y in curves:
+        w = _window(y)
+        xs, ys = x[w], y[w]
+        if len(xs) > 3:
+            coef, *_ = np.linalg.lstsq(_design(xs), ys, rcond=None)
+            rss += float(np.sum((ys - _design(xs) @ coef) ** 2))
+            dof += len(xs) - 3
+    return math.sqrt(rss / dof) if dof else math.nan
+
+
+def _cell(
+    n: float,
+    d: float,
+    param: Param,
+    x: np.ndarray,
+    y: np.ndarray,
+    noise: float,
+    n_bootstrap: int,
+    rng: np.random.Generator,
+) -> CellOptimum:
+    i = int(np.argmin(y))
+    last = len(x) - 1
+    if i in (0, last):
+        low = 0.0 if i == 0 else math.exp(x[i - 1])
+        high = math.exp(x[1]) if i == 0 else math.inf
+        return CellOptimum(n, d, param, math.exp(x[i]), low, high, y[i], "grid", True, len(x))
+    w = _window(y)
+    xs, ys = x[w], y[w]
+    coef = np.linalg.lstsq(_design(xs), ys, rcond=None)[0]
+    vertex = -coef[1] / (2 * coef[0]) if coef[0] > 0 else math.nan
+    if not xs[0] <= vertex <= xs[-1]:
+        low, high = math.exp(x[i - 1]), math.exp(x[i + 1])
+        return CellOptimum(n, d, param, math.exp(x[i]), low, high, y[i], "grid", False, len(x))
+    if math.isfinite(noise) and n_bootstrap > 0:
+        fitted = _design(xs) @ coef
+        draws = _vertices(xs, fitted + noise * rng.standard_normal((n_bootstrap, len(xs))))
+        lo, hi = percentile_interval(draws)
+    else:
+        lo, hi = x[i - 1], x[i + 1]
+    loss = float(_design(np.array([vertex]))[0] @ coef)
+    return CellOptimum(
+        n, d, param, math.exp(vertex), math.exp(lo), math.exp(hi), loss, "quadratic", False, len(x)
+    )
+
+
+def cell_optima(
+    df: pd.DataFrame, param: Param = "lr", n_bootstrap: int = N_BOOTSTRAP, seed: int = 0
+) -> list[CellOptimum]:
+    """The optimum of ``param`` in every (N, D) cell that tries more than one value of it,
+    sorted by N then D. Intervals: the window's parabola refitted to its fitted values plus
+    Gaussian noise at the sweep's pooled residual level, the vertices' central 95%; without any
+    spare point to estimate the noise, the neighbouring grid values."""
+    curves = _curves(df, param)
+    noise = _pooled_noise(curves)
+    rng = np.random.default_rng(seed)
+    return [_cell(n, d, param, x, y, noise, n_bootstrap, rng) for n, d, x, y in curves]
+
+
+@dataclass
+class HparamLawFit:
+    """``param``*(N, D) = c N^a D^b over the bracketed cells (weighted least squares in log
+    space). Terms the data cannot resolve are left out of ``terms`` and named in ``notes``."""
+
+    param: Param
+    terms: tuple[str, ...]
+    c: float
+    exponents: dict[str, float]
+    ci: dict[str, tuple[float, float]]
+    """95% intervals of "c" and of each fitted term's exponent ("N": a, "D": b)."""
+    draws: np.ndarray = field(repr=False)
+    """(n_bootstrap, 1 + len(terms)): log c and the exponents of each bootstrap refit."""
+    cells: list[CellOptimum] = field(repr=False)
+    excluded: list[CellOptimum] = field(repr=False)
+    scatter: float
+    """The cells' spread about the law in units of their own intervals (chi^2 per degree of
+    freedom, square-rooted; 1 when none is spare). Above 1 the law's intervals are widened by it."""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def a(self) -> float:
+        """The exponent of N (NaN when not fitted)."""
+        return self.exponents.get("N", math.nan)
+
+    @property
+    def b(self) -> float:
+        """The exponent of D (NaN when not fitted)."""
+        return self.exponents.get("D", math.nan)
+
+    def _logs(self, N: float, D: float) -> np.ndarray:
+        return np.array([1.0] + [math.log({"N": N, "D": D}[t]) for t in self.terms])
+
+    def predict(self, N: float, D: float) -> tuple[float, float, float]:
+        """(value, 95% low, 95% high) at (N, D): the law and its bootstrap refits there."""
+        x = self._logs(N, D)
+        point = math.log(self.c) + sum(
+            self.exponents[t] * v for t, v in zip(self.terms, x[1:], strict=True)
+        )
+        lo, hi = percentile_interval(self.draws @ x)
+        return math.exp(point), math.exp(lo), math.exp(hi)
+
+    def __str__(self) -> str:
+        law = f"{SYMBOL[self.param]}({', '.join(self.terms)}) = {self.c:.4g}" + "".join(
+            f" * {t}^{self.exponents[t]:+.4f}" for t in self.terms
+        )
+        ranges = [f"c [{self.ci['c'][0]:.3g}, {self.ci['c'][1]:.3g}]"] + [
+            f"{'a' if t == 'N' else 'b'} [{self.ci[t][0]:+.3f}, {self.ci[t][1]:+.3f}]"
+            for t in self.terms
+        ]
+        lines = [
+            f"{law}   95%: {', '.join(ranges)}   "
+            f"[{len(self.cells)} cells, scatter {self.scatter:.2f}x their intervals]"
+        ]
+        if self.notes:
+            lines.append(format_flags(self.notes, "UNRESOLVED"))
+        if self.scatter > MISFIT_SCATTER:
+            lines.append(
+                f"  MISFIT: the cells stray {self.scatter:.1f}x their intervals from the law "
+                "(its intervals are widened by that); a missing term or a bend?"
+            )
+        if self.excluded:
+            names = "; ".join(c.label for c in self.excluded)
+            lines.append(f"  EXCLUDED (optimum at the grid's edge, not bracketed): {names}")
+        return "\n".join(lines)
+
+
+def _terms(cells: list[CellOptimum], wanted: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
+    """The terms of ``wanted`` the cells resolve, and a note for each that they don't. N's
+    exponent needs two sizes; D's needs two horizons of one size, or it cannot be told from N's
+    (a ladder's D grows with N) and the law of N alone absorbs it."""
+    notes = []
+    terms = list(wanted)
+    sizes = {c.N for c in cells}
+    if "N" in terms and len(sizes) < 2:
+        terms.remove("N")
+        notes.append(f"a (N's exponent): every usable cell has N = {cells[0].N:.3g}; not fitted")
+    if "D" in terms:
+        horizons = {n: {c.D for c in cells if n == c.N} for n in sizes}
+        one_d_per_n = all(len(ds) < 2 for ds in horizons.values())
+        if "N" in terms and one_d_per_n:
+            terms.remove("D")
+            notes.append(
+                "b (D's exponent): one D per N, so D's effect cannot be told from N's; "
+                "not fitted (the N law absorbs it): sweep two horizons of one size"
+            )
+        elif "N" not in terms and len({c.D for c in cells}) < 2:
+            terms.remove("D")
+            notes.append(f"b (D's exponent): every usable cell has D = {cells[0].D:.3g}")
+    return tuple(terms), notes
+
+
+def fit_hparam_law(
+    cells: list[CellOptimum],
+    terms: tuple[str, ...] = ("N", "D"),
+    n_bootstrap: int = N_BOOTSTRAP,
+    seed: int = 0,
+) -> HparamLawFit:
+    """c N^a D^b (``terms`` picks the factors) through the bracketed cells' optima.
+
+    Weights: 1 / the cells' log-interval variance (floored at SIGMA_FLOOR). The bootstrap draws
+    each cell's optimum about the law with its own sigma, times the scatter when the cells
+    stray from the law by more than their intervals say, and refits.
+    """
+    if not cells:
+        raise AnalysisError("fit_hparam_law: no cell optima (no cell varies this parameter)")
+    usable = [c for c in cells if not c.at_edge and math.isfinite(c.log_sigma)]
+    excluded = [c for c in cells if c.at_edge or not math.isfinite(c.log_sigma)]
+    if not usable:
+        names = "; ".join(c.label for c in excluded)
+        raise AnalysisError(f"no cell brackets its {cells[0].param} optimum ({names}): widen grids")
+    fitted, notes = _terms(usable, terms)
+    y = np.log([c.value for c in usable])
+    sigma = np.maximum([c.log_sigma for c in usable], SIGMA_FLOOR)
+    X = np.stack(
+        [np.ones(len(usable))] + [np.log([getattr(c, t) for c in usable]) for t in fitted], axis=1
+    )
+    solve = np.linalg.pinv(X / sigma[:, None])
+    beta = solve @ (y / sigma)
+    dof = len(y) - X.shape[1]
+    chi2 = float(np.sum(((y - X @ beta) / sigma) ** 2))
+    scatter = math.sqrt(chi2 / dof) if dof > 0 else 1.0
+    if dof == 0:
+        notes.append("as many cells as parameters: the law's intervals are the cells' alone")
+    rng = np.random.default_rng(seed)
+    noise = rng.standard_normal((n_bootstrap, len(y))) * sigma * max(scatter, 1.0)
+    draws = ((X @ beta + noise) / sigma) @ solve.T
+    ci = {"c": tuple(math.exp(v) for v in percentile_interval(draws[:, 0]))}
+    exponents = {}
+    for k, t in enumerate(fitted, start=1):
+        exponents[t] = float(beta[k])
+        ci[t] = percentile_interval(draws[:, k])
+        lo, hi = ci[t]
+        if lo < 0 < hi:
+            name = "a (N's exponent)" if t == "N" else "b (D's exponent)"
+            notes.append(
+                f"{name} = {beta[k]:+.3f}, 95% CI [{lo:+.3f}, {hi:+.3f}] spans zero: "
+                "sign not resolved"
+            )
+    return HparamLawFit(
+        usable[0].param,
+        fitted,
+        math.exp(beta[0]),
+        exponents,
+        ci,
+        draws,
+        usable,
+        excluded,
+        scatter,
+        notes,
+    )
+
+
+@dataclass
+class HparamPrediction:
+    """LR* and B* at one (N, D), each with the 95% interval of its law's bootstrap."""
+
+    N: float
+    D: float
+    lr: tuple[float, float, float]
+    batch: tuple[float, float, float] | None
+    extrapolated: list[str]
+    """Which of N and D lie outside the fitted cells' range."""
+
+    def __str__(self) -> str:
+        lr, lo, hi = self.lr
+        line = f"N={self.N:.3g} D={self.D:.3g}: lr* = {lr:.4g} (95% {lo:.4g} .. {hi:.4g})"
+        if self.batch is not None:
+            b, blo, bhi = self.batch
+            line += f", B* = {b:.4g} tokens (95% {blo:.4g} .. {bhi:.4g})"
+        if self.extrapolated:
+            line += f"  [extrapolated in {', '.join(self.extrapolated)}]"
+        return line
+
+
+@dataclass
+class HparamLaws:
+    """The cells' optima and the laws through them: LR*(N, D) and, when batch is swept, B*."""
+
+    lr_cells: list[CellOptimum]
+    batch_cells: list[CellOptimum]
+    lr: HparamLawFit
+    batch: HparamLawFit | None
+
+    def predict(self, N: float, D: float) -> HparamPrediction:
+        cells = self.lr.cells + (self.batch.cells if self.batch else [])
+        outside = [
+            name
+            for name, v in (("N", N), ("D", D))
+            if not min(getattr(c, name) for c in cells) <= v <= max(getattr(c, name) for c in cells)
+        ]
+        batch = self.batch.predict(N, D) if self.batch else None
+        return HparamPrediction(N, D, self.lr.predict(N, D), batch, outside)
+
+    def __str__(self) -> str:
+        lines = ["LR optimum per (N, D) cell:", *(f"  {c}" for c in self.lr_cells), str(self.lr)]
+        if self.batch is not None:
+            lines += ["Batch optimum per (N, D) cell:", *(f"  {c}" for c in self.batch_cells)]
+            lines.append(str(self.batch))
+        else:
+            lines.append("B*: no cell varies the batch")
+        return "\n".join(lines)
+
+
+def fit_hparam_laws(
+    df: pd.DataFrame,
+    lr_terms: tuple[str, ...] = ("N", "D"),
+    batch_terms: tuple[str, ...] = ("D",),
+    n_bootstrap: int = N_BOOTSTRAP,
+    seed: int = 0,
+) -> HparamLaws:
+    """Cell optima and laws of a sweep table (columns N, D, lr, batch, loss[, stopped]).
+    B* defaults to a law of D alone (Power Lines, Step Law: it does not depend on N)."""
+    lr_cells = cell_optima(df, "lr", n_bootstrap, seed)
+    batch_cells = cell_optima(df, "batch", n_bootstrap, seed + 1)
+    lr = fit_hparam_law(lr_cells, lr_terms, n_bootstrap, seed)
+    batch = fit_hparam_law(batch_cells, batch_terms, n_bootstrap, seed + 1) if batch_cells else None
+    return HparamLaws(lr_cells, batch_cells, lr, batch)
+
+
+@dataclass
+class HparamHeldOut:
+    """One cell left out of the law: its measured optimum against the law's prediction.
+
+    ``interval`` is where the cell's measurement should fall: the law's bootstrap at the cell
+    plus the cell's own measurement error (its interval, times the law's scatter when above 1).
+    """
+
+    measured: CellOptimum
+    predicted: float
+    law_interval: tuple[float, float]
+    interval: tuple[float, float]
+
+    @property
+    def covered(self) -> bool:
+        lo, hi = self.interval
+        return lo <= self.measured.value <= hi
+
+    def __str__(self) -> str:
+        m = self.measured
+        lo, hi = self.interval
+        verdict = "inside" if self.covered else "OUTSIDE"
+        return (
+            f"held out {m.label}: predicted {SYMBOL[m.param]} = {self.predicted:.4g} "
+            f"(law 95% {self.law_interval[0]:.4g} .. {self.law_interval[1]:.4g}; "
+            f"with the cell's own error {lo:.4g} .. {hi:.4g}), measured {m.value:.4g}: {verdict}"
+        )
+
+
+def held_out_check(
+    cells: list[CellOptimum],
+    N: float,
+    D: float,
+    terms: tuple[str, ...] = ("N", "D"),
+    n_bootstrap: int = N_BOOTSTRAP,
+    seed: int = 0,
+) -> HparamHeldOut:
+    """Fit the law without the (N, D) cell and predict that cell's optimum."""
+    held = [c for c in cells if math.isclose(c.N, N) and math.isclose(c.D, D)]
+    if not held or held[0].at_edge:
+        raise AnalysisError(f"no bracketed cell at N={N:.3g} D={D:.3g} to hold out")
+    cell = held[0]
+    law = fit_hparam_law([c for c in cells if c is not cell], terms, n_bootstrap, seed)
+    predicted, lo, hi = law.predict(N, D)
+    x = law._logs(N, D)
+    own = max(cell.log_sigma, SIGMA_FLOOR) * max(law.scatter, 1.0)
+    rng = np.random.default_rng(seed + 1)
+    logs = law.draws @ x + own * rng.standard_normal(len(law.draws))
+    plo, phi = percentile_interval(logs)
+    return HparamHeldOut(cell, predicted, (lo, hi), (math.exp(plo), math.exp(phi)))
+
+
+def leave_one_out(
+    cells: list[CellOptimum],
+    terms: tuple[str, ...] = ("N", "D"),
+    n_bootstrap: int = N_BOOTSTRAP,
+    seed: int = 0,
+) -> list[HparamHeldOut]:
+    """held_out_check of every bracketed cell in turn."""
+    return [
+        held_out_check(cells, c.N, c.D, terms, n_bootstrap, seed) for c in cells if not c.at_edge
+    ]

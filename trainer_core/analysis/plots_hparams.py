@@ -1,0 +1,146 @@
+"""PNG plots of the hyperparameter laws: the sweep per (N, D) cell with its fitted optimum, LR*
+against N and against D with the law, B* against D.
+
+Figures are ``matplotlib.figure.Figure`` objects (no pyplot), as in ``plots.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from trainer_core.analysis.hparam_laws import SYMBOL, CellOptimum, HparamLawFit, Param
+from trainer_core.analysis.plots import colors, save
+
+LABEL = {"lr": "peak learning rate", "batch": "batch size (tokens)"}
+
+
+def plot_cell_sweeps(
+    df: pd.DataFrame, cells: list[CellOptimum], path: str | Path, param: Param = "lr"
+) -> Path:
+    """Loss against ``param`` (log x), one panel per N and one colour per D: the lowest loss at
+    each value (over the other hyperparameter), the fitted optimum as a star with its 95%
+    interval; an optimum at the grid's edge as a hollow star. The y range stops 6% above the
+    panel's highest optimum, so a divergence wall does not flatten the minima."""
+    sizes = sorted({c.N for c in cells})
+    fig = Figure(figsize=(4.2 * len(sizes), 4))
+    axes = fig.subplots(1, len(sizes), squeeze=False)[0]
+    usable = df[np.isfinite(df["loss"].astype(float))]
+    if "stopped" in usable.columns:
+        usable = usable[~usable["stopped"].eq(True)]
+    for ax, n in zip(axes, sizes, strict=True):
+        mine = sorted((c for c in cells if n == c.N), key=lambda c: c.D)
+        for cell, color in zip(mine, colors(len(mine)), strict=True):
+            rows = usable[(usable["N"] == n) & (usable["D"] == cell.D)]
+            curve = rows.groupby(param)["loss"].min().sort_index()
+            ax.plot(curve.index, curve.to_numpy(), "o-", ms=3, lw=1, color=color)
+            low = cell.low if cell.low > 0 else cell.value
+            high = cell.high if math.isfinite(cell.high) else cell.value
+            ax.errorbar(
+                [cell.value],
+                [cell.loss],
+                xerr=[[cell.value - low], [high - cell.value]],
+                fmt="*",
+                ms=12,
+                color=color,
+                mfc="white" if cell.at_edge else color,
+                mec="k",
+                zorder=5,
+                label=f"D={cell.D:.3g}",
+            )
+        optima = [c.loss for c in mine]
+        ax.set_ylim(min(optima) - 0.01 * abs(min(optima)), max(optima) + 0.06 * abs(max(optima)))
+        ax.set_xscale("log")
+        ax.set_xlabel(LABEL[param])
+        ax.set_title(f"N = {n:.3g}")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("loss (lowest over the other hyperparameter)")
+    return save(fig, path)
+
+
+def _errors(cells: list[CellOptimum]) -> np.ndarray:
+    values = np.array([c.value for c in cells])
+    return np.array([values - [c.low for c in cells], [c.high for c in cells] - values])
+
+
+def plot_hparam_law(law: HparamLawFit, path: str | Path, x: str = "N") -> Path:
+    """Cell optima against ``x`` ("N" or "D", log-log) with their 95% intervals, one colour per
+    value of the other variable, and the law: one dashed line per value of the other when the
+    law depends on it, else a single line with its 95% band. Cells excluded from the fit (optimum
+    at the grid's edge) are hollow."""
+    other = "D" if x == "N" else "N"
+    cells = law.cells + law.excluded
+    fig = Figure(figsize=(6.5, 4.5))
+    ax = fig.add_subplot()
+    groups = sorted({getattr(c, other) for c in cells})
+    for value, color in zip(groups, colors(len(groups)), strict=True):
+        fitted = [c for c in law.cells if getattr(c, other) == value]
+        if fitted:
+            ax.errorbar(
+                [getattr(c, x) for c in fitted],
+                [c.value for c in fitted],
+                yerr=_errors(fitted),
+                fmt="o",
+                color=color,
+                label=f"{other}={value:.3g}",
+            )
+        edge = [c for c in law.excluded if getattr(c, other) == value]
+        if edge:
+            ax.scatter(
+                [getattr(c, x) for c in edge],
+                [c.value for c in edge],
+                facecolors="white",
+                edgecolors=color,
+                zorder=3,
+            )
+        if other in law.terms and len(groups) > 1:
+            span = [getattr(c, x) for c in cells if getattr(c, other) == value]
+            _line(ax, law, x, value, span, color, band=False)
+    if other not in law.terms or len(groups) == 1:
+        _line(ax, law, x, groups[0], [getattr(c, x) for c in cells], "k", band=True)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("non-embedding parameters N" if x == "N" else "tokens D")
+    ax.set_ylabel(f"optimal {LABEL[law.param]}")
+    exps = " ".join(f"{t}^{law.exponents[t]:+.3f}" for t in law.terms)
+    ax.set_title(f"{SYMBOL[law.param]} = {law.c:.3g} {exps}  (hollow: not bracketed)", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, which="both")
+    return save(fig, path)
+
+
+def _line(
+    ax: Axes, law: HparamLawFit, x: str, other: float, span: list[float], color: Any, band: bool
+) -> None:
+    """The law along ``x`` at a fixed value of the other variable, a little past the data."""
+    grid = np.geomspace(min(span) / 1.3, max(span) * 1.3, 30)
+    at = [law.predict(*((g, other) if x == "N" else (other, g))) for g in grid]
+    ax.plot(grid, [p[0] for p in at], "--", lw=1, color=color)
+    if band:
+        ax.fill_between(grid, [p[1] for p in at], [p[2] for p in at], color=color, alpha=0.15)
+
+
+def plot_hparam_laws(
+    df: pd.DataFrame, lr: HparamLawFit, batch: HparamLawFit | None, out_dir: str | Path
+) -> list[Path]:
+    """Every figure of the laws into ``out_dir``: the LR sweeps per cell, LR* against N and
+    against D, and (batch swept) the batch sweeps per cell and B* against D."""
+    out = Path(out_dir)
+    cells = lr.cells + lr.excluded
+    paths = [
+        plot_cell_sweeps(df, cells, out / "hparam_lr_cells.png", "lr"),
+        plot_hparam_law(lr, out / "hparam_lr_vs_N.png", "N"),
+        plot_hparam_law(lr, out / "hparam_lr_vs_D.png", "D"),
+    ]
+    if batch is not None:
+        bcells = batch.cells + batch.excluded
+        paths.append(plot_cell_sweeps(df, bcells, out / "hparam_batch_cells.png", "batch"))
+        paths.append(plot_hparam_law(batch, out / "hparam_batch_vs_D.png", "D"))
+    return paths
