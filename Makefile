@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench gpu-check lint format clean
+.PHONY: setup demo test test-fast bench gpu-check gpu-wheels lint format clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,20 @@ bench: setup
 # OLMo-core's throughput, a tiny GPU ladder on Ray. Without CUDA it says so and fails.
 gpu-check: setup
 	$(BIN)/python benchmarks/gpu_check.py
+
+# Here, for a bare GPU machine (no network; its python3 has CUDA torch but not these): the
+# wheels gpu_check.py installs there, at this venv's versions, into .gpu-wheels/ (ignored, ~9
+# MiB; carry it). GPU_PYTHON: that machine's Python. README's "GPU" section says how to run it.
+GPU_PYTHON ?= 3.12
+GPU_WHEELS := torchao zstandard
+gpu-wheels: setup
+	rm -rf .gpu-wheels
+	$(BIN)/python -m pip download --quiet --no-deps --only-binary=:all: -d .gpu-wheels \
+		--python-version $(GPU_PYTHON) --implementation cp --platform manylinux_2_28_x86_64 \
+		--platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 \
+		$$(for p in $(GPU_WHEELS); do echo "$$p==$$($(BIN)/python -m pip show $$p | sed -n 's/^Version: //p')"; done)
+	du -sh .gpu-wheels
 
 lint: setup
 	$(BIN)/ruff check .

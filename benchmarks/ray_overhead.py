@@ -1,9 +1,12 @@
 """What Ray Train costs: the same run by the plain loop and by a 1-worker TorchTrainer.
 
 Prints each path's steady-state tokens/s (median over log windows after the first), their ratio
-and start-up time (wall time not explained by steady-state training).
+and start-up time (wall time not explained by steady-state training). Ray runs ``--ray-runs``
+times in one Ray, as a sweep's trials do: the first also pays for Ray's cluster-wide actors, the
+later ones are what each further trial costs. Each Ray run's rank 0 prints a ``[startup]`` line:
+when it reached each stage, in seconds after the driver called ``fit``.
 
-    python benchmarks/ray_overhead.py [--size 3M] [--steps 60]
+    python benchmarks/ray_overhead.py [--size 3M] [--steps 60] [--ray-runs 2] [--no-plain]
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     ap.add_argument("--size", default="3M")
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--ray-runs", type=int, default=2)
+    ap.add_argument("--no-plain", action="store_true", help="skip the plain loop")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="ray-overhead-"))
     overrides = [
@@ -49,33 +54,39 @@ def main() -> None:
         "--checkpoint.enabled=false",
         "--ray.cpus_per_worker=1",
     ]
-    cfg = load_config(RayTrainConfig, None, [*overrides, f"--trainer.run_dir={root / 'ray'}"])
-    plain_cfg = replace(cfg, trainer=replace(cfg.trainer, run_dir=str(root / "plain")))
+    cfg = load_config(RayTrainConfig, None, overrides)
+    tokens = args.steps * cfg.trainer.global_batch_size
 
-    torch.set_num_threads(1)  # a 1-CPU Ray worker gets one thread: compare like with like
-    start = time.perf_counter()
-    build_trainer(plain_cfg).fit()
-    plain_wall = time.perf_counter() - start
+    def at(run_dir: Path) -> RayTrainConfig:
+        return replace(cfg, trainer=replace(cfg.trainer, run_dir=str(run_dir)))
+
+    lines = [f"size {args.size}, {args.steps} steps of {cfg.trainer.global_batch_size} tokens"]
+    plain_rate = None
+    if not args.no_plain:
+        torch.set_num_threads(1)  # a 1-CPU Ray worker gets one thread: compare like with like
+        start = time.perf_counter()
+        build_trainer(at(root / "plain")).fit()
+        plain_wall = time.perf_counter() - start
+        plain_rate = steady_tokens_per_s(root / "plain")
+        lines.append(
+            f"  plain loop : {plain_rate:,.0f} tokens/s steady, "
+            f"start-up {plain_wall - tokens / plain_rate:.1f} s"
+        )
 
     start = time.perf_counter()
     init_ray()
-    ray_init = time.perf_counter() - start
-    run_training(cfg)
-    ray_wall = time.perf_counter() - start
-
-    tokens = args.steps * cfg.trainer.global_batch_size
-    plain_rate, ray_rate = steady_tokens_per_s(root / "plain"), steady_tokens_per_s(root / "ray")
-    print(
-        f"size {args.size}, {args.steps} steps of {cfg.trainer.global_batch_size} tokens, 1 thread"
-    )
-    print(
-        f"  plain loop : {plain_rate:,.0f} tokens/s steady, start-up {plain_wall - tokens / plain_rate:.1f} s"
-    )
-    print(
-        f"  Ray Train  : {ray_rate:,.0f} tokens/s steady, start-up {ray_wall - tokens / ray_rate:.1f} s "
-        f"(ray.init {ray_init:.1f} s)"
-    )
-    print(f"  steady-state ratio Ray / plain: {ray_rate / plain_rate:.3f}")
+    lines.append(f"  ray.init   : {time.perf_counter() - start:.1f} s")
+    for i in range(args.ray_runs):
+        start = time.perf_counter()
+        run_training(at(root / f"ray{i}"))
+        wall = time.perf_counter() - start
+        rate = steady_tokens_per_s(root / f"ray{i}")
+        ratio = f", steady ratio Ray / plain {rate / plain_rate:.3f}" if plain_rate else ""
+        lines.append(
+            f"  Ray run {i}  : {rate:,.0f} tokens/s steady, "
+            f"start-up {wall - tokens / rate:.1f} s{ratio}"
+        )
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

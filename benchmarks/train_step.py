@@ -1,4 +1,5 @@
-"""Train-step throughput on one device: tokens/s, MFU and peak memory (median after warm-up).
+"""Train-step throughput on one device: tokens/s, MFU and peak memory (median after warm-up),
+of the bare step and of the real Trainer loop.
 
 python benchmarks/train_step.py --size 1M [--seq-len 128] [--batch-seqs 16] [--micro-seqs 0]
     [--steps 12] [--vocab-size 320] [--precision fp32|bf16] [--compile]
@@ -8,22 +9,30 @@ The model is built and wrapped the way the trainer builds it (parallelize_model:
 fused AdamW on CUDA; bf16 from trainer_core.parallel.precision, i.e. autocast on one device). MFU is
 FLOPs/token (6N + 12 L d s) x tokens/s over the device's peak (trainer_core.devices); peak memory
 (CUDA only) is set beside the planner's estimate (trainer_core.ladder.memory). One more step runs
-under the profiler to name the attention kernel that ran. ``--json`` prints the result as one
-JSON line (benchmarks/gpu_check.py reads it).
+under the profiler to name the attention kernel that ran. Then the same run goes through the
+real :class:`Trainer` loop (demo-corpus batches, device-side metrics read on log steps, the
+checkpoint decision every step, no save): its tokens/s and MFU over ``--steps`` steps after as
+many warm-up steps, as the loop's own log line measures them, so the gap between the bare step
+and the loop is visible. ``--json`` prints the result as one JSON line (benchmarks/gpu_check.py
+reads it).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
+import tempfile
 import time
+from dataclasses import replace
 from typing import get_args, get_type_hints
 
 import torch
 
 from trainer_core.config.cli import exit_on_error
 from trainer_core.config.sections import (
+    CheckpointConfig,
     DataConfig,
     ModelConfig,
     ParallelConfig,
@@ -36,7 +45,8 @@ from trainer_core.devices import peak_flops
 from trainer_core.ladder.memory import estimate_memory
 from trainer_core.model.attention import attention_backends_run
 from trainer_core.model.counts import count_params, num_flops_per_token
-from trainer_core.train.build import build_train_module
+from trainer_core.train.build import build_train_module, build_trainer
+from trainer_core.train.callbacks import BaseCallback
 
 PARAM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
@@ -67,9 +77,8 @@ def _choices(cls: type, name: str) -> list[str]:
     return list(get_args(get_type_hints(cls)[name]))
 
 
-def measure(args: argparse.Namespace) -> dict:
-    """Build the model as configured, time ``args.steps`` optimizer steps, return the figures."""
-    device = torch.device(args.device)
+def run_config(args: argparse.Namespace) -> TrainConfig:
+    """The run the arguments describe: constant LR, the given batch and micro-batch."""
     cfg = ModelConfig(size=args.size, vocab_size=args.vocab_size, attention_backend=args.attention)
     parallel = ParallelConfig(
         param_dtype=PARAM_DTYPES[args.precision],
@@ -77,7 +86,7 @@ def measure(args: argparse.Namespace) -> dict:
         float8=args.float8,
         float8_emulate=args.float8_emulate,
     )
-    run = TrainConfig(
+    return TrainConfig(
         model=cfg,
         parallel=parallel,
         train_module=TrainModuleConfig(rank_microbatch_seqs=args.micro_seqs),
@@ -86,9 +95,25 @@ def measure(args: argparse.Namespace) -> dict:
         trainer=TrainerConfig(
             global_batch_size=args.batch_seqs * args.seq_len,
             max_steps=args.steps + args.warmup + 1,
-            device=device.type,
+            device=torch.device(args.device).type,
         ),
     )
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """The bare step's figures, then the Trainer loop's, one model in memory at a time."""
+    run = run_config(args)
+    bare = measure_step(run, args)
+    gc.collect()
+    if torch.device(args.device).type == "cuda":
+        torch.cuda.empty_cache()
+    return {**bare, **measure_loop(run, args.steps)}
+
+
+def measure_step(run: TrainConfig, args: argparse.Namespace) -> dict:
+    """Build the model as configured, time ``args.steps`` optimizer steps, return the figures."""
+    device = torch.device(args.device)
+    cfg, parallel = run.model, run.parallel
     module = build_train_module(run, device, mesh=None, dp_size=1)
     batch = torch.randint(0, cfg.vocab_size, (args.batch_seqs, args.seq_len + 1))
 
@@ -141,6 +166,41 @@ def measure(args: argparse.Namespace) -> dict:
     }
 
 
+class _LastLog(BaseCallback):
+    """Keeps the last log line's metrics."""
+
+    def __init__(self):
+        self.metrics: dict[str, float] = {}
+
+    def on_log(self, step: int, metrics: dict[str, float]) -> None:
+        self.metrics = metrics
+
+
+def measure_loop(run: TrainConfig, steps: int) -> dict:
+    """``2 * steps`` steps of the real loop, logging every ``steps``: the second line's
+    throughput (training time alone, as every log line counts it) is the loop's figure."""
+    with tempfile.TemporaryDirectory(prefix="train-step-") as tmp:
+        loop = replace(
+            run,
+            trainer=replace(
+                run.trainer,
+                run_dir=tmp,
+                max_steps=2 * steps,
+                log_interval=steps,
+                eval_interval=2 * steps,
+                eval_batches=0,
+                progress=False,
+            ),
+            checkpoint=CheckpointConfig(save_interval_minutes=1e9, save_final=False),
+        )
+        last = _LastLog()
+        build_trainer(loop, extra_callbacks=[last]).fit()
+    return {
+        "loop_tokens_per_s": last.metrics["throughput/tokens_per_s"],
+        "loop_mfu": last.metrics["throughput/mfu"],
+    }
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -155,7 +215,8 @@ def summary_line(r: dict) -> str:
         f"batch {r['batch']}: median step {r['step_ms']:.1f} ms, {r['tokens_per_s']:,.0f} "
         f"tokens/s, MFU {100 * r['mfu']:.1f}% of {r['peak_flops'] / 1e12:.3g} TFLOP/s, peak memory "
         f"{measured} (estimate {r['estimated_memory_bytes'] / gib:.1f} GiB), attention "
-        f"{','.join(r['attention']) or 'inlined by compile'}"
+        f"{','.join(r['attention']) or 'inlined by compile'}; Trainer loop "
+        f"{r['loop_tokens_per_s']:,.0f} tokens/s, MFU {100 * r['loop_mfu']:.1f}%"
     )
 
 

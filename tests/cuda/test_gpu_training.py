@@ -16,7 +16,8 @@ from trainer_core.config.loader import ConfigError
 from trainer_core.config.sections import ModelConfig
 from trainer_core.model.attention import SDPA_BACKENDS, attention_backends_run
 from trainer_core.model.transformer import Transformer
-from trainer_core.parallel.float8 import MIN_CAPABILITY
+from trainer_core.parallel import float8 as float8_module
+from trainer_core.parallel.float8 import MIN_CAPABILITY, converts
 from trainer_core.train.build import build_trainer
 from trainer_core.train.callbacks import BaseCallback
 
@@ -65,11 +66,13 @@ def test_compile_matches_eager(tmp_path, tiny_config, precision, tolerance):
 
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
-def test_float8_tracks_bf16_over_50_steps(tmp_path, tiny_config, recipe):
+def test_float8_tracks_bf16_over_50_steps(tmp_path, tiny_config, recipe, monkeypatch):
     """float8 blocks (compiled, as float8 is meant to run) against bf16 over 50 steps: every
     logged loss within 0.1, the final eval within 0.05; exactly the 14 block linears converted
     (emulated on CPU: 0.037 at most per logged step, 0.018 in eval). A GPU without float8
-    tensor cores refuses the setting in one line instead."""
+    tensor cores refuses the setting in one line instead. The tiny model's layers are all below
+    torchao's rowwise widths, so that filter is set aside to see the rowwise casts train."""
+    monkeypatch.setattr(float8_module, "float8_filter", lambda cfg: converts)
     steps = (*GPU, "--trainer.max_steps=50", BF16, "--parallel.compile=true")
     float8 = (*steps, f"--parallel.float8={recipe}")
     if torch.cuda.get_device_capability() < MIN_CAPABILITY[recipe]:
@@ -137,3 +140,30 @@ def test_checkpoint_save_and_resume_on_gpu(tmp_path, tiny_config):
     assert [r["step"] for r in lines] == [5, 10, 15, 20]
     assert [r["train/loss_last"] for r in lines] == pytest.approx(straight_losses, abs=1e-5)
     assert resumed["eval/loss"] == pytest.approx(straight["eval/loss"], abs=1e-5)
+
+
+def test_the_cuda_group_takes_device_tensors_and_objects(free_port, monkeypatch):
+    """A one-rank group made as a CUDA run makes it ("cpu:gloo,cuda:nccl"): the rule sends
+    tensors to the GPU (NCCL), objects still gather, and a CPU tensor goes to gloo."""
+    import torch.distributed as dist
+
+    from trainer_core.parallel import process_group as pg
+
+    for name, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    dist.init_process_group(backend=pg.CUDA_BACKEND, device_id=torch.device("cuda", 0))
+    try:
+        assert pg.served_devices() == ["cuda", "cpu"]
+        where = pg.collective_device(None, torch.device("cuda", 0))
+        tensor = torch.ones(3, device=where)
+        dist.all_reduce(tensor)
+        assert where.type == "cuda" and tensor.tolist() == [1.0, 1.0, 1.0]
+        on_cpu = torch.ones(2)
+        dist.all_reduce(on_cpu)
+        gathered = [None]
+        dist.all_gather_object(gathered, {"rank": 0})
+        assert gathered == [{"rank": 0}]
+    finally:
+        dist.destroy_process_group()

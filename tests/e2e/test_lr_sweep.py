@@ -53,7 +53,7 @@ def test_sweep_stops_bad_lrs_flags_divergence_and_widens_past_an_edge(
     assert runs[0]["size"] == "1M"
     formula = runs[0]["peak lr"]
     widened = res.runs[res.runs["tag_round"] == 1]
-    assert list(widened["lr"]) == [pytest.approx(formula / 2)]
+    assert list(widened["peak_lr"]) == [pytest.approx(formula / 2)]
     assert (sweep_dir / "tune-widen1").is_dir()
     best = optimal_lr(table)
     assert best.lr == pytest.approx(formula / 2) and best.at_edge

@@ -27,6 +27,7 @@ from trainer_core.analysis.hparam_laws import (
     leave_one_out,
 )
 from trainer_core.analysis.isoflop import IsoFLOPFit, fit_isoflop
+from trainer_core.analysis.ladder_table import read_ladder_table, task_columns, task_names
 from trainer_core.analysis.load import AnalysisError, ExperimentResults, load
 from trainer_core.analysis.lr import (
     LADDER_LR_EXPONENT,
@@ -42,6 +43,7 @@ from trainer_core.analysis.lr_grid import widen_lrs
 from trainer_core.analysis.plots import plot_loss_curves, plot_lr_sweep, plot_lr_vs_size
 from trainer_core.analysis.plots_hparams import plot_cell_sweeps, plot_hparam_law, plot_hparam_laws
 from trainer_core.analysis.plots_scaling import plot_isoflops, plot_loss_vs_compute
+from trainer_core.analysis.plots_tasks import plot_task_prediction
 from trainer_core.analysis.predict import (
     ExtrapolationCheck,
     HeldOutPrediction,
@@ -52,6 +54,16 @@ from trainer_core.analysis.predict import (
 )
 from trainer_core.analysis.report import report_experiment
 from trainer_core.analysis.report_data import Report
+from trainer_core.analysis.tasks import (
+    SigmoidFit,
+    TaskLaw,
+    TaskPrediction,
+    TaskReport,
+    fit_sigmoid,
+    fit_task,
+    predict_tasks,
+    task_holdout_check,
+)
 
 __all__ = [
     "AnalysisError",
@@ -71,6 +83,10 @@ __all__ = [
     "OptimalLR",
     "PowerLawFit",
     "Report",
+    "SigmoidFit",
+    "TaskLaw",
+    "TaskPrediction",
+    "TaskReport",
     "cell_optima",
     "chinchilla_from_points",
     "extrapolation_check",
@@ -82,7 +98,9 @@ __all__ = [
     "fit_isoflop",
     "fit_loss_vs_compute",
     "fit_lr_power_law",
+    "fit_sigmoid",
     "fit_sweep_lr",
+    "fit_task",
     "frontier_points",
     "held_out_check",
     "isoflop_flags",
@@ -100,8 +118,14 @@ __all__ = [
     "plot_loss_vs_compute",
     "plot_lr_sweep",
     "plot_lr_vs_size",
+    "plot_task_prediction",
     "predict_loss",
+    "predict_tasks",
+    "read_ladder_table",
     "report_experiment",
+    "task_columns",
+    "task_holdout_check",
+    "task_names",
     "unresolved",
     "widen_lrs",
 ]

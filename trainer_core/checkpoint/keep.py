@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
+import torch
 import torch.distributed as dist
 
 from trainer_core.config.sections import CheckpointConfig
-from trainer_core.parallel.process_group import is_distributed
+from trainer_core.parallel.process_group import collective_device, is_distributed
 
 Decision = Literal["none", "temporary", "permanent"]
+DECISIONS: tuple[Decision, ...] = get_args(Decision)
 
 
 class CheckpointPolicy:
@@ -35,8 +37,9 @@ class CheckpointPolicy:
                 return step % rule.every == 0
         return False
 
-    def decide(self, step: int, now: float, *, final: bool = False) -> Decision:
-        """This rank's decision for a save after ``step`` updates (``now``: ``time.time()``)."""
+    def decide(self, step: int, now: float, *, final: bool = False, clock: bool = True) -> Decision:
+        """This rank's decision for a save after ``step`` updates (``now``: ``time.time()``);
+        ``clock=False`` leaves the minute clock out (the decision is then the step's alone)."""
         if not self.cfg.enabled:
             return "none"
         if self._last_save is None:
@@ -45,7 +48,7 @@ class CheckpointPolicy:
         if self.is_permanent(step) or (final and self.cfg.save_final):
             kind: Decision = "permanent"
         elif (every is not None and step % every == 0) or (
-            minutes is not None and now - self._last_save >= 60 * minutes
+            clock and minutes is not None and now - self._last_save >= 60 * minutes
         ):
             kind = "temporary"
         else:
@@ -53,17 +56,28 @@ class CheckpointPolicy:
         self._last_save = now
         return kind
 
-    def decide_all_ranks(self, step: int, now: float, *, final: bool = False) -> Decision:
+    def decide_all_ranks(
+        self,
+        step: int,
+        now: float,
+        *,
+        final: bool = False,
+        clock: bool = True,
+        device: torch.device | None = None,
+    ) -> Decision:
         """Rank 0's decision on every rank (clocks differ and a save needs every rank).
 
-        A collective when a process group exists and minute-based saves are on: call it on
-        every rank at the same step.
+        Step-based decisions agree on every rank without talking. The minute clock is read only
+        where ``clock`` (the trainer passes its log steps, which sync anyway), and then rank 0's
+        decision goes out as a one-element tensor on ``device`` (as the group needs it): call it
+        with the same ``clock`` on every rank at the same step.
         """
-        decision = self.decide(step, now, final=final)
-        if self.cfg.save_interval_minutes is not None and is_distributed():
-            box = [decision]
-            dist.broadcast_object_list(box, src=0)
-            decision = box[0]
+        decision = self.decide(step, now, final=final, clock=clock)
+        if clock and self.cfg.save_interval_minutes is not None and is_distributed():
+            where = collective_device(None, device or torch.device("cpu"))
+            box = torch.tensor([DECISIONS.index(decision)], device=where)
+            dist.broadcast(box, src=0)
+            decision = DECISIONS[int(box.item())]
             if decision != "none":
                 self._last_save = now
         return decision

@@ -331,6 +331,23 @@ class TrainerConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Downstream multiple-choice tasks scored at every eval (docs/tasks.md has the format)."""
+
+    tasks: list[str] = field(default_factory=list)
+    """JSONL task files, or built-in names ('demo_next_line': built beside the demo shards)."""
+    max_examples: int = 0
+    """Score only the first N examples of each task; 0 = all of them."""
+
+    def __post_init__(self) -> None:
+        require(self.max_examples >= 0, "max_examples", self.max_examples, "must be >= 0 (0 = all)")
+        for task in self.tasks:
+            require(
+                isinstance(task, str) and bool(task), "evals.tasks", task, "list non-empty strings"
+            )
+
+
+@dataclass
 class TrainConfig:
     """Everything one training run needs."""
 
@@ -343,6 +360,7 @@ class TrainConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    evals: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
         seq_len = self.data.seq_len

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import warnings
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -65,6 +66,19 @@ def converts(module: nn.Module, fqn: str) -> bool:
     )
 
 
+def float8_filter(cfg: ParallelConfig) -> Callable[[nn.Module, str], bool]:
+    """Which linears a recipe converts: :func:`converts`, and for "rowwise" also torchao's own
+    rowwise filter, which keeps in bf16 the layers that H100 runs no faster in row-wise float8
+    (output width 2048 or less, and other small shapes: at 1B, the attention projections and
+    the MLP down projection)."""
+    if cfg.float8 != "rowwise":
+        return converts
+    from torchao.float8.float8_linear_utils import _auto_filter_for_recipe
+
+    fast_enough = _auto_filter_for_recipe("rowwise", filter_fqns=[])
+    return lambda module, fqn: converts(module, fqn) and fast_enough(module, fqn)
+
+
 def float8_all_gather(cfg: ParallelConfig, fsdp: bool) -> bool:
     """FSDP all-gathers float8 weights: only with one scale per tensor (torchao's limit)."""
     return fsdp and cfg.float8 == "tensorwise"
@@ -85,7 +99,13 @@ def convert_to_float8(model: nn.Module, cfg: ParallelConfig, *, fsdp: bool) -> N
         enable_fsdp_float8_all_gather=float8_all_gather(cfg, fsdp),
         emulate=cfg.float8_emulate,
     )
-    convert_to_float8_training(model, module_filter_fn=converts, config=config)
+    if cfg.float8 == "rowwise" and cfg.compile and cfg.activation_checkpointing != "none":
+        # As torchtitan: the recomputed forward must round its float8 casts exactly as the
+        # first one did, or backward sees other activations than forward made.
+        import torch._inductor.config as inductor
+
+        inductor.emulate_precision_casts = True
+    convert_to_float8_training(model, module_filter_fn=float8_filter(cfg), config=config)
 
 
 def precompute_scales_after_step(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:

@@ -53,8 +53,37 @@ def _cuda_device(local_rank: int) -> torch.device:
     )
 
 
+CUDA_BACKEND = "cpu:gloo,cuda:nccl"
+"""The default group on CUDA: NCCL for device tensors, gloo beside it for CPU ones (objects)."""
+
+_BACKEND_DEVICES = {"nccl": "cuda", "gloo": "cpu", "mpi": "cpu", "xccl": "xpu"}
+
+
+def served_devices(group: dist.ProcessGroup | None = None) -> list[str]:
+    """The device types a group's collectives take tensors on, first the preferred one:
+    ``["cuda"]`` for NCCL, ``["cpu"]`` for gloo, ``["cuda", "cpu"]`` for "cpu:gloo,cuda:nccl"."""
+    backend = str(dist.get_backend(group))
+    if ":" not in backend:
+        return [_BACKEND_DEVICES.get(backend, "cpu")]
+    pairs = [part.split(":") for part in backend.split(",")]
+    return sorted({device for device, _ in pairs}, key=lambda d: d == "cpu")
+
+
+def collective_device(group: dist.ProcessGroup | None, run_device: torch.device) -> torch.device:
+    """THE rule for every collective in the loop: its tensors go on the run's device when the
+    group serves it, else on the device the group does serve (CPU for gloo).
+
+    A CPU tensor handed to an NCCL-only group raises at the first collective, which no CPU test
+    can see; routing every collective's tensors through here keeps that in one place."""
+    served = served_devices(group) if dist.is_initialized() else [run_device.type]
+    if run_device.type in served:
+        return run_device
+    return torch.device(served[0])  # "cuda": the current device, set before the group
+
+
 def init_distributed(device_type: str) -> DistInfo:
-    """Join (or create) the default process group: gloo on CPU, NCCL on CUDA.
+    """Join (or create) the default process group: gloo on CPU; on CUDA NCCL with gloo beside it
+    (:data:`CUDA_BACKEND`), so object collectives have a CPU backend.
 
     The CUDA device is set *before* the group is created so NCCL binds each rank to its own GPU
     (otherwise every rank's first collective lands on GPU 0).
@@ -66,7 +95,7 @@ def init_distributed(device_type: str) -> DistInfo:
         torch.cuda.set_device(device)
     if not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", 1)) > 1:
         if device.type == "cuda":
-            dist.init_process_group(backend="nccl", device_id=device)
+            dist.init_process_group(backend=CUDA_BACKEND, device_id=device)
         else:
             dist.init_process_group(backend="gloo")
         _created_group = True

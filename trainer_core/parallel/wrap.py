@@ -16,8 +16,6 @@ them: a single-device run never loads them.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -93,25 +91,35 @@ def apply_activation_checkpointing(model: nn.Module, cfg: ParallelConfig) -> Non
 
 def apply_compile(model: nn.Module) -> None:
     """Compile each block separately: identical blocks share one graph, and the FSDP hooks
-    between blocks stay outside the compiled regions."""
+    between blocks stay outside the compiled regions. ``fullgraph=True``: a graph break is an
+    error, not a silent fall back to eager for part of every block."""
     for key, block in list(model.blocks.items()):
-        model.blocks[key] = torch.compile(block)
+        model.blocks[key] = torch.compile(block, fullgraph=True)
 
 
 def apply_fsdp(model: nn.Module, mesh: DeviceMesh, cfg: ParallelConfig) -> None:
-    """FSDP2 per block, then the root (embedding, final norm, head).
+    """FSDP2 per block, the final norm and head as one unit, then the root (embedding).
 
-    A tied embedding/head weight is one parameter held by two root-level modules, so it lands in
-    the root unit once and is gathered once per forward.
+    As torchtitan and OLMo-core: inputs are not cast (the fp32 RoPE table would be cast to bf16
+    at every block; the embedding already hands the blocks bf16 activations), and the norm and
+    head unit stays gathered after forward, since backward needs it at once. A tied
+    embedding/head weight is one parameter held by two root-level modules, so it stays in the
+    root unit and is gathered once per forward.
     """
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mp = MixedPrecisionPolicy(
-        param_dtype=DTYPES[cfg.param_dtype], reduce_dtype=DTYPES[cfg.reduce_dtype]
+        param_dtype=DTYPES[cfg.param_dtype],
+        reduce_dtype=DTYPES[cfg.reduce_dtype],
+        cast_forward_inputs=False,
     )
     fsdp_mesh = mesh["dp_replicate", "dp_shard"] if cfg.dp_replicate > 1 else mesh["dp_shard"]
     for block in model.blocks.values():
         fully_shard(block, mesh=fsdp_mesh, mp_policy=mp)
+    if not model.cfg.tie_embeddings:
+        fully_shard(
+            [model.norm, model.head], mesh=fsdp_mesh, mp_policy=mp, reshard_after_forward=False
+        )
     fully_shard(model, mesh=fsdp_mesh, mp_policy=mp)
 
 
@@ -146,28 +154,26 @@ def clip_grad_norm(model: nn.Module, max_norm: float | None) -> torch.Tensor:
     The value equals the single-process norm. Gradients live on different meshes (TP'd weights
     on dp x tp, norms and embeddings on dp only, plain replicated tensors under TP alone), so
     norms are taken per (mesh, placements) group, each made whole with one collective, then
-    combined. A non-finite norm leaves the gradients untouched (the caller skips the step).
+    combined. Nothing here reads the norm on the host: the clip factor stays a device tensor
+    applied with foreach kernels (a non-finite norm makes the caller skip or stop the step).
     """
     from torch.distributed.tensor import DTensor
 
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    if not grads:
+    params = [p for p in model.parameters() if p.grad is not None]
+    if not params:
         return torch.zeros(())
-    groups: dict[object, list[torch.Tensor]] = {}
-    for g in grads:
-        key = (g.device_mesh, g.placements) if isinstance(g, DTensor) else None
-        groups.setdefault(key, []).append(g)
+    groups: dict[object, list[nn.Parameter]] = {}
+    for p in params:
+        key = (p.grad.device_mesh, p.grad.placements) if isinstance(p.grad, DTensor) else None
+        groups.setdefault(key, []).append(p)
     squares = []
     for group in groups.values():
-        norm = torch.nn.utils.get_total_norm(group, 2.0)
+        norm = torch.nn.utils.get_total_norm([p.grad for p in group], 2.0, foreach=True)
         if isinstance(norm, DTensor):
             norm = norm.full_tensor()
         squares.append(norm.float() ** 2)
     total = torch.stack(squares).sum().sqrt()
-    value = total.item()
-    if max_norm is not None and math.isfinite(value):
-        coef = max_norm / (value + 1e-6)
-        if coef < 1.0:
-            for g in grads:  # a Python scalar scales plain tensors and DTensors alike
-                g.mul_(coef)
+    if max_norm is not None:
+        for group in groups.values():
+            torch.nn.utils.clip_grads_with_norm_(group, max_norm, total, foreach=True)
     return total

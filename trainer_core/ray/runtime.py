@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 import ray
 
@@ -78,6 +79,10 @@ def quiet_ray_loggers() -> None:
             logger.addFilter(noise())
 
 
+process_ready_at = float("nan")
+"""When this Ray worker process ran its setup hook (``time.time()``), for start-up timings."""
+
+
 def setup_worker_process() -> None:
     """The ``worker_process_setup_hook`` of every Ray this project starts or joins.
 
@@ -88,6 +93,8 @@ def setup_worker_process() -> None:
     instances") or finds the other cluster and takes the live controller for dead: the cleaner
     then removes the run's placement group, or exits and guards nothing if none is registered yet.
     """
+    global process_ready_at
+    process_ready_at = time.time()
     os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
     quiet_ray_loggers()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import time
 from typing import Any
 
 import ray.data
@@ -62,7 +63,7 @@ def build_torch_trainer(
     }
     return FailFastTorchTrainer(
         train_worker,
-        train_loop_config={"train": cfg, "tags": tags or {}},
+        train_loop_config={"train": cfg, "tags": tags or {}, "fit_started_at": time.time()},
         scaling_config=ray.train.ScalingConfig(
             num_workers=rc.num_workers, use_gpu=rc.use_gpu, resources_per_worker=resources
         ),

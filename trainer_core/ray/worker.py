@@ -9,12 +9,14 @@ same step.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import ray.train
 
 from trainer_core.io.storage import Location
 from trainer_core.parallel.process_group import teardown
+from trainer_core.ray import runtime
 from trainer_core.ray.failures import FatalRunError, user_error_in
 from trainer_core.ray.reader import batches_from_shard, dataset_name, resume_step
 from trainer_core.ray.run_config import RayTrainConfig
@@ -49,6 +51,31 @@ class RayReporter(BaseCallback):
         self.metrics, self.saved = None, False
         if self.report_on_log or saved or "eval/loss" in metrics:
             ray.train.report({"step": step, **metrics})
+
+
+class StartupClock(BaseCallback):
+    """Prints, once per worker-group start, when rank 0 reached each stage of its start-up, in
+    seconds after the driver called ``fit``: where a short trial's first seconds go."""
+
+    def __init__(self, fit_started_at: float | None):
+        self.marks: dict[str, float] = {
+            "worker process ready": runtime.process_ready_at,
+            "train fn": time.time(),
+        }
+        self.t0 = fit_started_at
+
+    def mark(self, stage: str) -> None:
+        self.marks.setdefault(stage, time.time())
+
+    def on_start(self, info: dict[str, Any]) -> None:
+        self.mark("trainer built")
+
+    def on_step_end(self, step: int) -> None:
+        if "first step" in self.marks or self.t0 is None:
+            return
+        self.mark("first step")
+        stages = ", ".join(f"{k} +{t - self.t0:.1f}" for k, t in self.marks.items())
+        print(f"[startup] after fit(): {stages} s")
 
 
 class DataPositionChanged(RuntimeError):
@@ -90,6 +117,7 @@ def train_worker(config: dict[str, Any]) -> None:
 
 
 def _train(config: dict[str, Any]) -> None:
+    clock = StartupClock(config.get("fit_started_at"))
     quiet_ray_loggers()  # again: Train and Data loggers created since process start
     cfg: RayTrainConfig = config["train"]
     layout = cfg.layout(ray.train.get_context().get_world_rank())
@@ -111,7 +139,7 @@ def _train(config: dict[str, Any]) -> None:
     trainer = build_trainer(
         cfg,
         train_batches=train_batches,
-        extra_callbacks=[RayReporter(cfg.ray.report_on_log)],
+        extra_callbacks=[clock, RayReporter(cfg.ray.report_on_log)],
         tags=config.get("tags"),
         placement={"node_id": ray.get_runtime_context().get_node_id()},
     )

@@ -22,9 +22,28 @@ from torch import nn
 
 from trainer_core.config.sections import TrainModuleConfig
 from trainer_core.model.counts import num_flops_per_token
+from trainer_core.parallel.process_group import collective_device
 from trainer_core.parallel.wrap import clip_grad_norm
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def lm_loss_sums(
+    logits: torch.Tensor, labels: torch.Tensor, ignore_index: int, z_multiplier: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed token cross-entropy and z-loss (``z_multiplier * logsumexp**2``) over valid labels.
+
+    The logits come in as the head made them (bf16 under bf16 compute) and are upcast here:
+    compiled (``parallel.compile``), the upcast fuses into the softmax's reductions and the fp32
+    logits are never written out whole. The z-loss mask is a multiply, not boolean indexing
+    (which waits for the device to count the selected rows)."""
+    flat = logits.float().flatten(0, 1)
+    flat_labels = labels.flatten()
+    ce_sum = F.cross_entropy(flat, flat_labels, ignore_index=ignore_index, reduction="sum")
+    if not z_multiplier:
+        return ce_sum, torch.zeros((), device=logits.device)
+    valid = (flat_labels != ignore_index).to(flat.dtype)
+    return ce_sum, z_multiplier * (flat.logsumexp(-1).square() * valid).sum()
 
 
 @dataclass
@@ -57,11 +76,14 @@ class TrainModule:
         device: torch.device,
         dp_group: dist.ProcessGroup | None = None,
         dp_size: int = 1,
+        compile_loss: bool = False,
     ):
+        """``compile_loss``: run :func:`lm_loss_sums` compiled (``parallel.compile``)."""
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.cfg, self.seq_len, self.device = cfg, seq_len, device
         self.dp_group, self.dp_size = dp_group, dp_size
         self.autocast_dtype = AUTOCAST_DTYPES.get(cfg.autocast_precision or "")
+        self.loss_fn = torch.compile(lm_loss_sums, fullgraph=True) if compile_loss else lm_loss_sums
 
     # -- the contract -------------------------------------------------------------------------
 
@@ -101,13 +123,16 @@ class TrainModule:
     def optim_step(self) -> torch.Tensor:
         """Clip, step optimizer and schedule; returns the global pre-clip gradient norm.
 
-        A non-finite norm skips the update (the caller stops the run), so the weights stay those
-        of the last good step.
+        Nothing waits for the device: the norm is not read here. A fused optimizer (CUDA) is
+        told on the device that a non-finite norm skips its update, as AMP's scaler does; any
+        other updates anyway. Either way the trainer stops the run at its next check, before
+        any checkpoint (:class:`trainer_core.train.trainer.Trainer`).
         """
         norm = clip_grad_norm(self.model, self.cfg.max_grad_norm)
-        if torch.isfinite(norm):
-            self.optimizer.step()
-            self.scheduler.step()
+        if self.optimizer.defaults.get("fused"):
+            self.optimizer.found_inf = (~torch.isfinite(norm)).float()
+        self.optimizer.step()
+        self.scheduler.step()
         return norm
 
     def zero_grads(self) -> None:
@@ -164,7 +189,10 @@ class TrainModule:
     def _global_count(self, labels: torch.Tensor) -> torch.Tensor:
         count = (labels != self.cfg.label_ignore_index).sum().to(torch.float32)
         if self.dp_size > 1:
+            where = collective_device(self.dp_group, self.device)
+            count = count.to(where)
             dist.all_reduce(count, group=self.dp_group)
+            count = count.to(self.device)
         return count.clamp(min=1.0)
 
     def _loss_sums(
@@ -177,16 +205,8 @@ class TrainModule:
         )
         with autocast:
             logits = self.model(inputs)
-        logits = logits.float().flatten(0, 1)
-        flat_labels = labels.flatten()
-        ce_sum = F.cross_entropy(
-            logits, flat_labels, ignore_index=self.cfg.label_ignore_index, reduction="sum"
-        )
-        z_sum = torch.zeros((), device=logits.device)
-        if with_z and self.cfg.z_loss_multiplier:
-            valid = flat_labels != self.cfg.label_ignore_index
-            z_sum = self.cfg.z_loss_multiplier * (logits.logsumexp(-1)[valid] ** 2).sum()
-        return ce_sum, z_sum
+        z = self.cfg.z_loss_multiplier if with_z else 0.0
+        return self.loss_fn(logits, labels, self.cfg.label_ignore_index, z)
 
     def _set_grad_sync(self, sync: bool) -> None:
         """Off: FSDP skips the reduce-scatter and accumulates full gradients locally (all

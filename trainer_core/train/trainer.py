@@ -34,7 +34,7 @@ from trainer_core.io.run_dir import (
     write_run_json,
 )
 from trainer_core.io.storage import write_atomic
-from trainer_core.parallel.process_group import all_gather_object
+from trainer_core.parallel.process_group import all_gather_object, collective_device
 from trainer_core.train.callbacks import Callback
 from trainer_core.train.train_module import BatchStats, TrainModule
 
@@ -51,24 +51,45 @@ class NonFiniteLossError(UserError, RuntimeError):
         what = "gradient norm" if math.isfinite(loss) else "loss"
         super().__init__(
             f"non-finite {what} at step {step} (loss={loss:.4g}, grad_norm={grad_norm:.4g}); the "
-            "run stopped before this update and no checkpoint was written after it. Lower "
+            "run stopped and no checkpoint was written after it. Lower "
             "optim.lr, raise schedule.warmup or set train_module.max_grad_norm."
         )
 
 
 @dataclass
 class _Window:
-    """Sums since the last log line. Eval and checkpoint seconds are kept apart so the step
-    throughput (tokens/s, MFU) measures training alone."""
+    """Sums since the last log line, kept on the device so a step never waits for it (read on
+    log steps only). Eval and checkpoint seconds are kept apart so the step throughput (tokens/s,
+    MFU) measures training alone.
 
-    ce: float = 0.0
-    z: float = 0.0
-    tokens: float = 0.0
-    grad_norms: list[float] = field(default_factory=list)
+    ``sums``: this rank's CE, z-loss and tokens, and the global gradient norms, summed.
+    ``first_bad``: the first step whose loss or gradient norm was non-finite (0: none yet), with
+    its loss sum, tokens and norm, for the error the next check raises.
+    """
+
+    sums: torch.Tensor
+    first_bad: torch.Tensor
     start_time: float = field(default_factory=time.perf_counter)
     steps: int = 0
     eval_s: float = 0.0
     checkpoint_s: float = 0.0
+
+    @classmethod
+    def on(cls, device: torch.device) -> _Window:
+        zeros = torch.zeros(4, dtype=torch.float64, device=device)
+        return cls(sums=zeros, first_bad=zeros.clone())
+
+    def add(self, step: int, stats: BatchStats, norm: torch.Tensor) -> None:
+        """Device ops only: no host sync."""
+        values = torch.stack(
+            [stats.ce_sum, stats.z_sum, stats.num_tokens, norm.to(stats.ce_sum.device)]
+        ).double()
+        self.sums += values
+        bad = ~(torch.isfinite(stats.ce_sum) & torch.isfinite(norm))
+        first = bad & (self.first_bad[0] == 0)
+        record = torch.cat([values.new_full((1,), float(step)), values[[0, 2, 3]]])
+        self.first_bad = torch.where(first, record, self.first_bad)
+        self.steps += 1
 
 
 class Trainer:
@@ -180,34 +201,35 @@ class Trainer:
         return summary
 
     def _run_steps(self, start_step: int, total: int) -> None:
+        """The loop. A step that neither logs, evaluates nor saves never waits for the device:
+        the non-finite check is read (:meth:`_check_finite`) only on steps that do."""
         batches = self.train_batches(start_step)
-        window = _Window()
+        window = _Window.on(self.module.device)
         while self.step < total:
             stats = self.module.train_batch(next(batches))
             lr = self.module.lr  # this update's LR; optim_step moves it to the next one's
             norm = self.module.optim_step()
             self.module.zero_grads()
-            loss_local = stats.ce_sum.item()
-            if not (math.isfinite(norm.item()) and math.isfinite(loss_local)):
-                self._write_run_json("diverged", diverged_step=self.step + 1)
-                mean = loss_local / max(stats.num_tokens.item(), 1)
-                raise NonFiniteLossError(self.step + 1, mean, norm.item())
             self.step += 1
             self.tokens += self.info.global_batch_tokens
-            self._accumulate(window, stats, norm)
-            metrics: dict[str, float] = {}
-            if self.eval_batches_data and (
+            window.add(self.step, stats, norm)
+            log = self.step % self.cfg.trainer.log_interval == 0 or self.step == total
+            evaluate = bool(self.eval_batches_data) and (
                 self.step % self.cfg.trainer.eval_interval == 0 or self.step == total
-            ):
+            )
+            save = self._save_decision(clock=log)
+            if log or evaluate or save != "none":
+                self._check_finite(window)
+            metrics: dict[str, float] = {}
+            if evaluate:
                 metrics["eval/loss"] = self._timed(window, "eval_s", self.evaluate)
-            save = self._save_decision()
             if save == "permanent" and self.eval_batches_data and "eval/loss" not in metrics:
                 metrics["eval/loss"] = self._timed(window, "eval_s", self.evaluate)
-            if self.step % self.cfg.trainer.log_interval == 0 or self.step == total:
+            if log:
                 # after this step's eval (its time is on this line), before its checkpoint,
                 # which follows the record and so is counted on the next line
                 metrics.update(self._log_metrics(window, stats, norm, lr))
-                window = _Window()
+                window = _Window.on(self.module.device)
             if metrics or save != "none":
                 # The step's record goes out before its checkpoint commits: a kill after the
                 # commit cannot lose it, a kill before resumes earlier and drops it with the
@@ -229,9 +251,10 @@ class Trainer:
             s, c = self.module.eval_batch(batch)
             ce += s
             n += c
-        pair = torch.stack([ce, n.float()])
+        group = self.module.dp_group
+        pair = torch.stack([ce, n.float()]).to(collective_device(group, self.module.device))
         if self.world_size > 1:
-            dist.all_reduce(pair, group=self.module.dp_group)
+            dist.all_reduce(pair, group=group)
         return (pair[0] / pair[1].clamp(min=1)).item()
 
     # -- internals ----------------------------------------------------------------------------
@@ -246,37 +269,45 @@ class Trainer:
             elapsed = time.perf_counter() - start
             setattr(window, field_name, getattr(window, field_name) + elapsed)
 
-    def _accumulate(self, window: _Window, stats: BatchStats, norm: torch.Tensor) -> None:
-        window.ce += stats.ce_sum.item()
-        window.z += stats.z_sum.item()
-        window.tokens += stats.num_tokens.item()
-        window.grad_norms.append(norm.item())
-        window.steps += 1
+    def _check_finite(self, window: _Window) -> None:
+        """Stop the run if a step since the last check had a non-finite loss or gradient norm
+        (one host sync). The run's record then ends at the step before that one."""
+        bad_step, ce, tokens, norm = window.first_bad.tolist()
+        if not bad_step:
+            return
+        undone = self.step - (int(bad_step) - 1)
+        self.step -= undone
+        self.tokens -= undone * self.info.global_batch_tokens
+        self._write_run_json("diverged", diverged_step=self.step + 1)
+        raise NonFiniteLossError(self.step + 1, ce / max(tokens, 1), norm)
 
     def _log_metrics(
         self, window: _Window, last: BatchStats, norm: torch.Tensor, lr: float
     ) -> dict[str, float]:
-        sums = torch.tensor(
-            [window.ce, window.tokens, last.ce_sum.item(), last.num_tokens.item(), window.z],
-            dtype=torch.float64,
-        )
+        """The log line's figures: the window's sums made global over the DP group on the
+        device :func:`collective_device` names, then read on the host at once."""
+        group = self.module.dp_group
+        where = collective_device(group, self.module.device)
+        ce, z, tokens, norms = window.sums
+        last_ce, last_tokens = last.ce_sum.double(), last.num_tokens.double()
+        sums = torch.stack([ce, tokens, last_ce, last_tokens, z]).to(where)
         if self.world_size > 1 and self.module.dp_size > 1:
-            dist.all_reduce(sums, group=self.module.dp_group)
+            dist.all_reduce(sums, group=group)
+        local = torch.stack([norms / window.steps, norm.double()]).to(where)
+        ce, tokens, last_ce, last_tokens, z, grad_norm, grad_norm_last = torch.cat(
+            [sums, local]
+        ).tolist()
         wall = time.perf_counter() - window.start_time
         elapsed = max(wall - window.eval_s - window.checkpoint_s, 1e-9)
         tokens_per_s = window.steps * self.info.global_batch_tokens / elapsed
         flops_per_s = tokens_per_s * self.info.flops_per_token
-        z_loss = (
-            {"train/z_loss": (sums[4] / sums[1]).item()}
-            if self.module.cfg.z_loss_multiplier
-            else {}
-        )
+        z_loss = {"train/z_loss": z / tokens} if self.module.cfg.z_loss_multiplier else {}
         return {
-            "train/loss": (sums[0] / sums[1]).item(),
-            "train/loss_last": (sums[2] / sums[3]).item(),
+            "train/loss": ce / tokens,
+            "train/loss_last": last_ce / last_tokens,
             **z_loss,
-            "train/grad_norm": sum(window.grad_norms) / len(window.grad_norms),
-            "train/grad_norm_last": norm.item(),
+            "train/grad_norm": grad_norm,
+            "train/grad_norm_last": grad_norm_last,
             "lr": lr,
             "throughput/tokens_per_s": tokens_per_s,
             "throughput/tokens_per_s_per_device": tokens_per_s / self.world_size,
@@ -285,13 +316,16 @@ class Trainer:
             "time/checkpoint_s": window.checkpoint_s,
         }
 
-    def _save_decision(self) -> str:
-        """The save this step gets: none, temporary or permanent (which comes with an eval)."""
+    def _save_decision(self, *, clock: bool) -> str:
+        """The save this step gets: none, temporary or permanent (which comes with an eval).
+        ``clock``: consult the minute clock (log steps only: it costs every rank a sync)."""
         if self.checkpointer is None:
             return "none"
         if self.step == self.info.total_steps and self.cfg.checkpoint.save_final:
             return "permanent"
-        return self.policy.decide_all_ranks(self.step, time.time())
+        return self.policy.decide_all_ranks(
+            self.step, time.time(), clock=clock, device=self.module.device
+        )
 
     def _checkpoint(self, permanent: bool, metrics: dict[str, float], lr: float) -> None:
         """Save this step. A permanent save's metrics file holds this step's eval, tokens and LR

@@ -15,7 +15,8 @@ from torch import nn
 from trainer_core.config.loader import ConfigError, load_config
 from trainer_core.config.sections import ModelConfig, ParallelConfig, TrainConfig
 from trainer_core.model.transformer import Transformer
-from trainer_core.parallel.float8 import check_float8, convert_to_float8
+from trainer_core.parallel import float8
+from trainer_core.parallel.float8 import check_float8, convert_to_float8, converts, float8_filter
 from trainer_core.parallel.wrap import parallelize_model
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda")
@@ -127,9 +128,62 @@ def assert_trains_like(seen: dict, reference: dict) -> None:
         assert 0 < abs(seen[key] - reference[key]) < 0.03, (key, seen[key], reference[key])
 
 
+class OneD(nn.Module):
+    """One block holding linear layers of the given ``(in, out)`` widths, names as in a model."""
+
+    def __init__(self, shapes: dict[str, tuple[int, int]]):
+        super().__init__()
+        self.layers = nn.ModuleDict({k: nn.Linear(*io, bias=False) for k, io in shapes.items()})
+
+
+def test_rowwise_keeps_in_bf16_what_torchao_finds_no_faster():
+    """At 1B (d_model 2048, MLP 8192): rowwise converts gate/up (out 8192) but not the attention
+    projections or the down projection (out 2048), as torchao's own rowwise filter decides;
+    tensorwise converts them all."""
+    shapes = {"wq": (2048, 2048), "w_gate": (2048, 8192), "w_down": (8192, 2048)}
+    layers = OneD(shapes).layers
+
+    def picked(recipe: str) -> set[str]:
+        keep = float8_filter(ParallelConfig(float8=recipe, param_dtype="bfloat16"))
+        return {k for k, m in layers.items() if keep(m, f"blocks.0.mlp.{k}")}
+
+    assert picked("rowwise") == {"w_gate"}
+    assert picked("tensorwise") == set(shapes)
+    rowwise = ParallelConfig(float8="rowwise", param_dtype="bfloat16")
+    assert not float8_filter(rowwise)(layers["w_gate"], "head")
+
+
+@pytest.mark.parametrize(
+    "recipe, compile_, ac, emulates",
+    [
+        ("rowwise", True, "full", True),
+        ("rowwise", True, "none", False),
+        ("rowwise", False, "full", False),
+        ("tensorwise", True, "full", False),
+    ],
+)
+def test_rowwise_with_compile_and_ac_emulates_precision_casts(recipe, compile_, ac, emulates):
+    """Recomputed activations must round their float8 casts as the first forward did."""
+    import torch._inductor.config as inductor
+
+    cfg = ParallelConfig(
+        param_dtype="bfloat16",
+        float8=recipe,
+        float8_emulate=True,
+        compile=compile_,
+        activation_checkpointing=ac,
+    )
+    with inductor.patch(emulate_precision_casts=False):  # restored afterwards
+        convert_to_float8(Transformer(ModelConfig(size="1M", n_layers=1)), cfg, fsdp=False)
+        assert inductor.emulate_precision_casts is emulates
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
-def test_emulated_float8_trains_like_bf16(tmp_path, bf16_run, recipe):
+def test_emulated_float8_trains_like_bf16(tmp_path, bf16_run, recipe, monkeypatch):
+    """The tiny model's layers are all below torchao's rowwise widths, so that filter is set
+    aside here to see the rowwise casts train."""
+    monkeypatch.setattr(float8, "float8_filter", lambda cfg: converts)
     run = [*BF16, *SHORT, *FLOAT8, f"--parallel.float8={recipe}"]
     seen = observe([*run, f"--trainer.run_dir={tmp_path / 'run'}"])
     assert len(seen["float8_linears"]) == 2 * 7 and not bf16_run["float8_linears"]

@@ -1,0 +1,83 @@
+"""Refit OLMo's task ladder and predict its 7B and 13B accuracies, with 95% intervals.
+
+    python benchmarks/olmo_task_refit.py [--bootstrap 200] [--step1 "N, D"|compute]
+
+Data: ``benchmarks/data/olmo_ladder/`` (see its README): the 190M..1B ladder at 1/2/5/10x
+Chinchilla with every checkpoint's task bits-per-byte and accuracy (5-shot ranked
+classification), and the 7B (4T tokens, annealed) and 13B (5T tokens) final evals. Both steps
+are fitted on the ladder alone, as Bhagia et al. 2024 do: step 1 on each run's final point,
+step 2 on every checkpoint past the first 10% of its run (the warm-up's evals are noise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from trainer_core.analysis.ladder_table import (
+    TASK_ACC_SUFFIX,
+    TASK_LOSS_SUFFIX,
+    read_ladder_table,
+)
+from trainer_core.analysis.tasks import STEP1_ND, TABLE_HEADER, fit_task
+
+DATA = Path(__file__).parent / "data" / "olmo_ladder"
+CHANCE = {
+    "mmlu": 0.25,
+    "hellaswag": 0.25,
+    "arc_challenge": 0.25,
+    "arc_easy": 0.25,
+    "piqa": 0.5,
+    "csqa": 0.2,
+    "socialiqa": 1 / 3,
+    "openbookqa": 0.25,
+    "winogrande": 0.5,
+}
+"""Chance accuracy of each task: one over its number of choices."""
+SKIP_FRACTION = 0.1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--bootstrap", type=int, default=200)
+    parser.add_argument("--step1", default=STEP1_ND)
+    args = parser.parse_args()
+    start = time.time()
+    ladder = read_ladder_table(DATA / "ladder.csv")
+    targets = read_ladder_table(DATA / "targets.csv")
+    final_tokens = ladder.groupby("name")["tokens"].transform("max")
+    ladder = ladder[ladder["tokens"] >= SKIP_FRACTION * final_tokens]
+    print(
+        f"OLMo ladder: {ladder['name'].nunique()} runs, {len(ladder)} checkpoints; targets "
+        + ", ".join(targets["name"])
+    )
+    print(TABLE_HEADER)
+    errors: dict[str, list[float]] = {name: [] for name in targets["name"]}
+    covered = 0
+    for task, chance in CHANCE.items():
+        law = fit_task(ladder, task, chance, args.step1, args.bootstrap)
+        for _, row in targets.iterrows():
+            pred = law.predict(
+                row["N"],
+                row["tokens"],
+                row["name"].split("-")[0],
+                float(row[task + TASK_LOSS_SUFFIX]),
+                float(row[task + TASK_ACC_SUFFIX]),
+            )
+            print(pred.row())
+            errors[row["name"]].append(abs(pred.acc_error))
+            covered += pred.covers
+        for flag in law.flags:
+            print(f"  {task}, {flag}")
+    n = sum(len(v) for v in errors.values())
+    for name, errs in errors.items():
+        print(f"{name}: mean |error| {100 * np.mean(errs):.1f} points over {len(errs)} tasks")
+    print(f"95% intervals holding the measured accuracy: {covered}/{n}")
+    print(f"({args.bootstrap} bootstrap resamples per step, {time.time() - start:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""The two-step task prediction recovers a known task law, and its intervals hold the truth."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from trainer_core.analysis.ladder_table import read_ladder_table
+from trainer_core.analysis.load import AnalysisError
+from trainer_core.analysis.synthetic_tasks import TaskTruth, task_ladder
+from trainer_core.analysis.tasks import (
+    STEP1_COMPUTE,
+    fit_sigmoid,
+    fit_task,
+    predict_tasks,
+    sigmoid_flags,
+    task_holdout_check,
+)
+
+TRUTH = TaskTruth()
+TARGET = (7e9, 2e12)
+BOOT = 30
+
+
+@pytest.fixture(scope="module")
+def points(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tasks") / "ladder.csv"
+    task_ladder(TRUTH, seed=1).to_csv(path, index=False)
+    return read_ladder_table(path, loss=None)
+
+
+@pytest.fixture(scope="module")
+def law(points):
+    return fit_task(points, "synth", TRUTH.chance, n_bootstrap=BOOT, ceiling=None)
+
+
+def test_step1_recovers_the_task_loss_law(law):
+    fit = law.step1
+    assert fit.beta == pytest.approx(TRUTH.beta, rel=0.1)
+    assert fit.alpha == pytest.approx(TRUTH.alpha, rel=0.3)
+    for name in ("E", "alpha", "beta"):
+        lo, hi = fit.ci[name]
+        assert lo <= getattr(TRUTH, name) <= hi, name
+
+
+def test_step2_recovers_the_sigmoid(law):
+    fit = law.step2
+    assert fit.ceiling == pytest.approx(TRUTH.ceiling, abs=0.03)
+    assert fit.k == pytest.approx(TRUTH.k, rel=0.1)
+    assert pytest.approx(TRUTH.L0, abs=0.03) == fit.L0
+    for name in ("ceiling", "k", "L0"):
+        lo, hi = fit.ci[name]
+        assert lo <= getattr(TRUTH, name) <= hi, name
+
+
+def test_prediction_at_a_far_target_holds_the_truth(law):
+    n, d = TARGET
+    pred = law.predict(n, d, "7B", float(TRUTH.loss(n, d)), float(TRUTH.acc(n, d)))
+    assert pred.covers
+    lo, hi = pred.loss_interval
+    assert lo <= TRUTH.loss(n, d) <= hi
+    assert abs(pred.acc_error) < 0.02
+    line = str(pred)
+    assert "synth" in line and "7B" in line and f"{pred.acc:.3f}" in line
+
+
+def test_the_interval_carries_both_steps(law):
+    """Chaining widens the accuracy interval beyond what either step alone gives it."""
+    n, d = TARGET
+    pred = law.predict(n, d)
+    alone = np.array(law.step2.predict_samples(np.full(law.step2.n_bootstrap, pred.loss)))
+    step2_width = np.subtract(*np.percentile(alone, [97.5, 2.5]))
+    step1_lo, step1_hi = pred.loss_interval
+    step1_width = abs(law.step2.predict(step1_lo) - law.step2.predict(step1_hi))
+    width = pred.acc_interval[1] - pred.acc_interval[0]
+    assert width > step2_width
+    assert width > 0.5 * step1_width
+
+
+def test_held_out_size_is_predicted_within_its_interval(points):
+    report = task_holdout_check(points, {"synth": TRUTH.chance}, n_bootstrap=BOOT, ceiling=None)
+    assert len(report.predictions) == 4  # the largest size's four runs
+    assert {p.N for p in report.predictions} == {max(points["N"])}
+    errors = [abs(p.acc_error) for p in report.predictions]
+    assert max(errors) < 0.03
+    assert sum(p.covers for p in report.predictions) >= 3
+    assert "held out" in str(report)
+
+
+def test_step1_against_compute(points):
+    law = fit_task(points, "synth", TRUTH.chance, step1=STEP1_COMPUTE, n_bootstrap=10)
+    n, d = 4e8, 8e9
+    assert law.predict_loss(n, d) == pytest.approx(float(TRUTH.loss(n, d)), rel=0.05)
+
+
+def test_default_ceiling_is_fixed_at_one():
+    """A ladder that never sees the sigmoid bend over: the ceiling stays at 1, k and L0 are
+    recovered, and the ceiling gets no interval of its own."""
+    truth = TaskTruth(ceiling=1.0)
+    table = task_ladder(truth, seed=3, sizes=(2e7, 5e7, 1e8))
+    fit = fit_sigmoid(table["synth/bpb"], table["synth/acc"], truth.chance, n_bootstrap=20)
+    assert fit.ceiling == 1.0
+    assert fit.k == pytest.approx(truth.k, rel=0.15)
+    assert abs(fit.L0 - truth.L0) < 0.05
+    assert "ceiling" not in fit.ci and set(fit.ci) == {"k", "L0"}
+    assert np.all(fit.samples["ceiling"] == 1.0)
+
+
+def test_near_chance_points_flag_the_ceiling():
+    """Small models that never leave chance say nothing of where the sigmoid rises or tops out."""
+    rng = np.random.default_rng(0)
+    loss = rng.uniform(2.0, 2.5, 60)
+    acc = 0.25 + rng.normal(0, 0.005, 60)
+    fit = fit_sigmoid(loss, acc, 0.25, n_bootstrap=10)
+    flags = sigmoid_flags(fit, acc)
+    assert any("ceiling" in f and "chance" in f for f in flags)
+
+
+def test_a_resolved_sigmoid_has_no_step2_flags(law, points):
+    assert sigmoid_flags(law.step2, points["synth/acc"].to_numpy()) == []
+
+
+def test_report_lists_every_task_and_its_flags_once(points):
+    report = predict_tasks(points, {"synth": TRUTH.chance}, *TARGET, at="7B", n_bootstrap=10)
+    text = str(report)
+    assert text.count("\nsynth ") == 1
+    for flag in report.predictions[0].flags:
+        assert text.count(flag) == 1
+
+
+def test_missing_task_column_is_one_clear_error(points):
+    with pytest.raises(AnalysisError, match=r"hellaswag/bpb"):
+        fit_task(points, "hellaswag", 0.25)
+
+
+def test_sigmoid_rejects_too_few_or_bad_points():
+    with pytest.raises(AnalysisError, match="4"):
+        fit_sigmoid([1.0, 2.0], [0.5, 0.3], 0.25)
+    with pytest.raises(AnalysisError, match="finite"):
+        fit_sigmoid([1.0, 2.0, math.nan, 3.0], [0.5, 0.3, 0.3, 0.2], 0.25)
+
+
+def test_two_panel_plot_is_written(law, points, tmp_path):
+    from trainer_core.analysis.plots_tasks import plot_task_prediction
+
+    n, d = TARGET
+    pred = law.predict(n, d, "7B", float(TRUTH.loss(n, d)), float(TRUTH.acc(n, d)))
+    path = plot_task_prediction(law, points, [pred], tmp_path / "synth.png")
+    assert path.stat().st_size > 10_000

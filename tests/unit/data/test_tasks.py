@@ -1,0 +1,97 @@
+"""The JSONL task reader: valid files round-trip, each broken line gets one error naming it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainer_core.data.tasks import (
+    FEWSHOT_SEPARATOR,
+    TaskExample,
+    TaskFormatError,
+    load_tasks,
+    next_line_examples,
+    read_task,
+    write_task,
+)
+from trainer_core.errors import UserError
+
+GOOD = {"context": "2 + 2 =", "choices": [" 4", " 5"], "gold": 0}
+
+
+def _write(tmp_path, lines: list[str]):
+    path = tmp_path / "task.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_valid_file_round_trips(tmp_path):
+    shot = {"context": "1 + 1 =", "choices": [" 2", " 3"], "gold": 0}
+    examples = [GOOD, {**GOOD, "gold": 1, "fewshot": [shot, "A plain text shot."]}]
+    path = write_task(tmp_path / "arith.jsonl", examples)
+    task = read_task(path)
+    assert task.name == "arith"
+    assert task.examples[0] == TaskExample("2 + 2 =", (" 4", " 5"), 0)
+    prefix = "1 + 1 = 2" + FEWSHOT_SEPARATOR + "A plain text shot." + FEWSHOT_SEPARATOR
+    assert task.examples[1] == TaskExample(prefix + "2 + 2 =", (" 4", " 5"), 1)
+    assert len(load_tasks([str(path)], max_examples=1)[0].examples) == 1
+
+
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [
+        ({"choices": [" 4", " 5"], "gold": 0}, "missing field 'context'"),
+        ({**GOOD, "gold": 2}, "'gold' is 2, outside 0..1"),
+        ({**GOOD, "gold": -1}, "'gold' is -1"),
+        ({**GOOD, "gold": "0"}, "'gold' must be int"),
+        ({**GOOD, "gold": True}, "'gold' must be int"),
+        ({**GOOD, "choices": " 4"}, "'choices' must be list"),
+        ({**GOOD, "choices": [" 4"]}, "at least 2"),
+        ({**GOOD, "fewshot": [{"context": "x", "choices": ["a", "b"]}]}, "fewshot[0]: missing"),
+        ({**GOOD, "fewshot": "x"}, "'fewshot' must be a list"),
+    ],
+)
+def test_bad_line_names_file_and_line(tmp_path, bad, words):
+    path = _write(tmp_path, [json.dumps(GOOD), "", json.dumps(bad)])
+    with pytest.raises(TaskFormatError) as err:
+        read_task(path)
+    message = str(err.value)
+    assert isinstance(err.value, UserError)
+    assert message.startswith(f"{path}:3: ")
+    assert words in message
+    assert "\n" not in message
+
+
+def test_invalid_json_names_file_and_line(tmp_path):
+    path = _write(tmp_path, [json.dumps(GOOD), '{"context": "x",'])
+    with pytest.raises(TaskFormatError, match=rf"^{path}:2: not valid JSON"):
+        read_task(path)
+
+
+def test_missing_task_file_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="no such file"):
+        load_tasks([str(tmp_path / "nope.jsonl")])
+
+
+def test_next_line_examples_are_valid_and_deterministic():
+    text = "\n".join(f"    value_{i} = compute_{i}(x, {i})" for i in range(60))
+    first = next_line_examples([text], seed=3, n=20)
+    assert first == next_line_examples([text], seed=3, n=20)
+    assert len(first) == 20
+    lines = text.splitlines()
+    for ex in first:
+        assert len(ex["choices"]) == 4 and len(set(ex["choices"])) == 4
+        true = ex["choices"][ex["gold"]].strip()
+        before = ex["context"].rstrip(" ").splitlines()[-1]
+        assert lines[lines.index(before) + 1].strip() == true
+
+
+def test_demo_next_line_is_built_once_from_held_out_files(tmp_path):
+    (task,) = load_tasks(["demo_next_line"], tmp_path, max_examples=50)
+    assert task.name == "demo_next_line" and len(task.examples) == 50
+    assert all(len(e.choices) == 4 for e in task.examples)
+    built = tmp_path / "task-demo_next_line.jsonl"
+    stamp = built.stat().st_mtime_ns
+    assert load_tasks(["demo_next_line"], tmp_path)[0].examples[:50] == task.examples
+    assert built.stat().st_mtime_ns == stamp

@@ -1,0 +1,124 @@
+"""How the model is compiled and sharded (issue 25, fixes 5 and 6), on CPU.
+
+Compile: 16 blocks share one compiled graph (a failure to share would hit dynamo's recompile
+limit and leave later blocks eager, unseen with the 2-block test models), and a graph break is
+an error. FSDP2, on 1 and 2 gloo ranks: inputs are not cast (the fp32 RoPE table reaches every
+block as fp32), and the final norm and head are one unit that stays gathered after forward.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from ranks import join_as_rank
+from torch import nn
+
+from trainer_core.config.sections import ModelConfig, ParallelConfig
+from trainer_core.model.transformer import Transformer
+from trainer_core.parallel.mesh import MESH_DIMS, mesh_shape
+from trainer_core.parallel.process_group import teardown
+from trainer_core.parallel.wrap import apply_compile, apply_fsdp
+
+SMALL = {"size": "", "d_model": 64, "n_heads": 4, "mlp_hidden": 128, "vocab_size": 64}
+
+
+@pytest.fixture
+def counting_compile(monkeypatch):
+    """``torch.compile`` with a backend that counts the graphs dynamo hands it."""
+    graphs: list[torch.fx.GraphModule] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=backend))
+    yield graphs
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow
+def test_sixteen_blocks_share_one_compiled_graph(counting_compile):
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(**SMALL, n_layers=16), 16)
+    apply_compile(model)
+    tokens = torch.randint(0, 64, (2, 16))
+    model(tokens).float().logsumexp(-1).mean().backward()
+    model(tokens).float().logsumexp(-1).mean().backward()  # a second step compiles nothing
+    assert len(counting_compile) == 1
+    assert all(p.grad is not None for p in model.parameters())
+
+
+class Breaks(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch._dynamo.graph_break()
+        return x
+
+
+def test_a_graph_break_in_a_block_is_an_error_not_eager(counting_compile):
+    model = Transformer(ModelConfig(**SMALL, n_layers=1), 16)
+    model.blocks["0"].mlp = Breaks()
+    apply_compile(model)
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        model(torch.randint(0, 64, (2, 16)))
+
+
+def _units_worker(rank: int, world: int, port: int, out: str) -> None:
+    """FSDP2 over ``world`` gloo ranks in bf16; records what a block's forward got and which
+    modules are still gathered after a forward."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor
+
+    join_as_rank(rank, world, port)
+    torch.distributed.init_process_group("gloo")
+    try:
+        torch.manual_seed(0)
+        cfg = ParallelConfig(param_dtype="bfloat16")
+        model = Transformer(ModelConfig(**SMALL, n_layers=2), 16)
+        mesh = init_device_mesh("cpu", mesh_shape(cfg, world), mesh_dim_names=MESH_DIMS)
+        apply_fsdp(model, mesh, cfg)
+        seen = {}
+        model.blocks["1"].register_forward_pre_hook(
+            lambda m, args: seen.update(x=str(args[0].dtype), rope=str(args[1].dtype))
+        )
+        model(torch.randint(0, 64, (2, 16))).float().mean().backward()
+        model(torch.randint(0, 64, (2, 16)))  # forward only: who stays gathered?
+        gathered = sorted(
+            name
+            for name, p in model.named_parameters()
+            if not isinstance(p, DTensor)  # FSDP2 swaps in the gathered plain tensor
+        )
+        groups = {
+            name: module._get_fsdp_state()._fsdp_param_group
+            for name, module in (("head", model.head), ("norm", model.norm))
+            if isinstance(module, FSDPModule)
+        }
+        unit = {
+            "own_units": sorted(groups),
+            "one_unit": len({id(g) for g in groups.values()}) == 1,
+            "reshards_after_forward": [
+                g.post_forward_mesh_info is not None for g in groups.values()
+            ],
+        }
+        if rank == 0:
+            Path(out).write_text(json.dumps({**seen, **unit, "gathered": gathered}))
+    finally:
+        torch.distributed.destroy_process_group()
+        teardown()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [1, 2])
+def test_fsdp2_units_as_torchtitan_sets_them(spawn_ranks, tmp_path, world):
+    out = tmp_path / "seen.json"
+    spawn_ranks(_units_worker, world, str(out), timeout=240)
+    seen = json.loads(out.read_text())
+    assert (seen["x"], seen["rope"]) == ("torch.bfloat16", "torch.float32")
+    assert seen["own_units"] == ["head", "norm"] and seen["one_unit"]
+    assert seen["reshards_after_forward"] == [False, False]
+    assert seen["gathered"] == ["embed.weight", "head.weight", "norm.weight"]  # root too

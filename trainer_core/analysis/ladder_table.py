@@ -1,0 +1,122 @@
+"""Ladders from elsewhere: a CSV or parquet table of results, read into the points the fits take.
+
+A team's past ladders, or published ones, come as one row per evaluation: the run, its N, its
+tokens D (or its FLOPs, from which D = FLOPs / (6 N)), a loss column and task columns
+(``<task>/bpb``, ``<task>/acc``). The result has the columns of
+``ExperimentResults.fit_points()`` (size, name, N, tokens, flops, eval_loss) plus the task
+columns, so every fit, flag and interval reads it as it reads a ladder run here.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from trainer_core.analysis.load import AnalysisError
+
+TASK_LOSS_SUFFIX = "/bpb"
+TASK_ACC_SUFFIX = "/acc"
+
+
+def read_ladder_table(path: str | Path, loss: str | None = "loss") -> pd.DataFrame:
+    """The points of the table at ``path`` (.csv, .parquet): size, name, N, tokens, flops,
+    eval_loss (from the column ``loss``; None: the table has none) and every task column.
+
+    Errors name the file and the column, and the line (CSV) or row (parquet) of a bad value.
+    """
+    path = Path(path)
+    table = _read(path)
+    need = ["run", "N"] + ([loss] if loss else [])
+    missing = [c for c in need if c not in table.columns]
+    if "D" not in table.columns and "FLOPs" not in table.columns:
+        missing.append("D (or FLOPs)")
+    if missing:
+        raise AnalysisError(
+            f"{path}: missing column {', '.join(missing)} (has: {', '.join(map(str, table.columns))})"
+        )
+    n = _positive(table, "N", path)
+    tokens = (
+        _positive(table, "D", path) if "D" in table else _positive(table, "FLOPs", path) / (6 * n)
+    )
+    out = pd.DataFrame(
+        {
+            "size": [_size_label(v) for v in n],
+            "name": table["run"].astype(str),
+            "N": n,
+            "tokens": tokens,
+            "flops": 6 * n * tokens,
+        }
+    )
+    if loss:
+        out["eval_loss"] = _positive(table, loss, path)
+    for column in task_columns(table):
+        values = _finite(table, column, path)
+        if column.endswith(TASK_ACC_SUFFIX):
+            _check(table, column, path, (values >= 0) & (values <= 1), "an accuracy in 0 .. 1")
+        else:
+            _check(table, column, path, values > 0, "a positive number")
+        out[column] = values
+    return out.reset_index(drop=True)
+
+
+def task_columns(table: pd.DataFrame) -> list[str]:
+    return [str(c) for c in table.columns if str(c).endswith((TASK_LOSS_SUFFIX, TASK_ACC_SUFFIX))]
+
+
+def task_names(points: pd.DataFrame) -> list[str]:
+    """Tasks with both a task-loss and an accuracy column, in table order."""
+    cols = set(points.columns)
+    names = [str(c)[: -len(TASK_LOSS_SUFFIX)] for c in points.columns]
+    return [
+        t
+        for t, c in zip(names, points.columns, strict=True)
+        if str(c).endswith(TASK_LOSS_SUFFIX) and t + TASK_ACC_SUFFIX in cols
+    ]
+
+
+def _read(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise AnalysisError(f"{path}: no such file")
+    if path.suffix == ".csv":
+        return pd.read_csv(path)
+    if path.suffix in (".parquet", ".pq"):
+        return pd.read_parquet(path)
+    raise AnalysisError(f"{path}: a ladder table is a .csv or .parquet file")
+
+
+def _where(path: Path, row: int) -> str:
+    """A row as the reader finds it: the CSV's line (the header is line 1), or the row index."""
+    return f"line {row + 2}" if path.suffix == ".csv" else f"row {row}"
+
+
+def _check(table: pd.DataFrame, column: str, path: Path, ok: np.ndarray, what: str) -> None:
+    bad = np.flatnonzero(~ok)
+    if bad.size:
+        row = int(bad[0])
+        raise AnalysisError(
+            f"{path} {_where(path, row)}: column {column} is {table[column].iloc[row]!r}, "
+            f"not {what} ({bad.size} such rows)"
+        )
+
+
+def _finite(table: pd.DataFrame, column: str, path: Path) -> np.ndarray:
+    values = pd.to_numeric(table[column], errors="coerce").to_numpy(float)
+    _check(table, column, path, np.isfinite(values), "a finite number")
+    return values
+
+
+def _positive(table: pd.DataFrame, column: str, path: Path) -> np.ndarray:
+    values = _finite(table, column, path)
+    _check(table, column, path, values > 0, "a positive number")
+    return values
+
+
+def _size_label(n: float) -> str:
+    """190354176 -> '190M': sizes are told apart by N, labelled as a ladder names them."""
+    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.0f}" if math.isfinite(n) else str(n)

@@ -1,0 +1,86 @@
+"""The two-step task prediction at a glance: one two-panel PNG per task.
+
+Left, step 1: each run's final task loss against compute, the fitted law along each size, and
+the prediction at the target (or held-out) size with its 95% interval. Right, step 2: accuracy
+against task loss at every point, the fitted sigmoid, and the chained prediction with both
+intervals, so a reader sees how far each step extrapolates.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from trainer_core.analysis.ladder_table import TASK_ACC_SUFFIX, TASK_LOSS_SUFFIX
+from trainer_core.analysis.plots import colors, save
+from trainer_core.analysis.tasks import TaskLaw, TaskPrediction, final_points
+
+
+def plot_task_prediction(
+    law: TaskLaw,
+    points: pd.DataFrame,
+    predictions: list[TaskPrediction],
+    path: str | Path,
+) -> Path:
+    """Write the two panels of ``law`` (fitted on ``points``) and its ``predictions``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    loss_col, acc_col = law.task + TASK_LOSS_SUFFIX, law.task + TASK_ACC_SUFFIX
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    sizes = sorted(points["N"].unique())
+    final = final_points(points)
+    for color, n in zip(colors(len(sizes)), sizes, strict=True):
+        runs = final[final["N"] == n]
+        left.scatter(6 * n * runs["tokens"], runs[loss_col], color=color, s=18, label=f"N={n:.3g}")
+        d = np.geomspace(runs["tokens"].min(), runs["tokens"].max(), 30)
+        left.plot(6 * n * d, [law.predict_loss(n, x) for x in d], color=color, lw=1)
+        sub = points[points["N"] == n]
+        right.scatter(sub[loss_col], sub[acc_col], color=color, s=6, alpha=0.5)
+    for pred in predictions:
+        _draw_prediction(left, right, law, pred)
+    left.set(xscale="log", xlabel="compute 6ND (FLOPs)", ylabel="task loss (bits per byte)")
+    left.set_title(f"{law.task}: step 1, task loss vs compute")
+    left.legend(fontsize=7)
+    lo = min(points[loss_col].min(), *(p.loss_interval[0] for p in predictions if _ok(p)))
+    hi = points[loss_col].max()
+    grid = np.linspace(lo - 0.05 * (hi - lo), hi, 200)
+    right.plot(grid, law.step2.predict(grid), color="black", lw=1.2, label="sigmoid fit")
+    right.axhline(law.step2.chance, color="grey", ls=":", lw=1, label="chance")
+    right.set(xlabel="task loss (bits per byte)", ylabel="accuracy")
+    right.set_title(f"{law.task}: step 2, accuracy vs task loss")
+    right.legend(fontsize=7)
+    path = save(fig, path)
+    plt.close(fig)
+    return path
+
+
+def _ok(pred: TaskPrediction) -> bool:
+    return all(math.isfinite(v) for v in pred.loss_interval)
+
+
+def _draw_prediction(left, right, law: TaskLaw, pred: TaskPrediction) -> None:
+    """The target size's law over the last decade of its tokens, its predicted point with the
+    interval, and the measured point where known."""
+    d = np.geomspace(pred.D / 10, pred.D, 40)
+    c = 6 * pred.N * pred.D
+    left.plot(6 * pred.N * d, [law.predict_loss(pred.N, x) for x in d], color="red", lw=1, ls="--")
+    lo, hi = pred.loss_interval
+    alo, ahi = pred.acc_interval
+    yerr = [[pred.loss - lo], [hi - pred.loss]] if _ok(pred) else None
+    left.errorbar(c, pred.loss, yerr=yerr, color="red", marker="o", capsize=3, label=pred.at)
+    xerr = [[pred.loss - lo], [hi - pred.loss]] if _ok(pred) else None
+    acc_ok = math.isfinite(alo)
+    aerr = [[pred.acc - alo], [ahi - pred.acc]] if acc_ok else None
+    right.errorbar(
+        pred.loss, pred.acc, xerr=xerr, yerr=aerr, color="red", marker="o", capsize=3,
+        label=f"predicted {pred.at}",
+    )  # fmt: skip
+    if math.isfinite(pred.measured_acc):
+        left.scatter(c, pred.measured_loss, marker="*", s=90, color="black", zorder=5)
+        right.scatter(pred.measured_loss, pred.measured_acc, marker="*", s=90, color="black")

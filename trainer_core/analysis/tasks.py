@@ -1,0 +1,416 @@
+"""Downstream-task prediction in two steps (Bhagia et al. 2024, "Establishing Task Scaling Laws
+via Compute-Efficient Model Ladders"), with intervals that carry both steps' uncertainty.
+
+Accuracy is not a power law in (N, D): it sits at chance, then climbs and saturates. The task
+loss (bits per byte of the gold continuation) is. So step 1 fits the task loss against (N, D)
+with the Chinchilla form (or against compute), and step 2 maps task loss to accuracy with a
+sigmoid held at the chance floor:
+
+    acc(L) = chance + (ceiling - chance) / (1 + exp(k (L - L0)))
+
+(the paper's a / (1 + exp(-k (L - L0))) + b, with b fixed at chance and a = ceiling - chance:
+a multiple-choice task cannot fall below chance, and a free floor trades off with the ceiling
+on a ladder whose small models sit near it. The ceiling is 1 unless asked to be fitted: see
+:func:`fit_sigmoid`.) Step 1's bootstrap is the residual resampling by
+size of ``fits.py``; step 2's resamples points. A prediction pairs the i-th refit of each step,
+so its interval holds both steps' spread.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from trainer_core.analysis.bootstrap import CI_LEVEL, percentile_interval
+from trainer_core.analysis.checks import fit_flags, unresolved
+from trainer_core.analysis.fits import (
+    ChinchillaFit,
+    PowerLawFit,
+    fit_chinchilla,
+    fit_loss_vs_compute,
+)
+from trainer_core.analysis.ladder_table import TASK_ACC_SUFFIX, TASK_LOSS_SUFFIX
+from trainer_core.analysis.load import AnalysisError
+
+STEP1_ND = "N, D"
+STEP1_COMPUTE = "compute"
+NEAR_CHANCE = 0.1
+"""Accuracies within this fraction of the chance-to-1 range above chance say little of the
+ceiling: the sigmoid's top half is never seen."""
+CEILING_SPAN = 0.3
+"""A ceiling whose 95% interval spans more than this fraction of chance .. 1 is not pinned down."""
+K_RANGE = (1e-3, 1e3)
+"""Steepness bounds (per unit of task loss); a fit at either has found no sigmoid."""
+
+
+# -- step 2: accuracy vs task loss ----------------------------------------------------------------
+
+
+@dataclass
+class SigmoidFit:
+    """acc(L) = chance + (ceiling - chance) / (1 + exp(k (L - L0))); ``chance`` is fixed."""
+
+    chance: float
+    ceiling: float
+    k: float
+    L0: float
+    n_points: int
+    rmse: float
+    samples: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    ci: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    @property
+    def n_bootstrap(self) -> int:
+        return len(self.samples["k"]) if self.samples else 0
+
+    def params(self) -> dict[str, float]:
+        return {"ceiling": self.ceiling, "k": self.k, "L0": self.L0}
+
+    def predict(self, L: np.ndarray | float) -> np.ndarray | float:
+        out = _sigmoid(np.asarray(L, dtype=float), self.chance, self.ceiling, self.k, self.L0)
+        return float(out) if out.ndim == 0 else out
+
+    def predict_samples(self, L: np.ndarray) -> np.ndarray:
+        """The i-th bootstrap sigmoid at ``L[i]`` (a step-1 sample): the chained prediction."""
+        s = self.samples
+        return _sigmoid(np.asarray(L, dtype=float), self.chance, s["ceiling"], s["k"], s["L0"])
+
+    def __str__(self) -> str:
+        lines = [
+            f"acc(L) = {self.chance:.3g} + (ceiling - {self.chance:.3g}) / (1 + exp(k (L - L0)))"
+            f"   ({self.n_points} points, rmse {self.rmse:.3g}, "
+            f"{self.n_bootstrap} bootstrap resamples)"
+        ]
+        for name, value in self.params().items():
+            line = f"  {name:<8}= {value:.4g}"
+            if name in self.ci and math.isfinite(self.ci[name][0]):
+                lo, hi = self.ci[name]
+                line += f"   ({100 * CI_LEVEL:.0f}% CI {lo:.4g} .. {hi:.4g})"
+            lines.append(line)
+        return "\n".join(lines)
+
+
+def _sigmoid(L, chance, ceiling, k, L0):
+    with np.errstate(over="ignore"):
+        return chance + (ceiling - chance) / (1 + np.exp(k * (L - L0)))
+
+
+def _fit_sigmoid_once(
+    loss: np.ndarray,
+    acc: np.ndarray,
+    chance: float,
+    ceiling: float | None,
+    starts: list[np.ndarray],
+) -> tuple[np.ndarray, float]:
+    """Best (ceiling, k, L0) from ``starts`` by bounded least squares, and its mean square; a
+    given ``ceiling`` stays fixed."""
+    lo = [chance, K_RANGE[0], loss.min() - 5 * np.ptp(loss) - 1]
+    hi = [1.0, K_RANGE[1], loss.max() + 5 * np.ptp(loss) + 1]
+    free = slice(0 if ceiling is None else 1, 3)
+
+    def residuals(p: np.ndarray) -> np.ndarray:
+        full = p if ceiling is None else (ceiling, *p)
+        return _sigmoid(loss, chance, *full) - acc
+
+    best, best_cost = None, math.inf
+    for x0 in starts:
+        x0 = np.clip(x0, np.add(lo, 1e-9), np.subtract(hi, 1e-9))[free]
+        res = least_squares(residuals, x0, bounds=(lo[free], hi[free]), method="trf")
+        if res.cost < best_cost:
+            best, best_cost = res.x, res.cost
+    theta = best if ceiling is None else np.array([ceiling, *best])
+    return theta, 2 * best_cost / loss.size
+
+
+def _starts(loss: np.ndarray, acc: np.ndarray, chance: float) -> list[np.ndarray]:
+    """A few starts spanning the steepness scale: a steep and a gentle sigmoid fit the same
+    narrow loss range, and least squares stays in the basin it starts in."""
+    ceiling = min(1.0, chance + 1.5 * max(acc.max() - chance, 1e-3))
+    scale = max(np.ptp(loss), 1e-3)
+    return [
+        np.array([c, k / scale, loss.mean() + shift * scale])
+        for c in (ceiling, 1.0)
+        for k in (1.0, 4.0, 12.0)
+        for shift in (-0.5, 0.5)
+    ]
+
+
+def fit_sigmoid(
+    loss: np.ndarray | pd.Series,
+    acc: np.ndarray | pd.Series,
+    chance: float,
+    n_bootstrap: int = 200,
+    seed: int = 0,
+    ceiling: float | None = 1.0,
+) -> SigmoidFit:
+    """Step 2 on (task loss, accuracy) points; the bootstrap resamples points with replacement.
+
+    ``ceiling``: the accuracy as the task loss falls, fixed at 1 by default (None: fitted). A
+    ladder rarely sees the sigmoid bend over, and a free ceiling then settles on its best
+    accuracy: on OLMo's ladder ARC-Challenge's came out 0.42, where the 7B scored 0.62.
+    """
+    loss, acc = np.asarray(loss, dtype=float).ravel(), np.asarray(acc, dtype=float).ravel()
+    if loss.size != acc.size or loss.size < 4:
+        raise AnalysisError(f"fit_sigmoid needs >= 4 (loss, acc) pairs, got {loss.size}/{acc.size}")
+    if not (np.all(np.isfinite(loss)) and np.all(np.isfinite(acc))):
+        raise AnalysisError("fit_sigmoid: every task loss and accuracy must be finite")
+    if not 0 <= chance < 1:
+        raise AnalysisError(f"fit_sigmoid: chance = {chance} is not in 0 .. 1")
+    theta, mse = _fit_sigmoid_once(loss, acc, chance, ceiling, _starts(loss, acc, chance))
+    rng = np.random.default_rng(seed)
+    refits = []
+    for _ in range(n_bootstrap):
+        idx = rng.integers(0, loss.size, loss.size)
+        starts = [theta, *_starts(loss[idx], acc[idx], chance)[::3]]
+        refits.append(_fit_sigmoid_once(loss[idx], acc[idx], chance, ceiling, starts)[0])
+    samples = {}
+    if refits:
+        arr = np.array(refits)
+        samples = {"ceiling": arr[:, 0], "k": arr[:, 1], "L0": arr[:, 2]}
+    fitted = [name for name in samples if name != "ceiling" or ceiling is None]
+    return SigmoidFit(
+        chance,
+        *(float(v) for v in theta),
+        loss.size,
+        math.sqrt(mse),
+        samples,
+        {name: percentile_interval(samples[name]) for name in fitted},
+    )
+
+
+def sigmoid_flags(fit: SigmoidFit, acc: np.ndarray) -> list[str]:
+    """What the accuracies leave open: a ceiling never approached, a steepness at its bound."""
+    notes = []
+    span = 1 - fit.chance
+    top = float(np.max(acc))
+    if top - fit.chance < NEAR_CHANCE * span:
+        notes.append(
+            f"ceiling: every accuracy is within {NEAR_CHANCE:.0%} of chance ({fit.chance:.3g}; "
+            f"best {top:.3g}): the sigmoid's rise is not seen, so its ceiling and step are guesses"
+        )
+    elif "ceiling" in fit.ci:
+        lo, hi = fit.ci["ceiling"]
+        if hi - lo > CEILING_SPAN * span:
+            notes.append(
+                f"ceiling: 95% CI {lo:.3g} .. {hi:.3g}: the accuracies stop short of where the "
+                "sigmoid bends over; predictions beyond the measured range are loose"
+            )
+    if not K_RANGE[0] * 1.01 < fit.k < K_RANGE[1] / 1.01:
+        notes.append(f"k = {fit.k:.3g} is at its bound: no sigmoid in these points")
+    return notes
+
+
+# -- both steps -----------------------------------------------------------------------------------
+
+
+@dataclass
+class TaskPrediction:
+    """One task's two-step prediction at (N, D), beside the measured values when known."""
+
+    task: str
+    at: str
+    N: float
+    D: float
+    loss: float
+    loss_interval: tuple[float, float]
+    acc: float
+    acc_interval: tuple[float, float]
+    measured_loss: float = math.nan
+    measured_acc: float = math.nan
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def acc_error(self) -> float:
+        """Predicted minus measured accuracy (absolute, in accuracy units)."""
+        return self.acc - self.measured_acc
+
+    @property
+    def covers(self) -> bool:
+        lo, hi = self.acc_interval
+        return lo <= self.measured_acc <= hi
+
+    def row(self) -> str:
+        lo, hi = self.loss_interval
+        alo, ahi = self.acc_interval
+        line = (
+            f"{self.task:<16} {self.at:<12} {self.loss:7.4f} [{lo:.4f}, {hi:.4f}]"
+            f"  {self.acc:6.3f} [{alo:.3f}, {ahi:.3f}]"
+        )
+        if math.isfinite(self.measured_acc):
+            line += (
+                f"  {self.measured_loss:7.4f}  {self.measured_acc:6.3f}"
+                f"  {100 * self.acc_error:+6.1f}"
+            )
+        if self.flags:
+            line += "  (!)"
+        return line
+
+    def __str__(self) -> str:
+        return self.row()
+
+
+TABLE_HEADER = (
+    f"{'task':<16} {'at':<12} {'task loss [95% CI]':<26}  {'acc [95% CI]':<22}"
+    f"  {'meas L':>7}  {'meas':>6}  {'err pt':>6}"
+)
+
+
+@dataclass
+class TaskReport:
+    """Predictions of several tasks, printed as a table; flags follow under it."""
+
+    predictions: list[TaskPrediction]
+    title: str = "two-step task prediction"
+
+    def __str__(self) -> str:
+        lines = [self.title, TABLE_HEADER, *(p.row() for p in self.predictions)]
+        flags = {(p.task, flag): None for p in self.predictions for flag in p.flags}
+        lines.extend(f"  {task}, {flag}" for task, flag in flags)
+        return "\n".join(lines)
+
+
+@dataclass
+class TaskLaw:
+    """Both steps of one task: task loss vs (N, D) or compute, accuracy vs task loss."""
+
+    task: str
+    step1: ChinchillaFit | PowerLawFit
+    step2: SigmoidFit
+    flags: list[str] = field(default_factory=list)
+
+    def predict_loss(self, N: float, D: float) -> float:
+        if isinstance(self.step1, ChinchillaFit):
+            return float(self.step1.predict(N, D))
+        return float(self.step1.predict(6 * N * D))
+
+    def loss_samples(self, N: float, D: float) -> np.ndarray:
+        s = self.step1.samples
+        if not s:
+            return np.empty(0)
+        if isinstance(self.step1, ChinchillaFit):
+            return s["E"] + s["A"] * float(N) ** -s["alpha"] + s["B"] * float(D) ** -s["beta"]
+        return s["E"] + s["A"] * (6 * float(N) * float(D)) ** -s["alpha"]
+
+    def predict(
+        self,
+        N: float,
+        D: float,
+        at: str = "",
+        measured_loss: float = math.nan,
+        measured_acc: float = math.nan,
+    ) -> TaskPrediction:
+        """Point prediction from the full-data fits; the interval from the paired refits."""
+        loss = self.predict_loss(N, D)
+        l_samples = self.loss_samples(N, D)
+        if l_samples.size and self.step2.n_bootstrap:
+            n = min(l_samples.size, self.step2.n_bootstrap)
+            acc_samples = self.step2.predict_samples(l_samples[:n])
+        elif self.step2.n_bootstrap:
+            acc_samples = self.step2.predict_samples(np.full(self.step2.n_bootstrap, loss))
+        else:
+            acc_samples = np.empty(0)
+        return TaskPrediction(
+            self.task,
+            at or f"N={N:.3g}",
+            float(N),
+            float(D),
+            loss,
+            percentile_interval(l_samples),
+            float(self.step2.predict(loss)),
+            percentile_interval(acc_samples),
+            measured_loss,
+            measured_acc,
+            list(self.flags),
+        )
+
+    def __str__(self) -> str:
+        lines = [f"task {self.task}: step 1", str(self.step1), "step 2", str(self.step2)]
+        lines.extend(f"  {flag}" for flag in self.flags)
+        return "\n".join(lines)
+
+
+def final_points(points: pd.DataFrame) -> pd.DataFrame:
+    """Each run's last eval (most tokens): step 1's points, since a run's earlier checkpoints
+    sit above the loss a run of that length would reach (its LR has not decayed yet)."""
+    idx = points.groupby("name", sort=False)["tokens"].idxmax()
+    return points.loc[idx].reset_index(drop=True)
+
+
+def fit_task(
+    points: pd.DataFrame,
+    task: str,
+    chance: float,
+    step1: str = STEP1_ND,
+    n_bootstrap: int = 200,
+    seed: int = 0,
+    ceiling: float | None = 1.0,
+) -> TaskLaw:
+    """Both steps of ``task`` on a points table (``ladder_table`` / ``fit_points`` columns plus
+    ``<task>/bpb`` and ``<task>/acc``): step 1 on each run's final point, grouped by size;
+    step 2 on every point. Both bootstraps draw ``n_bootstrap`` refits, paired in predictions."""
+    loss_col, acc_col = task + TASK_LOSS_SUFFIX, task + TASK_ACC_SUFFIX
+    missing = [c for c in ("size", "name", "N", "tokens", loss_col, acc_col) if c not in points]
+    if missing:
+        raise AnalysisError(f"fit_task({task!r}): the points have no column {', '.join(missing)}")
+    final = final_points(points)
+    if step1 == STEP1_ND:
+        law = fit_chinchilla(
+            final["N"], final["tokens"], final[loss_col], n_bootstrap, seed, final["size"]
+        )
+    elif step1 == STEP1_COMPUTE:
+        flops = 6 * final["N"] * final["tokens"]
+        law = fit_loss_vs_compute(flops, final[loss_col], n_bootstrap, seed, final["size"])
+    else:
+        raise AnalysisError(f"step1 = {step1!r}: use {STEP1_ND!r} or {STEP1_COMPUTE!r}")
+    sigmoid = fit_sigmoid(points[loss_col], points[acc_col], chance, n_bootstrap, seed + 1, ceiling)
+    min_loss = float(final[loss_col].min())
+    flags = [f"step 1 DEGENERATE: {f}" for f in fit_flags(law, min_loss)]
+    flags += [f"step 1 UNRESOLVED: {f}" for f in unresolved(law, min_loss)]
+    acc = points[acc_col].to_numpy(float)
+    flags += [f"step 2 UNRESOLVED: {f}" for f in sigmoid_flags(sigmoid, acc)]
+    return TaskLaw(task, law, sigmoid, flags)
+
+
+def predict_tasks(
+    points: pd.DataFrame,
+    chances: dict[str, float],
+    N: float,
+    D: float,
+    at: str = "",
+    measured: dict[str, tuple[float, float]] | None = None,
+    **fit_kw,
+) -> TaskReport:
+    """Every task of ``chances`` fitted on ``points`` and predicted at (N, D); ``measured``:
+    (task loss, accuracy) by task where known."""
+    measured = measured or {}
+    preds = [
+        fit_task(points, task, chance, **fit_kw).predict(
+            N, D, at, *measured.get(task, (math.nan, math.nan))
+        )
+        for task, chance in chances.items()
+    ]
+    return TaskReport(preds, f"two-step task prediction at N={N:.3g}, D={D:.3g}")
+
+
+def task_holdout_check(points: pd.DataFrame, chances: dict[str, float], **fit_kw) -> TaskReport:
+    """The largest size held out: both steps fitted on the smaller sizes, each task predicted at
+    every held-out run's final (N, tokens) beside what that run measured."""
+    largest = points["N"].max()
+    train, held = points[points["N"] < largest], final_points(points[points["N"] == largest])
+    if train["N"].nunique() < 3:
+        raise AnalysisError(
+            f"the held-out check needs >= 3 sizes below the largest, got {train['N'].nunique()}"
+        )
+    preds = []
+    for task, chance in chances.items():
+        law = fit_task(train, task, chance, **fit_kw)
+        for _, row in held.iterrows():
+            measured = (row[task + TASK_LOSS_SUFFIX], row[task + TASK_ACC_SUFFIX])
+            at = f"{row['tokens']:.3g} tok"
+            preds.append(law.predict(row["N"], row["tokens"], at, *map(float, measured)))
+    size = held["size"].iloc[0]
+    return TaskReport(preds, f"held out {size} (N={largest:.3g}): predicted vs measured")
