@@ -18,7 +18,7 @@ demo: setup
 	$(BIN)/python workflows/ladder.py
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 # No Ray, no spawned ranks, no long training: a few minutes on 2 cores.
 test-fast: setup
