@@ -139,7 +139,7 @@ def test_stopped_and_diverged_trials_do_not_move_the_optimum():
     diverged = df.iloc[::11].assign(loss=math.nan, stopped=False)
     dirty = pd.concat([df.assign(stopped=False), bad, diverged], ignore_index=True)
     assert [c.value for c in cell_optima(dirty, "lr", seed=0)] == pytest.approx(
-        [c.value for c in base], rel=1e-9
+        [c.value for c in base], rel=1e-5
     )
 
 
@@ -160,7 +160,7 @@ def test_without_spare_points_the_interval_is_the_neighbouring_grid_values():
     (cell,) = cell_optima(df, "lr")
     lrs = np.sort(df["lr"].unique())
     assert cell.method == "quadratic"
-    assert (cell.low, cell.high) == pytest.approx((lrs[0], lrs[2]), rel=1e-9)
+    assert (cell.low, cell.high) == pytest.approx((lrs[0], lrs[2]), rel=1e-5)
     assert cell_optima(df, "batch") == [], "one batch tried: no batch optimum"
 
 
