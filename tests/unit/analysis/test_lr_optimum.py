@@ -69,7 +69,7 @@ def test_trials_are_compared_at_their_common_step(asha_sweep: Path, tmp_path: Pa
         assert row.compared_loss == pytest.approx(loss_at(row.lr, 20))
     best = optimal_lr(table)
     assert best.step == 20 and not best.at_edge
-    assert best.lr == pytest.approx(LR_STAR, rel=1e-6)
+    assert best.lr == pytest.approx(LR_STAR, rel=1e-5)
     assert "at step 20" in str(best)
     png = plot_lr_sweep(table, {"1M": best}, tmp_path / "sweep.png")
     assert png.read_bytes()[:4] == b"\x89PNG"

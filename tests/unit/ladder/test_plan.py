@@ -30,7 +30,7 @@ def test_olmo_default_formulas_at_reference_size():
     assert target_batch_tokens(n, BatchFormula()) == 2048 * 160
     assert peak_lr(n, LRFormula()) == pytest.approx(0.0047 / 2)
     # 8x the params -> 4x the batch (exponent 2/3), half the LR (exponent -1/3)
-    assert target_batch_tokens(8 * n, BatchFormula()) == pytest.approx(4 * 2048 * 160, rel=1e-6)
+    assert target_batch_tokens(8 * n, BatchFormula()) == pytest.approx(4 * 2048 * 160, rel=1e-5)
     assert peak_lr(8 * n, LRFormula()) == pytest.approx(0.0047 / 4)
     assert beta2_for_batch(524_288, Beta2Formula()) == 0.95
     assert beta2_for_batch(524_287, Beta2Formula()) == 0.99
