@@ -2,7 +2,8 @@
 
 GPUs: the vendor's dense bf16 tensor-core figure (what MFU papers use). CPUs have no such
 datasheet number, so we measure the float32 matmul throughput this process can reach once and
-use that: MFU on CPU then reads "fraction of achievable matmul speed".
+use that: MFU on CPU then reads "fraction of achievable matmul speed". torch is imported only
+by the functions that measure or query a device, so the tables serve the analysis (no torch).
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import re
 import time
 import warnings
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 PEAK_BF16_FLOPS = {
     "H100 PCIe": 756e12,
@@ -76,6 +79,8 @@ def device_peak_flops(device_name: str) -> float | None:
 def measured_cpu_flops(size: int = 512, windows: int = 6, seconds: float = 0.05) -> float:
     """The best of several short timing windows: a neighbour's burst (another trial on the same
     machine) then lowers one window, not the peak, so MFU stays a fraction of the achievable."""
+    import torch
+
     a, b = torch.randn(size, size), torch.randn(size, size)
     a @ b
     best = 0.0
@@ -92,6 +97,8 @@ def peak_flops(device: torch.device, configured: float | None = None) -> float:
     if configured:
         return configured
     if device.type == "cuda":
+        import torch
+
         name = torch.cuda.get_device_name(device)
         found = device_peak_flops(name)
         if found is None:

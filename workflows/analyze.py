@@ -1,17 +1,18 @@
-"""``python workflows/analyze.py <exp_dir> [--out DIR] [--target-params 1e9] [--target-flops 1e21]``
+"""``python workflows/analyze.py <exp_dir> [--out DIR] [--target-params 1e9] [--target-flops 1e21] [--hparam-sweep DIR] [--device H100] [--mfu 0.4]``
 
 Analyses a ladder or LR-sweep experiment dir (or one run dir). A ladder: per-size losses; L(N, D)
 (Chinchilla approach 3), the frontier L(C) and the isoFLOP line (approach 2) with bootstrap
 intervals and degenerate-fit flags; the compute-optimal N, D and loss at --target-flops (default
-10x the largest run's compute) by each approach; the largest size held out and predicted by both
-laws. A sweep: every trial compared at a common step, the optimal LR per size and LR*(N). PNGs.
+10x the largest run's compute) by each approach, with LR* and B* from a sweep's laws and the cost
+in device-hours; the largest size held out and predicted by both laws; with task evals, each
+size's task loss and accuracy and the held-out size's two-step task prediction. A sweep: every trial compared at a common step, the optimal LR per size and LR*(N). PNGs.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from trainer_core.analysis import report_experiment
+from trainer_core.analysis import TargetSettings, report_experiment
 from trainer_core.config.cli import exit_on_error
 from trainer_core.io import storage
 from trainer_core.io.output_dir import check_output_dir
@@ -35,9 +36,26 @@ def main() -> int:
     parser.add_argument(
         "--bootstrap", type=int, default=200, help="bootstrap resamples for the CIs"
     )
+    parser.add_argument(
+        "--hparam-sweep",
+        default="",
+        help="sweep dir whose LR*(N, D) and B* laws fill the target table (default: the "
+        "ladder's lr.from_sweep)",
+    )
+    parser.add_argument(
+        "--device",
+        default="",
+        help="price the target in hours of this device (default: the experiment's device_type)",
+    )
+    parser.add_argument(
+        "--mfu", type=float, help="assumed MFU for the device-hours (default: assumed_mfu, 0.4)"
+    )
     args = parser.parse_args()
     out = check_output_dir(args.out or storage.join(args.exp_dir, "analysis"), "--out")
-    report_experiment(args.exp_dir, out, args.target_params, args.target_flops, args.bootstrap)
+    target = TargetSettings(args.device, args.mfu, args.hparam_sweep)
+    report_experiment(
+        args.exp_dir, out, args.target_params, args.target_flops, args.bootstrap, target=target
+    )
     return 0
 
 

@@ -21,8 +21,8 @@ from trainer_core.io import storage
 from trainer_core.io.output_dir import check_output_dir
 from trainer_core.io.storage import Location
 from trainer_core.ladder.config import device_counts
-from trainer_core.ladder.lr_feedback import lr_function
-from trainer_core.ladder.plan import plan_ladder
+from trainer_core.ladder.lr_feedback import sweep_rules
+from trainer_core.ladder.plan import plan_ladder, sweep_notes
 from trainer_core.ladder.record import preflight
 from trainer_core.ray.ladder_run import LadderJobConfig, benchmark_size, run_ladder
 from trainer_core.train.schedule import plot_schedule
@@ -55,6 +55,8 @@ def print_plan(job: LadderJobConfig, plans) -> None:
             f"within a node or whole nodes of {job.devices_per_node}, a multiple of dp_replicate "
             f"x tp = {parallel.dp_replicate * parallel.tp})"
         )
+    for line in sweep_notes(plans):
+        print(line)
     for p in plans:
         if p.batch_warning:
             print(f"warning: {p.batch_warning}")
@@ -104,12 +106,12 @@ def main() -> int:
         )
         return 0
     problems = preflight(job, dry_run=dry_run)
-    lr_fn = lr_function(job.lr)
-    plans = plan_ladder(job, sizes, lr_fn)
+    rules = sweep_rules(job)
+    plans = plan_ladder(job, sizes, rules)
     print_plan(job, plans)
     for problem in problems:
         print(f"warning: {problem}")
-    exp_dir = storage.normalize(job.dir)
+    exp_dir = job.exp_dir
     largest = plans[-1]
     png = plot_schedule(
         largest.schedule,
@@ -124,7 +126,7 @@ def main() -> int:
 
     from trainer_core.analysis import report_experiment
 
-    run_ladder(job, sizes, resume="--resume" in own, lr_fn=lr_fn)
+    run_ladder(job, sizes, resume="--resume" in own, rules=rules)
     report_experiment(exp_dir)
     return 0
 

@@ -1,8 +1,11 @@
 """``python workflows/lr_sweep.py [--config FILE] [--sizes 1M,3M] [--resume] [--dry-run] [overrides]``
 
-Sweeps the peak LR for every ladder size on Ray Tune (size x LR trials, ASHA early stopping),
-then fits the optimum per size and LR*(N) = a * N^b across sizes. Feed the result back into a
-ladder with ``--lr.from_sweep=<this sweep's dir>``. A ladder config is a sweep config (its
+Sweeps the peak LR, and with ``sweep.batch_factors`` the global batch, for every ladder size on
+Ray Tune (size x batch x LR trials, ASHA early stopping within a size and run length), at the
+token horizons of ``sweep.horizons`` (under WSD-S one trial's decays give every horizon), then
+fits the optimum per size and LR*(N) = a * N^b across sizes (LR*(N, D) and B* come from
+``trainer_core.analysis.hparam_laws``). Feed the result back into a ladder with
+``--lr.from_sweep=<this sweep's dir>`` (and ``--batch.from_sweep``). A ladder config is a sweep config (its
 ``sweep:`` section optional); the sweep writes to ``sweep.dir``, by default ``<ladder dir>-lr-sweep``.
 No ``--config``: the CPU demo ladder's (workflows/configs/ladder-demo.yaml).
 The analysis (pandas, SciPy, matplotlib) is imported only after the trials, not for a dry run.
@@ -21,6 +24,7 @@ from trainer_core.ray.sweep_run import (
     sweep_plans,
     sweep_trials,
 )
+from trainer_core.train.schedule import decay_windows
 
 FLAGS = {"--dry-run": False, "--resume": False, "--sizes": True}
 
@@ -36,10 +40,14 @@ def main() -> int:
     specs = sweep_trials(job, sweep_plans(job, sizes))
     print(
         f"LR sweep {job.name} into {job.dir}: {len(specs)} trials, then up to "
-        f"{job.sweep.widen_rounds} rounds beyond the grid's edge where the best LR is at one"
+        f"{job.sweep.widen_rounds} rounds beyond the grid's edge where a best trial is at one"
     )
     for spec in specs:
-        print(f"  {spec.name}: lr {spec.config.optim.lr:.3e}, {spec.config.total_steps} steps")
+        cfg = spec.config
+        print(
+            f"  {spec.name}: lr {cfg.optim.lr:.3e}, batch {cfg.trainer.global_batch_size} tokens, "
+            f"{cfg.total_steps} steps, decays ending at {_decay_ends(cfg)}"
+        )
     if "--dry-run" in own:
         return 0
 
@@ -49,6 +57,11 @@ def main() -> int:
         print(run.concurrency_report())
     report_experiment(job.dir)
     return 0
+
+
+def _decay_ends(cfg) -> str:
+    """The steps whose evals are annealed points: one horizon each."""
+    return ",".join(str(end) for _, end in decay_windows(cfg.total_steps, cfg.schedule))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ from __future__ import annotations
 import sys
 
 from trainer_core.config.cli import exit_on_error, parse_command
-from trainer_core.io import storage
 from trainer_core.io.output_dir import check_output_dir
 from trainer_core.ray.run_config import RayTrainConfig
 
@@ -30,7 +29,7 @@ def main() -> int:
     print(
         f"run {summary.get('name')} {summary.get('status')}: step {summary.get('last_step')}, "
         f"train loss {summary.get('train/loss', float('nan')):.4f}, "
-        f"eval loss {summary.get('eval/loss', float('nan')):.4f} -> {storage.normalize(cfg.trainer.run_dir, absolute=True)}"
+        f"eval loss {summary.get('eval/loss', float('nan')):.4f} -> {cfg.trainer.run_dir}"
     )
     # A diverged run is a result for a sweep, but a failure for the one run asked for here.
     return 0 if summary.get("status") == "finished" else 2

@@ -34,7 +34,7 @@ def test_sweep_stops_bad_lrs_flags_divergence_and_widens_past_an_edge(
     for chatter in ("Reporting training result", "Progress bars disabled", "Traceback"):
         assert chatter not in out.stdout + out.stderr, chatter
 
-    assert "widening the LR grid, round 1" in out.stdout
+    assert "widening the grid, round 1" in out.stdout
 
     sweep_dir = tmp_path / "sweep-lr-sweep"  # beside the ladder dir the config names
     res = load(sweep_dir)

@@ -6,6 +6,8 @@ import json
 import math
 from pathlib import Path
 
+from trainer_core.analysis.synthetic_tasks import TaskTruth
+
 TRUE = {"E": 1.7, "A": 400.0, "B": 410.0, "alpha": 0.34, "beta": 0.28}
 LADDER_N = {
     "s1": 2_000_000,
@@ -35,6 +37,8 @@ def write_run(
     last_step: int | None = None,
     diverged_step: int | None = None,
     tags: dict | None = None,
+    batch: int = BATCH,
+    seq_len: int = 512,
 ) -> None:
     run_dir.mkdir(parents=True)
     record = {
@@ -43,8 +47,8 @@ def write_run(
         "num_params": n,
         "flops_per_token": 6 * n,
         "peak_lr": lr,
-        "global_batch_tokens": BATCH,
-        "seq_len": 512,
+        "global_batch_tokens": batch,
+        "seq_len": seq_len,
         "total_steps": total_steps,
         "status": status,
         "diverged_step": diverged_step,
@@ -71,9 +75,32 @@ def write_checkpoint(
     return path
 
 
-def make_ladder(root: Path, noise: float = 0.001, sizes: dict[str, int] = LADDER_N) -> Path:
+TASK = "synth"
+TASK_TRUTH = TaskTruth(E=0.4, A=60.0, B=60.0, ceiling=1.0, k=5.0, L0=1.0)
+"""The task ``make_ladder(task=True)`` logs: its loss falls from ~1.55 to ~0.65 bits per byte
+over the ladder, its accuracy rises from ~0.3 to ~0.9."""
+
+
+def task_metrics(n: float, tokens: float, wobble: float = 0.0) -> dict[str, float]:
+    """The ``task/synth/*`` metrics a run of ``n`` parameters logs at ``tokens``."""
+    loss = float(TASK_TRUTH.loss(n, tokens)) * (1 + wobble)
+    acc = TASK_TRUTH.chance + (TASK_TRUTH.ceiling - TASK_TRUTH.chance) / (
+        1 + math.exp(TASK_TRUTH.k * (loss - TASK_TRUTH.L0))
+    )
+    return {
+        f"task/{TASK}/acc": acc,
+        f"task/{TASK}/acc_norm": acc,
+        f"task/{TASK}/bpb": loss,
+        f"task/{TASK}/chance": TASK_TRUTH.chance,
+    }
+
+
+def make_ladder(
+    root: Path, noise: float = 0.001, sizes: dict[str, int] = LADDER_N, task: bool = False
+) -> Path:
     """Each size trains 80 N tokens; annealed evals at 1/8..1 of the run, plus a pre-decay eval
-    at peak LR (0.2 above the curve) that the fits must leave out."""
+    at peak LR (0.2 above the curve) that the fits must leave out. ``task``: every eval also
+    scores :data:`TASK` (the pre-decay one with a 30% higher task loss)."""
     k = 0
     for size, n in sizes.items():
         steps = round(80 * n / BATCH)
@@ -99,13 +126,15 @@ def make_ladder(root: Path, noise: float = 0.001, sizes: dict[str, int] = LADDER
                     "lr": 0.1 * PEAK_LR,
                 }
             )
-            lines.append({"step": step, "tokens": step * BATCH, "eval/loss": loss})
+            tasks = task_metrics(n, step * BATCH, noise * math.cos(1.3 * k)) if task else {}
+            lines.append({"step": step, "tokens": step * BATCH, "eval/loss": loss, **tasks})
             point = {
                 "step": step,
                 "tokens": step * BATCH,
                 "eval/loss": loss,
                 "train/loss": loss + 0.05,
                 "lr": 0.1 * PEAK_LR,
+                **tasks,
             }
             (run_dir / f"metrics_step{step}.json").write_text(json.dumps(point))
             write_checkpoint(run_dir, step, [0, 1], 2)
@@ -116,6 +145,8 @@ def make_ladder(root: Path, noise: float = 0.001, sizes: dict[str, int] = LADDER
             "eval/loss": chinchilla_loss(n, pre * BATCH) + 0.2,
             "lr": PEAK_LR,
         }
+        if task:
+            pre_point.update(task_metrics(n, pre * BATCH, 0.3))
         (run_dir / f"metrics_step{pre}.json").write_text(json.dumps(pre_point))
         write_jsonl(run_dir / "metrics.jsonl", sorted(lines, key=lambda r: r["step"]))
     return root

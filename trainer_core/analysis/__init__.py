@@ -24,8 +24,10 @@ from trainer_core.analysis.hparam_laws import (
     fit_hparam_law,
     fit_hparam_laws,
     held_out_check,
+    horizons_per_size,
     leave_one_out,
 )
+from trainer_core.analysis.hparam_table import hparam_table
 from trainer_core.analysis.isoflop import IsoFLOPFit, fit_isoflop
 from trainer_core.analysis.ladder_table import read_ladder_table, task_columns, task_names
 from trainer_core.analysis.load import AnalysisError, ExperimentResults, load
@@ -39,7 +41,7 @@ from trainer_core.analysis.lr import (
     optimal_lr,
     optimal_lrs,
 )
-from trainer_core.analysis.lr_grid import widen_lrs
+from trainer_core.analysis.lr_grid import widen_lrs, widen_sweep
 from trainer_core.analysis.plots import plot_loss_curves, plot_lr_sweep, plot_lr_vs_size
 from trainer_core.analysis.plots_hparams import plot_cell_sweeps, plot_hparam_law, plot_hparam_laws
 from trainer_core.analysis.plots_scaling import plot_isoflops, plot_loss_vs_compute
@@ -54,6 +56,15 @@ from trainer_core.analysis.predict import (
 )
 from trainer_core.analysis.report import report_experiment
 from trainer_core.analysis.report_data import Report
+from trainer_core.analysis.target import (
+    DeviceCost,
+    TargetAnswer,
+    TargetColumn,
+    TargetSettings,
+    device_cost,
+    sweep_laws,
+    target_answer,
+)
 from trainer_core.analysis.tasks import (
     SigmoidFit,
     TaskLaw,
@@ -67,6 +78,13 @@ from trainer_core.analysis.tasks import (
 
 __all__ = [
     "AnalysisError",
+    "DeviceCost",
+    "TargetAnswer",
+    "TargetColumn",
+    "TargetSettings",
+    "device_cost",
+    "sweep_laws",
+    "target_answer",
     "CellOptimum",
     "ChinchillaFit",
     "ExperimentResults",
@@ -103,6 +121,8 @@ __all__ = [
     "fit_task",
     "frontier_points",
     "held_out_check",
+    "horizons_per_size",
+    "hparam_table",
     "isoflop_flags",
     "isoflop_unresolved",
     "leave_one_out",
@@ -128,4 +148,5 @@ __all__ = [
     "task_names",
     "unresolved",
     "widen_lrs",
+    "widen_sweep",
 ]

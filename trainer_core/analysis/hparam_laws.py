@@ -11,6 +11,7 @@ with the horizon, Bjorck et al.'s falls).
 Input: one row per trial at one eval point, columns N, D (tokens at that point), lr, batch
 (tokens) and loss, optionally ``stopped``. Stopped trials are left out, as ``lr.py`` leaves out
 their un-annealed losses; non-finite losses (diverged trials) too.
+:func:`~trainer_core.analysis.hparam_table.hparam_table` builds it from a sweep dir.
 """
 
 from __future__ import annotations
@@ -84,6 +85,12 @@ class CellOptimum:
             side = "smallest" if self.low == 0 else "largest"
             line += f"  NOT BRACKETED: lowest loss at the grid's {side} {self.param}; widen it"
         return line
+
+
+def horizons_per_size(cells: list[CellOptimum]) -> int:
+    """The most distinct horizons D any one size's bracketed cells cover: a law in D needs 2."""
+    usable = [c for c in cells if not c.at_edge]
+    return max((len({c.D for c in usable if n == c.N}) for n in {c.N for c in usable}), default=0)
 
 
 def _usable(df: pd.DataFrame) -> pd.DataFrame:
@@ -235,10 +242,19 @@ class HparamLawFit:
         lo, hi = percentile_interval(self.draws @ x)
         return math.exp(point), math.exp(lo), math.exp(hi)
 
-    def __str__(self) -> str:
-        law = f"{SYMBOL[self.param]}({', '.join(self.terms)}) = {self.c:.4g}" + "".join(
+    @property
+    def name(self) -> str:
+        """ "lr*(N, D)", "B*(D)": which law, by its factors."""
+        return f"{SYMBOL[self.param]}({', '.join(self.terms)})"
+
+    @property
+    def formula(self) -> str:
+        return f"{self.name} = {self.c:.4g}" + "".join(
             f" * {t}^{self.exponents[t]:+.4f}" for t in self.terms
         )
+
+    def __str__(self) -> str:
+        law = self.formula
         ranges = [f"c [{self.ci['c'][0]:.3g}, {self.ci['c'][1]:.3g}]"] + [
             f"{'a' if t == 'N' else 'b'} [{self.ci[t][0]:+.3f}, {self.ci[t][1]:+.3f}]"
             for t in self.terms
@@ -392,6 +408,9 @@ class HparamLaws:
         if self.batch is not None:
             lines += ["Batch optimum per (N, D) cell:", *(f"  {c}" for c in self.batch_cells)]
             lines.append(str(self.batch))
+        elif self.batch_cells:
+            lines += ["Batch optimum per (N, D) cell:", *(f"  {c}" for c in self.batch_cells)]
+            lines.append("B*: no law: no cell brackets its batch optimum; widen the batch grid")
         else:
             lines.append("B*: no cell varies the batch")
         return "\n".join(lines)
@@ -405,11 +424,15 @@ def fit_hparam_laws(
     seed: int = 0,
 ) -> HparamLaws:
     """Cell optima and laws of a sweep table (columns N, D, lr, batch, loss[, stopped]).
-    B* defaults to a law of D alone (Power Lines, Step Law: it does not depend on N)."""
+    B* defaults to a law of D alone (Power Lines, Step Law: it does not depend on N). No B* law
+    (``batch`` None, said in the text) when no cell varies the batch or none brackets its
+    optimum: a small sweep's best batch can sit at the grid's edge in every cell, and the LR law
+    still stands."""
     lr_cells = cell_optima(df, "lr", n_bootstrap, seed)
     batch_cells = cell_optima(df, "batch", n_bootstrap, seed + 1)
     lr = fit_hparam_law(lr_cells, lr_terms, n_bootstrap, seed)
-    batch = fit_hparam_law(batch_cells, batch_terms, n_bootstrap, seed + 1) if batch_cells else None
+    bracketed = any(not c.at_edge and math.isfinite(c.log_sigma) for c in batch_cells)
+    batch = fit_hparam_law(batch_cells, batch_terms, n_bootstrap, seed + 1) if bracketed else None
     return HparamLaws(lr_cells, batch_cells, lr, batch)
 
 

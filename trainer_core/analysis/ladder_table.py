@@ -19,6 +19,8 @@ from trainer_core.analysis.load import AnalysisError
 
 TASK_LOSS_SUFFIX = "/bpb"
 TASK_ACC_SUFFIX = "/acc"
+EXAMPLES_SUFFIX = "/examples"
+"""Optional: how many examples an accuracy was scored on (its binomial noise in the check)."""
 
 
 def read_ladder_table(path: str | Path, loss: str | None = "loss") -> pd.DataFrame:

@@ -2,7 +2,9 @@
 
 Everything analysis fits or plots comes from the files the trainer writes: ``run.json`` for what a
 run is, ``metrics.jsonl`` for its curves, ``metrics_step{N}.json`` for the evals at permanent
-checkpoints (the points scaling laws are fitted to).
+checkpoints (the points scaling laws are fitted to). Task evals (``task/<name>/<metric>``) come
+out as one wide frame with the ladder table's column names (``<name>/bpb``, ``<name>/acc``), so
+the two-step task fits read a run here as they read a table of published results.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ METRIC_COLUMNS = [
     "eval_loss",
 ]
 POINT_COLUMNS = [*METRIC_COLUMNS, "lr_at_step", "annealed"]
+TASK_PREFIX = "task/"
+TASK_COLUMNS = [*METRIC_COLUMNS, "annealed"]
+"""The task frame's leading columns; then ``<task>/<metric>`` for each task metric logged."""
+CHANCE_SUFFIX = "/chance"
 CHECKPOINT_COLUMNS = [
     "name",
     "size",
@@ -73,6 +79,9 @@ class ExperimentResults:
     metrics: pd.DataFrame
     points: pd.DataFrame
     checkpoints: pd.DataFrame
+    tasks: pd.DataFrame
+    """Every eval with task metrics, one row per (run, step): checkpoint evals and those of
+    ``metrics.jsonl`` (``annealed`` from the LR logged with them; unknown counts as not)."""
 
     @property
     def kind(self) -> str:
@@ -128,13 +137,33 @@ class ExperimentResults:
         pts = pts[cols].dropna(subset=["eval_loss"])
         return pts[pts["eval_loss"].map(math.isfinite)].reset_index(drop=True)
 
+    @property
+    def task_names(self) -> list[str]:
+        """Tasks with a task loss and an accuracy, in the order the runs logged them."""
+        from trainer_core.analysis.ladder_table import task_names  # it imports this module
+
+        return task_names(self.tasks)
+
+    def task_chances(self) -> dict[str, float]:
+        """Each task's chance accuracy (a random guess), as its evals recorded it."""
+        return {t: float(self.tasks[t + CHANCE_SUFFIX].dropna().mean()) for t in self.task_names}
+
+    def task_points(self, annealed_only: bool = True) -> pd.DataFrame:
+        """The task frame for the two-step fits: diverged runs left out, annealed evals only
+        when there are any (else every eval)."""
+        ok = set(self.runs.loc[self.runs["status"] != "diverged", "name"])
+        pts = self.tasks[self.tasks["name"].isin(ok)]
+        if annealed_only and pts["annealed"].any():
+            pts = pts[pts["annealed"]]
+        return pts.reset_index(drop=True)
+
     def result_grid(self):
         """The Ray Tune ResultGrid from ``<exp_dir>/tune`` (optional: needs Ray installed).
 
         Read-only: built from Tune's saved experiment state, so no trainable or Ray cluster is
         needed; best result = lowest ``eval/loss``.
         """
-        tune_dir = storage.join(storage.normalize(self.path, absolute=True), TUNE)
+        tune_dir = storage.join(self.path, TUNE)
         if not storage.is_dir(tune_dir):
             raise AnalysisError(
                 f"{tune_dir}: no Tune experiment here (only Tune-run experiments have one)"
@@ -154,11 +183,13 @@ def load(exp_dir: str | Path) -> ExperimentResults:
 
     ``exp_dir`` may be a URL (``s3://bucket/prefix``): its records are staged to a temporary dir
     (checkpoint tensors left out, see :func:`storage.stage_records`) and read by the same code,
-    with the URL in place of the staged path in the result and in any error.
+    with the URL in place of the staged path in the result and in any error. ``results.path`` is
+    ``exp_dir`` made canonical (absolute, ``~`` expanded), the one spelling the analysis uses.
     """
+    exp_dir = storage.canonical(exp_dir)
     if not storage.is_url(exp_dir):
         return _load_local(Path(exp_dir))
-    url = str(exp_dir).rstrip("/")
+    url = exp_dir
     with tempfile.TemporaryDirectory(prefix="rayladder-analysis-") as tmp:
         if not storage.is_dir(url):
             raise AnalysisError(f"{url}: no such directory; pass an experiment dir or a run dir")
@@ -180,12 +211,14 @@ def load(exp_dir: str | Path) -> ExperimentResults:
 
 def _load_local(root: Path) -> ExperimentResults:
     run_dirs = find_run_dirs(root)
-    runs, metrics, points, checkpoints = [], [], [], []
+    runs, metrics, points, checkpoints, tasks = [], [], [], [], []
     for run_dir in run_dirs:
         run = read_run_json(run_dir)
         runs.append(run)
-        metrics.extend(read_metrics(run_dir, run))
-        points.extend(read_points(run_dir, run))
+        run_metrics, run_points = read_metrics(run_dir, run), read_points(run_dir, run)
+        metrics.extend(run_metrics)
+        points.extend(run_points)
+        tasks.extend(_task_rows(run_metrics, run_points))
         for c in list_checkpoints(run_dir):
             # info.json holds the tokens; a dir too broken to have one still gets its estimate.
             tokens = c.tokens or c.step * int(run["global_batch_tokens"])
@@ -202,6 +235,7 @@ def _load_local(root: Path) -> ExperimentResults:
         metrics=_frame(metrics, METRIC_COLUMNS, ["N", "peak_lr", "name", "step"]),
         points=_frame(points, POINT_COLUMNS, ["N", "peak_lr", "name", "step"]),
         checkpoints=_frame(checkpoints, CHECKPOINT_COLUMNS, ["name", "step"]),
+        tasks=_frame(tasks, _task_frame_columns(tasks), ["N", "peak_lr", "name", "step"]),
     )
 
 
@@ -249,7 +283,8 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
 
 
 def read_metrics(run_dir: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per logged step: train and eval lines of the same step are merged."""
+    """One row per logged step: train and eval lines of the same step are merged. Rows carry
+    their task metrics as ``<task>/<metric>`` beyond :data:`METRIC_COLUMNS`."""
     path = metrics_path(run_dir)
     if not path.is_file():
         return []
@@ -272,7 +307,13 @@ def read_metrics(run_dir: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
             raise AnalysisError(f"{path}:{i}: expected a JSON object with a 'step' key")
         row = by_step.setdefault(int(record["step"]), {})
         row.update({k: v for k, v in record.items() if v is not None})
-    return [_metric_row(run, step, rec) for step, rec in sorted(by_step.items())]
+    rows = []
+    for step, record in sorted(by_step.items()):
+        row = _metric_row(run, step, record)
+        lr = record.get("lr")
+        row["annealed"] = lr is not None and _annealed(float(lr), run)
+        rows.append(row)
+    return rows
 
 
 def read_points(run_dir: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
@@ -283,9 +324,28 @@ def read_points(run_dir: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
         row = _metric_row(run, step, record)
         lr = record.get("lr")
         row["lr_at_step"] = math.nan if lr is None else float(lr)
-        row["annealed"] = lr is None or float(lr) <= ANNEALED_LR_FRACTION * float(run["peak_lr"])
+        row["annealed"] = lr is None or _annealed(float(lr), run)
         rows.append(row)
     return rows
+
+
+def _annealed(lr: float, run: dict[str, Any]) -> bool:
+    return lr <= ANNEALED_LR_FRACTION * float(run["peak_lr"])
+
+
+def _task_rows(metrics: list[dict[str, Any]], points: list[dict[str, Any]]) -> list[dict]:
+    """The rows with task metrics, a checkpoint's over the ``metrics.jsonl`` line of its step."""
+    by_step = {row["step"]: row for row in [*metrics, *points] if _has_tasks(row)}
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def _has_tasks(row: dict[str, Any]) -> bool:
+    return any(k not in POINT_COLUMNS for k in row)
+
+
+def _task_frame_columns(rows: list[dict[str, Any]]) -> list[str]:
+    extra = {k: None for row in rows for k in row if k not in POINT_COLUMNS}
+    return [*TASK_COLUMNS, *extra]
 
 
 def _metric_row(run: dict[str, Any], step: int, record: dict[str, Any]) -> dict[str, Any]:
@@ -301,6 +361,9 @@ def _metric_row(run: dict[str, Any], step: int, record: dict[str, Any]) -> dict[
         "flops": float(tokens) * float(run["flops_per_token"]),
         "train_loss": _float(record.get("train/loss")),
         "eval_loss": _float(record.get("eval/loss")),
+        **{
+            k[len(TASK_PREFIX) :]: _float(v) for k, v in record.items() if k.startswith(TASK_PREFIX)
+        },
     }
 
 

@@ -3,10 +3,10 @@
 Shared by ``workflows/analyze.py`` and the ladder's ``lr.from_sweep`` feedback, so the LR a ladder
 trains with is exactly the one the sweep report prints.
 
-Trials of a size are compared at a common step: the last eval step every (non-diverged) trial
-of the size reached. Early stopping leaves stopped trials with an early, un-annealed loss; set
-beside finished trials' final losses it reads as "this LR is bad" whatever the LR, and puts
-the optimum wherever the finished trials happen to be.
+Trials of a group (a size and run length) are compared at common tokens: the last eval every
+(non-diverged) trial of the group reached. Early stopping leaves stopped trials with an early,
+un-annealed loss; set beside finished trials' final losses it reads as "this LR is bad" whatever
+the LR, and puts the optimum wherever the finished trials happen to be.
 """
 
 from __future__ import annotations
@@ -29,44 +29,61 @@ COMPARED = "compared_loss"
 
 
 def _eval_history(results: ExperimentResults) -> pd.DataFrame:
-    """(name, step, eval_loss) of every eval a run logged, checkpoint evals included."""
-    cols = ["name", "step", "eval_loss"]
+    """(name, step, tokens, eval_loss) of every eval a run logged, checkpoint evals included."""
+    cols = ["name", "step", "tokens", "eval_loss"]
     evals = pd.concat([results.metrics[cols], results.points[cols]]).dropna(subset=["eval_loss"])
     return evals.drop_duplicates(["name", "step"], keep="last").sort_values(["name", "step"])
 
 
-def _compare_at_common_step(table: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
-    """Add last_eval_step, compared_step (the size's common step) and compared_loss."""
+def _compare_at_common_tokens(table: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
+    """Add last_eval_step, compared_tokens (the most tokens every usable trial of the group
+    reached at an eval), compared_step (each trial's step there; a diverged trial's, the step
+    it would have reached them at) and compared_loss.
+
+    Tokens, not steps: trials of one group may differ in batch. A trial's eval counts as at the
+    common tokens within two of its batches, the rounding of its eval steps to whole steps."""
     by_name = {name: g for name, g in evals.groupby("name")}
-    last = {name: int(g["step"].iloc[-1]) for name, g in by_name.items()}
-    table["last_eval_step"] = table["name"].map(last).astype("Int64")
-    usable = table[~table["diverged"] & table["last_eval_step"].notna()]
-    common = usable.groupby("size")["last_eval_step"].min()
-    table["compared_step"] = table["size"].map(common).astype("Int64")
-    losses = []
+    last = {name: g.iloc[-1] for name, g in by_name.items()}
+    table["last_eval_step"] = table["name"].map(lambda n: last[n]["step"] if n in last else None)
+    table["last_eval_step"] = table["last_eval_step"].astype("Int64")
+    reached = table["name"].map(lambda n: last[n]["tokens"] if n in last else math.nan)
+    usable = reached[~table["diverged"]].groupby(table["group"]).min()
+    table["compared_tokens"] = table["group"].map(usable)
+    steps, losses = [], []
     for row in table.itertuples(index=False):
-        g = by_name.get(row.name)
-        if row.diverged or g is None or pd.isna(row.compared_step):
+        if pd.isna(row.compared_tokens):
+            steps.append(None)
             losses.append(math.nan)
             continue
-        upto = g[g["step"] <= row.compared_step]
-        losses.append(float(upto["eval_loss"].iloc[-1]) if len(upto) else math.nan)
+        g = by_name.get(row.name)
+        upto = g[g["tokens"] <= row.compared_tokens + 2 * row.batch] if g is not None else []
+        if row.diverged or not len(upto):
+            steps.append(round(row.compared_tokens / row.batch))
+            losses.append(math.nan)
+            continue
+        steps.append(int(upto["step"].iloc[-1]))
+        losses.append(float(upto["eval_loss"].iloc[-1]))
+    table["compared_step"] = pd.array(steps, dtype="Int64")
     table[COMPARED] = losses
     return table
 
 
 def lr_sweep_table(results: ExperimentResults) -> pd.DataFrame:
-    """One row per trial: size, N, lr, final/best eval loss, steps run, early stop, divergence,
-    and the loss the optimum compares (``compared_loss`` at the size's ``compared_step``)."""
+    """One row per trial: size, N, lr, global batch (tokens), its early-stopping group (size and
+    run length), final/best eval loss, steps run, early stop, divergence, and the loss the
+    optimum compares (``compared_loss`` at the group's ``compared_tokens``)."""
     final = results.final().set_index("name")
     rows = []
     for run in results.runs.itertuples(index=False):
         f = final.loc[run.name]
+        group = getattr(run, "tag_group", None)
         rows.append(
             {
                 "size": run.size,
                 "N": run.num_params,
                 "lr": run.peak_lr,
+                "batch": run.global_batch_tokens,
+                "group": group if isinstance(group, str) else run.size,
                 "name": run.name,
                 "final_eval_loss": f["final_eval_loss"],
                 "best_eval_loss": f["best_eval_loss"],
@@ -80,8 +97,8 @@ def lr_sweep_table(results: ExperimentResults) -> pd.DataFrame:
         )
     table = pd.DataFrame(rows)
     table["diverged_step"] = table["diverged_step"].astype("Int64")
-    table = _compare_at_common_step(table, _eval_history(results))
-    return table.sort_values(["N", "lr"], kind="stable").reset_index(drop=True)
+    table = _compare_at_common_tokens(table, _eval_history(results))
+    return table.sort_values(["N", "lr", "batch"], kind="stable").reset_index(drop=True)
 
 
 @dataclass

@@ -1,9 +1,9 @@
-"""Widening an LR grid: which LRs a sweep runs next when a size's best LR is at an edge.
+"""Widening a sweep's grid: which trials a sweep runs next when a best trial is at an edge.
 
-A best LR at the edge of the grid is a bound, not an optimum. The next round tries one LR
-beyond that edge, a grid step further out, until the optimum is interior. Upwards it stops
-below the smallest LR that diverged: the optimum is then the largest stable LR, and the
-report says it is at the edge.
+A best LR (or batch) at the edge of the grid is a bound, not an optimum. The next round tries
+one value beyond that edge, a grid step further out, until the optimum is interior. Upwards in
+LR it stops below the smallest LR that diverged: the optimum is then the largest stable LR, and
+the report says it is at the edge.
 """
 
 from __future__ import annotations
@@ -50,4 +50,50 @@ def widen_lrs(table: pd.DataFrame, loss: str = COMPARED) -> dict[str, list[float
         new = [float(lr) for lr in candidates if not _tried(lr, tried)]
         if new:
             out[str(size)] = new
+    return out
+
+
+def _usable(rows: pd.DataFrame, loss: str) -> pd.DataFrame:
+    return rows[~rows["diverged"].astype(bool) & np.isfinite(rows[loss].astype(float))]
+
+
+def _batches_beyond(at_lr: pd.DataFrame, best: int) -> list[int]:
+    """The batch a grid step beyond ``best`` when it is the smallest or largest tried at its
+    LR (none when that LR tried one batch: a sweep that does not vary the batch)."""
+    batches = np.sort(at_lr["batch"].unique().astype(float))
+    if batches.size < 2:
+        return []
+    if best == batches[0]:
+        return [round(best * batches[0] / batches[1])]
+    if best == batches[-1]:
+        return [round(best * batches[-1] / batches[-2])]
+    return []
+
+
+def widen_sweep(table: pd.DataFrame, loss: str = COMPARED) -> dict[str, list[tuple[float, int]]]:
+    """Per early-stopping group (a size and run length) whose best trial is at an edge: the
+    (LR, batch) trials beyond it; an LR beyond at the best trial's batch (:func:`widen_lrs`),
+    a batch beyond at its LR. A group whose every trial diverged gets the LR below at each batch.
+
+    The batch is a target: the plan rounds it to one the size's mesh holds.
+    """
+    out: dict[str, list[tuple[float, int]]] = {}
+    for group, rows in table.groupby("group", sort=False):
+        ok = _usable(rows, loss)
+        if ok.empty:
+            batches = rows["batch"].unique()
+        else:
+            best = ok.loc[ok[loss].astype(float).idxmin()]
+            batches = [best["batch"]]
+        wanted = [
+            (lr, int(b))
+            for b in batches
+            for lrs in widen_lrs(rows[rows["batch"] == b], loss).values()
+            for lr in lrs
+        ]
+        if not ok.empty:
+            at_lr = ok[np.isclose(ok["lr"].astype(float), best["lr"], rtol=1e-6)]
+            wanted += [(float(best["lr"]), b) for b in _batches_beyond(at_lr, best["batch"])]
+        if wanted:
+            out[str(group)] = wanted
     return out

@@ -1,9 +1,10 @@
 """The two-step task prediction at a glance: one two-panel PNG per task.
 
-Left, step 1: each run's final task loss against compute, the fitted law along each size, and
-the prediction at the target (or held-out) size with its 95% interval. Right, step 2: accuracy
-against task loss at every point, the fitted sigmoid, and the chained prediction with both
-intervals, so a reader sees how far each step extrapolates.
+Left, step 1: its points' task loss (each run's final one, or every annealed one) against
+compute, the fitted law along each size, and the prediction at the target (or held-out) size
+with its 95% interval. Right, step 2: accuracy against task loss at every point, the fitted
+sigmoid, and the chained prediction with both intervals, so a reader sees how far each step
+extrapolates.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pandas as pd
 
 from trainer_core.analysis.ladder_table import TASK_ACC_SUFFIX, TASK_LOSS_SUFFIX
 from trainer_core.analysis.plots import colors, save
-from trainer_core.analysis.tasks import TaskLaw, TaskPrediction, final_points
+from trainer_core.analysis.tasks import TaskLaw, TaskPrediction, step1_points
 
 
 def plot_task_prediction(
@@ -24,8 +25,10 @@ def plot_task_prediction(
     points: pd.DataFrame,
     predictions: list[TaskPrediction],
     path: str | Path,
+    final_only: bool = True,
 ) -> Path:
-    """Write the two panels of ``law`` (fitted on ``points``) and its ``predictions``."""
+    """Write the two panels of ``law`` (fitted on ``points``, ``final_only`` as in
+    :func:`fit_task`) and its ``predictions``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -34,7 +37,7 @@ def plot_task_prediction(
     loss_col, acc_col = law.task + TASK_LOSS_SUFFIX, law.task + TASK_ACC_SUFFIX
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     sizes = sorted(points["N"].unique())
-    final = final_points(points)
+    final = step1_points(points, final_only)
     for color, n in zip(colors(len(sizes)), sizes, strict=True):
         runs = final[final["N"] == n]
         left.scatter(6 * n * runs["tokens"], runs[loss_col], color=color, s=18, label=f"N={n:.3g}")

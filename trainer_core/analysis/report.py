@@ -17,6 +17,7 @@ from trainer_core.analysis.plots import plot_loss_curves
 from trainer_core.analysis.report_data import Report
 from trainer_core.analysis.report_ladder import ladder_section
 from trainer_core.analysis.report_sweep import sweep_section
+from trainer_core.analysis.target import TargetSettings
 from trainer_core.io import storage
 from trainer_core.io.storage import Location
 
@@ -28,25 +29,26 @@ def report_experiment(
     target_flops: float | None = None,
     n_bootstrap: int = 200,
     console: Console | None = None,
+    target: TargetSettings | None = None,
 ) -> Report:
     """Load ``exp_dir``, print the analysis and write PNGs to ``out`` (default ``<exp_dir>/analysis``).
 
     ``target_flops`` defaults to 10x the largest run's compute: the next rung of the ladder.
     Either may be a URL: the PNGs are drawn in a temporary dir and uploaded, and ``plots`` names
-    them where they landed.
+    them where they landed. ``target`` prices and tunes the target table (device, MFU, sweep).
     """
     # No markup: run names and paths may contain [brackets]; long lines stay whole for grep.
     console = console or Console(width=120, markup=False, soft_wrap=True)
     results = load(exp_dir)
-    out = storage.normalize(out or storage.join(exp_dir, "analysis"))
+    out = storage.canonical(out) if out else storage.join(results.path, "analysis")
     with tempfile.TemporaryDirectory(prefix="rayladder-plots-") as tmp:
         report = Report(results, Path(tmp) if storage.is_url(out) else Path(out))
-        name = storage.name(storage.normalize(exp_dir, absolute=True))
+        name = storage.name(results.path)
         console.print(f"{results.kind} {name}: {len(results.runs)} runs", style="bold")
         if results.is_lr_sweep:
             sweep_section(report, console)
         else:
-            ladder_section(report, console, target_params, target_flops, n_bootstrap)
+            ladder_section(report, console, target_params, target_flops, n_bootstrap, target)
         report.plots.append(plot_loss_curves(results, report.out_dir / "loss_curves.png"))
         if storage.is_url(out):
             storage.upload_dir(report.out_dir, str(out))

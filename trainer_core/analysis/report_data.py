@@ -17,6 +17,8 @@ from trainer_core.analysis.isoflop import IsoFLOPFit
 from trainer_core.analysis.load import AnalysisError, ExperimentResults
 from trainer_core.analysis.lr import LRPowerLawFit, OptimalLR
 from trainer_core.analysis.predict import ExtrapolationCheck, LossPrediction
+from trainer_core.analysis.target import TargetAnswer
+from trainer_core.analysis.tasks import TaskReport
 from trainer_core.io.storage import Location
 
 T = TypeVar("T")
@@ -33,8 +35,12 @@ class Report:
     frontier: PowerLawFit | None = None
     isoflop: IsoFLOPFit | None = None
     target_flops: float | None = None
+    target: TargetAnswer | None = None
+    """The whole answer at ``target_flops``: N*, D*, loss, LR*, B* and device-hours."""
     extrapolation: ExtrapolationCheck | None = None
     predictions: list[LossPrediction] = field(default_factory=list)
+    task_holdout: TaskReport | None = None
+    """The two-step task prediction of the held-out size beside what it measured."""
     optima: dict[str, OptimalLR] = field(default_factory=dict)
     lr_law: LRPowerLawFit | None = None
     skipped: list[str] = field(default_factory=list)

@@ -2,7 +2,8 @@
 
 Per-size final losses; L(N, D) (approach 3), the frontier L(C) and the isoFLOP line (approach 2)
 with bootstrap intervals and degenerate-fit flags; the compute-optimal N, D and loss at a target
-budget by each approach side by side; the largest size held out and predicted by both laws.
+budget by each approach side by side, with LR* and B* from a sweep's laws and the cost in
+device-hours; the largest size held out and predicted by both laws.
 """
 
 from __future__ import annotations
@@ -19,10 +20,8 @@ from trainer_core.analysis.checks import (
     isoflop_unresolved,
     unresolved,
 )
-from trainer_core.analysis.fits import ChinchillaFit
 from trainer_core.analysis.frontier import fit_frontier, frontier_points
-from trainer_core.analysis.isoflop import IsoFLOPFit, fit_isoflop
-from trainer_core.analysis.load import AnalysisError
+from trainer_core.analysis.isoflop import fit_isoflop
 from trainer_core.analysis.plots_scaling import plot_isoflops, plot_loss_vs_compute
 from trainer_core.analysis.predict import (
     chinchilla_from_points,
@@ -30,6 +29,8 @@ from trainer_core.analysis.predict import (
     predict_loss,
 )
 from trainer_core.analysis.report_data import Report, fmt_loss
+from trainer_core.analysis.report_tasks import task_section
+from trainer_core.analysis.target import TargetSettings, sweep_laws, target_answer
 
 TARGET_MULTIPLE = 10.0
 """Default target budget: this many times the largest run's compute (the ladder's next rung)."""
@@ -41,6 +42,7 @@ def ladder_section(
     target_params: float | None,
     target_flops: float | None,
     n_bootstrap: int,
+    target: TargetSettings | None = None,
 ) -> None:
     _final_table(report, console)
     points = report.results.fit_points()
@@ -81,7 +83,7 @@ def ladder_section(
             f"target compute {report.target_flops:.3g} FLOPs ({TARGET_MULTIPLE:g}x the largest "
             "run's; --target-flops sets it)"
         )
-    console.print(_optimum_table(report, report.target_flops))
+    console.print(_target_table(report, target or TargetSettings()))
 
     report.extrapolation = report.attempt(
         "held-out check", lambda: extrapolation_check(points, n_bootstrap)
@@ -116,6 +118,7 @@ def ladder_section(
     )
     if report.isoflop is not None:
         report.plots.append(plot_isoflops(report.isoflop, report.chinchilla, out / "isoflops.png"))
+    task_section(report, console, n_bootstrap)
 
 
 def _print_flags(console: Console, flags: list[str]) -> None:
@@ -156,63 +159,26 @@ def _final_table(report: Report, console: Console) -> None:
     console.print(table)
 
 
-def _with_ci(value: float, ci: tuple[float, float], fmt: str) -> str:
-    if not math.isfinite(value):
-        return "-"
-    text = format(value, fmt)
-    lo, hi = ci
-    return text + (f" [{lo:{fmt}} .. {hi:{fmt}}]" if math.isfinite(lo) else "")
-
-
-ROWS = ("a: N_opt ~ C^a", "b: D_opt ~ C^b", "N_opt", "D_opt (tokens)", "loss")
-
-
-def _isoflop_column(fit: IsoFLOPFit, C: float) -> dict[str, str]:
-    ci = fit.optimal_intervals(C)
-    n_opt, d_opt = fit.compute_optimal(C)
-    nan = (math.nan, math.nan)
-    return {
-        ROWS[0]: _with_ci(fit.a, fit.ci.get("a", nan), ".3f"),
-        ROWS[1]: _with_ci(fit.b, fit.ci.get("b", nan), ".3f"),
-        ROWS[2]: _with_ci(n_opt, ci["N"], ".3g"),
-        ROWS[3]: _with_ci(d_opt, ci["D"], ".3g"),
-    }
-
-
-def _chinchilla_column(fit: ChinchillaFit, C: float) -> dict[str, str]:
-    """a, b, N_opt, D_opt and loss on the fit's own frontier; only a, b when it has none."""
-    ci = fit.optimal_intervals(C)
-    column = {
-        ROWS[0]: _with_ci(fit.a, ci["a"], ".3f"),
-        ROWS[1]: _with_ci(fit.b, ci["b"], ".3f"),
-    }
-    try:
-        n_opt, d_opt = fit.compute_optimal(C)
-    except AnalysisError:
-        return column
-    column[ROWS[2]] = _with_ci(n_opt, ci["N"], ".3g")
-    column[ROWS[3]] = _with_ci(d_opt, ci["D"], ".3g")
-    column[ROWS[4]] = _with_ci(fit.predict(n_opt, d_opt), ci["loss"], ".4f")
-    return column
-
-
-def _optimum_table(report: Report, C: float) -> Table:
-    columns = {
-        "approach 2 (isoFLOP)": report.isoflop and _isoflop_column(report.isoflop, C),
-        "approach 3 (L(N, D))": report.chinchilla and _chinchilla_column(report.chinchilla, C),
-        "frontier L(C)": report.frontier
-        and {
-            ROWS[4]: _with_ci(
-                report.frontier.predict(C), report.frontier.predict_interval(C), ".4f"
-            )
-        },
-    }
-    table = Table(title=f"compute-optimal at C = {C:.3g} FLOPs (95% bootstrap intervals)")
+def _target_table(report: Report, settings: TargetSettings) -> Table:
+    """The whole answer at the target compute (:func:`target_answer`), kept on the report."""
+    cost, sweep = settings.resolve(report.results.path)
+    laws = report.attempt(f"lr*, B* laws of {sweep}", lambda: sweep_laws(sweep)) if sweep else None
+    answer = target_answer(
+        report.target_flops,
+        cost,
+        report.isoflop,
+        report.chinchilla,
+        report.frontier,
+        laws,
+        str(sweep),
+    )
+    report.target = answer
+    table = Table(title=answer.title, caption="\n".join(answer.footer()), caption_justify="left")
     table.add_column("")
-    for name in columns:
-        table.add_column(name, justify="right")
-    for row in ROWS:
-        table.add_row(row, *((col or {}).get(row, "-") for col in columns.values()))
+    for col in answer.columns:
+        table.add_column(col.approach, justify="right")
+    for label, cells in answer.rows():
+        table.add_row(label, *cells)
     return table
 
 

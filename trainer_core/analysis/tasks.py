@@ -33,7 +33,11 @@ from trainer_core.analysis.fits import (
     fit_chinchilla,
     fit_loss_vs_compute,
 )
-from trainer_core.analysis.ladder_table import TASK_ACC_SUFFIX, TASK_LOSS_SUFFIX
+from trainer_core.analysis.ladder_table import (
+    EXAMPLES_SUFFIX,
+    TASK_ACC_SUFFIX,
+    TASK_LOSS_SUFFIX,
+)
 from trainer_core.analysis.load import AnalysisError
 
 STEP1_ND = "N, D"
@@ -222,6 +226,9 @@ class TaskPrediction:
     measured_loss: float = math.nan
     measured_acc: float = math.nan
     flags: list[str] = field(default_factory=list)
+    examples: int = 0
+    """When > 0, ``acc_interval`` is for an accuracy *measured* on this many examples: the fits'
+    spread plus the binomial noise of the measurement, the fair band to hold a measured value to."""
 
     @property
     def acc_error(self) -> float:
@@ -261,13 +268,21 @@ TABLE_HEADER = (
 
 @dataclass
 class TaskReport:
-    """Predictions of several tasks, printed as a table; flags follow under it."""
+    """Predictions of several tasks, printed as a table; flags follow under it. ``laws``: the
+    fits behind them by task, for the plots."""
 
     predictions: list[TaskPrediction]
     title: str = "two-step task prediction"
+    laws: dict[str, TaskLaw] = field(default_factory=dict)
 
     def __str__(self) -> str:
         lines = [self.title, TABLE_HEADER, *(p.row() for p in self.predictions)]
+        counts = sorted({p.examples for p in self.predictions if p.examples})
+        if counts:
+            lines.append(
+                f"  acc intervals are for a score on {', '.join(map(str, counts))} examples "
+                "(the fits' spread plus the measurement's binomial noise)"
+            )
         flags = {(p.task, flag): None for p in self.predictions for flag in p.flags}
         lines.extend(f"  {task}, {flag}" for task, flag in flags)
         return "\n".join(lines)
@@ -302,8 +317,10 @@ class TaskLaw:
         at: str = "",
         measured_loss: float = math.nan,
         measured_acc: float = math.nan,
+        examples: int = 0,
     ) -> TaskPrediction:
-        """Point prediction from the full-data fits; the interval from the paired refits."""
+        """Point prediction from the full-data fits; the interval from the paired refits, with
+        each refit's accuracy drawn as a score on ``examples`` examples when that is > 0."""
         loss = self.predict_loss(N, D)
         l_samples = self.loss_samples(N, D)
         if l_samples.size and self.step2.n_bootstrap:
@@ -313,6 +330,9 @@ class TaskLaw:
             acc_samples = self.step2.predict_samples(np.full(self.step2.n_bootstrap, loss))
         else:
             acc_samples = np.empty(0)
+        if examples > 0 and acc_samples.size:
+            rng = np.random.default_rng(len(acc_samples))
+            acc_samples = rng.binomial(examples, np.clip(acc_samples, 0.0, 1.0)) / examples
         return TaskPrediction(
             self.task,
             at or f"N={N:.3g}",
@@ -325,6 +345,7 @@ class TaskLaw:
             measured_loss,
             measured_acc,
             list(self.flags),
+            int(examples),
         )
 
     def __str__(self) -> str:
@@ -340,6 +361,12 @@ def final_points(points: pd.DataFrame) -> pd.DataFrame:
     return points.loc[idx].reset_index(drop=True)
 
 
+def step1_points(points: pd.DataFrame, final_only: bool = True) -> pd.DataFrame:
+    """Step 1's points: each run's last one, or all of them when every point is annealed (a
+    WSD-S ladder's post-decay evals each stand for a finished run of that length)."""
+    return final_points(points) if final_only else points.reset_index(drop=True)
+
+
 def fit_task(
     points: pd.DataFrame,
     task: str,
@@ -348,15 +375,16 @@ def fit_task(
     n_bootstrap: int = 200,
     seed: int = 0,
     ceiling: float | None = 1.0,
+    final_only: bool = True,
 ) -> TaskLaw:
     """Both steps of ``task`` on a points table (``ladder_table`` / ``fit_points`` columns plus
-    ``<task>/bpb`` and ``<task>/acc``): step 1 on each run's final point, grouped by size;
-    step 2 on every point. Both bootstraps draw ``n_bootstrap`` refits, paired in predictions."""
+    ``<task>/bpb`` and ``<task>/acc``): step 1 on :func:`step1_points`, grouped by size; step 2
+    on every point. Both bootstraps draw ``n_bootstrap`` refits, paired in predictions."""
     loss_col, acc_col = task + TASK_LOSS_SUFFIX, task + TASK_ACC_SUFFIX
     missing = [c for c in ("size", "name", "N", "tokens", loss_col, acc_col) if c not in points]
     if missing:
         raise AnalysisError(f"fit_task({task!r}): the points have no column {', '.join(missing)}")
-    final = final_points(points)
+    final = step1_points(points, final_only)
     if step1 == STEP1_ND:
         law = fit_chinchilla(
             final["N"], final["tokens"], final[loss_col], n_bootstrap, seed, final["size"]
@@ -405,12 +433,14 @@ def task_holdout_check(points: pd.DataFrame, chances: dict[str, float], **fit_kw
         raise AnalysisError(
             f"the held-out check needs >= 3 sizes below the largest, got {train['N'].nunique()}"
         )
-    preds = []
+    preds, laws = [], {}
     for task, chance in chances.items():
-        law = fit_task(train, task, chance, **fit_kw)
+        laws[task] = law = fit_task(train, task, chance, **fit_kw)
         for _, row in held.iterrows():
             measured = (row[task + TASK_LOSS_SUFFIX], row[task + TASK_ACC_SUFFIX])
             at = f"{row['tokens']:.3g} tok"
-            preds.append(law.predict(row["N"], row["tokens"], at, *map(float, measured)))
+            examples = row.get(task + EXAMPLES_SUFFIX, 0)
+            examples = int(examples) if pd.notna(examples) else 0
+            preds.append(law.predict(row["N"], row["tokens"], at, *map(float, measured), examples))
     size = held["size"].iloc[0]
-    return TaskReport(preds, f"held out {size} (N={largest:.3g}): predicted vs measured")
+    return TaskReport(preds, f"held out {size} (N={largest:.3g}): predicted vs measured", laws)

@@ -147,7 +147,7 @@ class Checkpointer:
     def __init__(
         self, run_dir: Location, cfg: CheckpointConfig, rank: int = 0, world_size: int = 1
     ):
-        self.run_dir, self.cfg = storage.normalize(run_dir), cfg
+        self.run_dir, self.cfg = run_dir, cfg
         self.remote = storage.is_url(self.run_dir)
         self.rank, self.world_size = rank, world_size
         self._pending: _PendingSave | None = None

@@ -1,17 +1,22 @@
 """Shared command-line handling: ``--config FILE`` plus dotted overrides, errors as one line.
 
 Every entry point (``python -m trainer_core.train``, ``workflows/*.py``) parses the same way, so an
-override that works for one works for all.
+override that works for one works for all. ``--help`` is draccus's, adjusted (a test in
+``tests/unit/config/test_cli.py`` checks the parser internals this relies on).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from trainer_core.config.loader import ConfigError, field_help, load_config
+from draccus.argparsing import ArgumentParser
+from draccus.utils import CONFIG_ARG
+
+from trainer_core.config.loader import ConfigError, load_config
 from trainer_core.errors import UserError
 
 T = TypeVar("T")
@@ -49,10 +54,20 @@ def split_args(argv: list[str], flags: dict[str, bool]) -> tuple[dict[str, str |
     return own, overrides
 
 
-def print_help(usage: str, cls: type) -> None:
-    print(usage)
-    print("\nconfig fields (override any with --section.field=value):")
-    print("\n".join(field_help(cls)))
+def help_text(usage: str, cls: type) -> str:
+    """draccus's help for ``cls``: the fields by section with types and docstrings. Adjusted: every
+    field shows its default (draccus shows it only beside a docstring), and draccus's own
+    ``--config_path`` and "Config file for <section>" rows are hidden, as our command line takes
+    neither."""
+    parser = ArgumentParser(cls, usage=usage).parser
+    for group in parser._action_groups:
+        for action in group._group_actions:
+            text = action.help or ""
+            if action.dest == CONFIG_ARG or text.startswith("Config file for "):
+                action.help = argparse.SUPPRESS
+            elif not text.strip():
+                action.help = "(default: %(default)s)"
+    return parser.format_help()
 
 
 def exit_on_error(main: Callable[[], int | None]) -> None:
@@ -79,7 +94,7 @@ def parse_command(
     ``--config``.
     """
     if "--help" in argv or "-h" in argv:
-        print_help(doc.strip().splitlines()[0], cls)
+        print(help_text(doc.strip().splitlines()[0].strip("`"), cls), end="")
         return None
     own, overrides = split_args(argv, {"--config": True, **(flags or {})})
     if default_config is not None:

@@ -13,6 +13,7 @@ from typing import Literal
 
 from trainer_core.config.loader import ConfigError
 from trainer_core.config.sizes import MODEL_SIZES, check_size
+from trainer_core.io import storage
 
 
 def require(ok: bool, name: str, value: object, allowed: str) -> None:
@@ -296,6 +297,8 @@ class TrainerConfig:
     """The loop: duration, batch, logging, evaluation, where outputs go."""
 
     run_dir: str = "runs/demo"
+    """A local path or a URL; made canonical here (absolute, ``~`` expanded), once, so every
+    process and module reads the same location (use :attr:`run_location`)."""
     seed: int = 0
     global_batch_size: int = 2048
     """Tokens per optimizer step across all data-parallel ranks."""
@@ -311,6 +314,8 @@ class TrainerConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
+        require(bool(self.run_dir), "run_dir", self.run_dir, "give a local path or a URL")
+        self.run_dir = storage.canonical(self.run_dir)
         require(
             self.global_batch_size >= 1, "global_batch_size", self.global_batch_size, "must be >= 1"
         )
@@ -328,6 +333,10 @@ class TrainerConfig:
         require(
             self.eval_batches >= 0, "eval_batches", self.eval_batches, "must be >= 0 (0 = no evals)"
         )
+
+    @property
+    def run_location(self) -> storage.Location:
+        return storage.as_location(self.run_dir)
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainer_core.config.loader import ConfigError, suggest
+from trainer_core.config.decode import ConfigError, suggest
 
 
 @dataclass(frozen=True)

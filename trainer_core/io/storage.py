@@ -72,6 +72,18 @@ def normalize(location: Location, absolute: bool = False) -> Location:
     return path.resolve() if absolute else path
 
 
+def canonical(location: Location) -> str:
+    """The one spelling of a location entering from a config or the command line, so nothing
+    downstream normalises it again: a URL without its trailing slash, a local path with ``~``
+    expanded and made absolute (workers run in other directories: Tune trial dirs, other nodes)."""
+    return str(normalize(location, absolute=True))
+
+
+def as_location(text: str) -> Location:
+    """A canonical string as the functions here take it: a URL stays a string, a path is a Path."""
+    return text if is_url(text) else Path(text)
+
+
 CLIENT_LOGGERS = ("botocore", "aiobotocore", "s3fs", "gcsfs")
 """Cloud clients that log every credential lookup at INFO: noise in a run's output wherever a
 root handler (Ray's, a notebook's) shows INFO."""

@@ -60,10 +60,15 @@ BATCH_DRIFT = 0.1
 
 
 def batch_and_devices(
-    target_seqs: int, micro_seqs: int, min_devices: int, counts: list[int], parallel: ParallelConfig
+    target_seqs: int,
+    micro_seqs: int,
+    min_devices: int,
+    counts: list[int],
+    parallel: ParallelConfig,
+    max_drift: float = BATCH_DRIFT,
 ) -> tuple[int, int]:
     """(global batch in sequences, devices): the most devices (of ``counts``, from
-    ``min_devices`` on) whose batch stays within :data:`BATCH_DRIFT` of the target, each
+    ``min_devices`` on) whose batch stays within ``max_drift`` of the target, each
     data-parallel rank getting whole micro-batches (or, failing that, whole sequences).
     Without such a count: the count whose batch is closest to the target."""
     fallback: tuple[float, int, int] | None = None
@@ -72,7 +77,7 @@ def batch_and_devices(
         for grain in (micro_seqs, 1):
             batch = max(1, round(target_seqs / (dp * grain))) * grain * dp
             drift = abs(batch - target_seqs) / target_seqs
-            if drift <= BATCH_DRIFT:
+            if drift <= max_drift:
                 return batch, devices
             if fallback is None or drift < fallback[0]:
                 fallback = (drift, batch, devices)
@@ -103,21 +108,22 @@ def rank_batch_and_micro(
     dp: int,
     target_seqs: int,
     rank_seqs: int,
+    max_drift: float = BATCH_DRIFT,
 ) -> tuple[int, int, bool, MemoryEstimate]:
     """(sequences per rank, micro-batch, reduce every micro-batch, estimate) on the final mesh.
 
     The rank batch closest to the target can have few divisors (7 sequences: micro-batch 7 or 1),
     so a micro-batch that fits gets cut to 1 and the device idles at a fraction of its memory.
-    When that happens, another rank batch whose global batch is still within
-    :data:`BATCH_DRIFT` of the target and allows at least twice the micro-batch is taken
+    When that happens, another rank batch whose global batch is still within ``max_drift`` of
+    the target and allows at least twice the micro-batch is taken
     instead (the nearest to the target of those with the largest micro-batch).
     """
     micro, sync_every, estimate = final_micro_batch(model, ladder, devices, rank_seqs)
     if micro == rank_seqs:
         return rank_seqs, micro, sync_every, estimate
     best = (micro, 0.0, rank_seqs, sync_every, estimate)
-    low = math.ceil(target_seqs * (1 - BATCH_DRIFT) / dp)
-    high = math.floor(target_seqs * (1 + BATCH_DRIFT) / dp)
+    low = math.ceil(target_seqs * (1 - max_drift) / dp)
+    high = math.floor(target_seqs * (1 + max_drift) / dp)
     for seqs in range(max(low, 1), high + 1):
         m, every, est = final_micro_batch(model, ladder, devices, seqs)
         drift = abs(seqs * dp - target_seqs) / target_seqs

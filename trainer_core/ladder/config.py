@@ -24,6 +24,8 @@ from trainer_core.devices import (
     device_peak_flops,
     match_device,
 )
+from trainer_core.io import storage
+from trainer_core.io.storage import Location
 from trainer_core.ladder.formulas import BatchFormula, Beta2Formula, DurationFormula, LRFormula
 
 
@@ -45,6 +47,7 @@ class LadderConfig:
 
     name: str = "demo"
     dir: str = "runs/ladder-demo"
+    """A local path or a URL; made canonical here (absolute, ``~`` expanded), once."""
     sizes: list[str] = field(default_factory=lambda: ["1M", "3M", "5M"])
     max_devices: int = 1
     device_type: str = "cpu"
@@ -69,7 +72,13 @@ class LadderConfig:
     """Template for every run (data, seed, optimizer, logging, eval, precision, parallelism,
     tracking...); the fields in :data:`PLANNED` are filled in per size, so left unset here."""
 
+    @property
+    def exp_dir(self) -> Location:
+        return storage.as_location(self.dir)
+
     def __post_init__(self) -> None:
+        require(bool(self.dir), "dir", self.dir, "give a local path or a URL")
+        self.dir = storage.canonical(self.dir)
         require(bool(self.sizes), "sizes", self.sizes, "list at least one size")
         for s in self.sizes:
             check_size(s, "sizes")

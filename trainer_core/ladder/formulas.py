@@ -16,14 +16,31 @@ from trainer_core.config.sections import (
 )
 from trainer_core.config.sizes import check_size
 
+BATCH_SWEEP_LAWS = {"D": ("D",), "N,D": ("N", "D")}
+"""``batch.sweep_law`` -> the factors of the fitted B* law."""
+
 
 @dataclass
 class BatchFormula:
-    """Target global batch in tokens: ``coef * (N / ref_params) ** exponent``."""
+    """Target global batch in tokens: ``coef * (N / ref_params) ** exponent``, or fitted by a
+    sweep over batch sizes (``from_sweep``)."""
 
     coef: float = 2048 * 160
     ref_params: float = 108e6
     exponent: float = 2 / 3
+    from_sweep: str = ""
+    """A sweep dir that varies the batch: each size's target batch is the fitted B* at the size's
+    own horizon, rounded as the mesh allows."""
+    sweep_law: str = "D"
+    """'D': B*(D), independent of N (Power Lines, Step Law); 'N,D': B*(N, D)."""
+
+    def __post_init__(self) -> None:
+        require(
+            self.sweep_law in BATCH_SWEEP_LAWS,
+            "sweep_law",
+            self.sweep_law,
+            f"use one of {', '.join(repr(k) for k in BATCH_SWEEP_LAWS)}",
+        )
 
 
 LADDER_LR_EXPONENT = -1 / 3
@@ -38,7 +55,8 @@ class LRFormula:
     ref_params: float = 108e6
     exponent: float = LADDER_LR_EXPONENT
     from_sweep: str = ""
-    """An LR-sweep experiment dir: use its fitted LR*(N) = a * N^b for every size."""
+    """A sweep dir: each size's peak LR is the fitted LR*(N, D) at the size's final horizon D
+    (LR*(N) when the sweep has one horizon per size)."""
 
 
 @dataclass

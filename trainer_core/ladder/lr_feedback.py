@@ -1,27 +1,200 @@
-"""Feeding an LR sweep back into a ladder: ``lr: {from_sweep: <sweep dir>}``.
+"""Feeding sweeps back into a ladder: ``lr: {from_sweep: <dir>}`` and ``batch: {from_sweep: <dir>}``.
 
-The sweep's per-size optima are fitted as LR*(N) = a * N^b; the ladder then takes its peak LR
-from that fit for every size, and records the source in each run's config dump and run.json.
+Each size's peak LR is the fitted LR*(N, D) = c N^a D^b at the size's own horizon, and its
+target batch the fitted B*(D) (or B*(N, D)), both with the law's 95% bootstrap interval
+(:mod:`trainer_core.analysis.hparam_laws`). A sweep with one horizon per size cannot tell D's
+effect from N's: the LR then comes from LR*(N) as fitted per size (:func:`fit_sweep_lr`), not
+moved with the horizon, and the plan says so.
+
+Which horizon sets the LR: the run's final D (steps x batch). A WSD-S run decays at several
+points but has one peak LR; the final decay is the horizon the run is named and budgeted for,
+the one the size's longest (most compute) point sits at, and what "train N on D tokens" means.
+The dry run also prints what the earliest decay's horizon would want, so the price of one LR for
+every decay is in view. The batch is fitted at the configured horizon (20 N c tokens), since
+the final D depends on the batch; the two differ by less than one batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trainer_core.config.loader import ConfigError
-from trainer_core.io import storage
-from trainer_core.ladder.formulas import LRFormula
+from trainer_core.ladder.config import LadderConfig
+from trainer_core.ladder.formulas import BATCH_SWEEP_LAWS
+
+if TYPE_CHECKING:
+    from trainer_core.analysis import ExperimentResults, HparamLawFit, LRPowerLawFit
+
+LR_KEY = "lr.from_sweep"
+BATCH_KEY = "batch.from_sweep"
 
 
-def lr_function(formula: LRFormula) -> Callable[[int], float] | None:
-    """None for the formula LR; else N -> fitted LR*(N) from the sweep dir."""
-    if not formula.from_sweep:
+@dataclass(frozen=True)
+class SweepChoice:
+    """A hyperparameter a sweep's law set for one size: its value at (N, D), the law's 95%
+    interval there (NaN where the law has none) and which law it was."""
+
+    value: float
+    low: float
+    high: float
+    D: float
+    """The horizon, in tokens, the law was read at."""
+    law: str
+    sweep_dir: str
+    extrapolated: tuple[str, ...] = ()
+    """Which of N and D lie outside the swept cells."""
+    d_exponent: float = 0.0
+    """The law's exponent of D (0 without a D term): what another horizon would want."""
+
+    def at(self, D: float) -> float:
+        """The law's value at another horizon of the same size."""
+        return self.value * (D / self.D) ** self.d_exponent
+
+    def covers(self, x: float) -> bool:
+        return self.low <= x <= self.high
+
+    def as_record(self) -> dict[str, object]:
+        """The choice as plan.json keeps it."""
+        return {
+            "dir": self.sweep_dir,
+            "law": self.law,
+            "value": self.value,
+            "interval_95": [self.low, self.high] if math.isfinite(self.low) else None,
+            "horizon_tokens": round(self.D),
+            "extrapolated": list(self.extrapolated),
+        }
+
+    def interval(self, fmt: str) -> str:
+        if not math.isfinite(self.low):
+            return "no interval"
+        return f"95% {self.low:{fmt}}..{self.high:{fmt}}"
+
+
+@dataclass
+class SweepRules:
+    """The laws a ladder plans from: LR*(N, D) (or LR*(N) from a one-horizon sweep) and B*;
+    None where the formula rules."""
+
+    lr_law: HparamLawFit | None = None
+    lr_of_n: LRPowerLawFit | None = None
+    lr_dir: str = ""
+    batch_law: HparamLawFit | None = None
+    batch_dir: str = ""
+
+    def lr(self, N: float, D: float) -> SweepChoice | None:
+        if self.lr_law is not None:
+            return _choice(self.lr_law, N, D, self.lr_dir)
+        if self.lr_of_n is None:
+            return None
+        law = f"{self.lr_of_n} (one horizon per size: not moved with D)"
+        return SweepChoice(self.lr_of_n.predict(N), math.nan, math.nan, D, law, self.lr_dir)
+
+    def batch(self, N: float, D: float) -> SweepChoice | None:
+        law = self.batch_law
+        return None if law is None else _choice(law, N, D, self.batch_dir)
+
+
+def _choice(law: HparamLawFit, N: float, D: float, sweep_dir: str) -> SweepChoice:
+    value, low, high = law.predict(N, D)
+    where = {"N": N, "D": D}
+    outside = tuple(
+        t
+        for t in law.terms
+        if not min(getattr(c, t) for c in law.cells)
+        <= where[t]
+        <= max(getattr(c, t) for c in law.cells)
+    )
+    b = law.exponents.get("D", 0.0)
+    return SweepChoice(value, low, high, D, law.formula, sweep_dir, outside, b)
+
+
+def sweep_rules(ladder: LadderConfig) -> SweepRules | None:
+    """The laws of ``lr.from_sweep`` and ``batch.from_sweep`` (None when neither is set), or a
+    one-line ConfigError naming the key and the fix."""
+    lr_dir, batch_dir = ladder.lr.from_sweep, ladder.batch.from_sweep
+    if not (lr_dir or batch_dir):
         return None
-    from trainer_core.analysis import AnalysisError, fit_sweep_lr
+    loaded: dict[str, ExperimentResults] = {}
+    rules = SweepRules(lr_dir=lr_dir, batch_dir=batch_dir)
+    if lr_dir:
+        rules.lr_law, rules.lr_of_n = _lr_laws(lr_dir, loaded)
+    if batch_dir:
+        rules.batch_law = _batch_law(batch_dir, BATCH_SWEEP_LAWS[ladder.batch.sweep_law], loaded)
+    return rules
 
-    sweep_dir = storage.normalize(formula.from_sweep)
+
+def _load(key: str, sweep_dir: str, loaded: dict) -> ExperimentResults:
+    from trainer_core.analysis import AnalysisError, load
+
+    if sweep_dir not in loaded:
+        try:
+            loaded[sweep_dir] = load(sweep_dir)
+        except AnalysisError as e:
+            what = "an LR fit" if key == LR_KEY else "a batch fit"
+            raise ConfigError(
+                f"{key}: {sweep_dir!r} can't give {what}: {e}; point {key} at a sweep's dir"
+            ) from None
+    return loaded[sweep_dir]
+
+
+def _lr_laws(sweep_dir: str, loaded: dict) -> tuple[HparamLawFit | None, LRPowerLawFit | None]:
+    """(LR*(N, D), None) where some size's bracketed cells cover two horizons, else (None, LR*(N))."""
+    from trainer_core.analysis import (
+        AnalysisError,
+        cell_optima,
+        fit_sweep_lr,
+        horizons_per_size,
+        hparam_table,
+    )
+
+    results = _load(LR_KEY, sweep_dir, loaded)
+    cells = cell_optima(hparam_table(results), "lr")
+    if horizons_per_size(cells) >= 2:
+        return _fit(LR_KEY, sweep_dir, cells, ("N", "D")), None
     try:
-        fit = fit_sweep_lr(sweep_dir)
+        return None, fit_sweep_lr(sweep_dir)
     except AnalysisError as e:
-        raise ConfigError(f"lr.from_sweep: {str(sweep_dir)!r} can't give an LR fit: {e}") from None
-    return fit.predict
+        raise ConfigError(f"{LR_KEY}: {sweep_dir!r} can't give an LR fit: {e}") from None
+
+
+def _batch_law(sweep_dir: str, terms: tuple[str, ...], loaded: dict) -> HparamLawFit:
+    from trainer_core.analysis import cell_optima, hparam_table
+
+    cells = cell_optima(hparam_table(_load(BATCH_KEY, sweep_dir, loaded)), "batch")
+    if not cells:
+        raise ConfigError(
+            f"{BATCH_KEY}: {sweep_dir!r} tries one batch per (N, D) cell, so it has no B* to "
+            f"fit: sweep batch sizes too, or remove {BATCH_KEY}"
+        )
+    return _fit(BATCH_KEY, sweep_dir, cells, terms)
+
+
+def _fit(key: str, sweep_dir: str, cells: list, terms: tuple[str, ...]) -> HparamLawFit:
+    """The law of ``terms`` through ``cells``, refused when too few cells bracket their optimum
+    (two to spare beyond the law's parameters, so its scatter is measured) or a term stays open."""
+    from trainer_core.analysis import AnalysisError, fit_hparam_law
+
+    name = f"{'LR*' if key == LR_KEY else 'B*'}({', '.join(terms)})"
+    bracketed = sum(not c.at_edge for c in cells)
+    need = len(terms) + 3
+    if bracketed < need:
+        raise ConfigError(
+            f"{key}: {sweep_dir!r} has {bracketed} (N, D) cells with a bracketed optimum; "
+            f"{name} needs at least {need}: add sizes, horizons or grid points to the sweep, "
+            f"or remove {key}"
+        )
+    try:
+        law = fit_hparam_law(cells, terms)
+    except AnalysisError as e:
+        raise ConfigError(f"{key}: {sweep_dir!r} can't give {name}: {e}") from None
+    if law.notes:
+        fix = "sweep horizons or sizes further apart or more trials per cell"
+        if key == BATCH_KEY and "N" in terms and law.notes[0].startswith("a "):
+            fix = "B* shows no dependence on N here: set batch.sweep_law: D"
+        raise ConfigError(
+            f"{key}: {name} from {sweep_dir!r} is unresolved ({law.notes[0]}): {fix}, "
+            f"or remove {key}"
+        )
+    return law

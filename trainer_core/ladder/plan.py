@@ -5,7 +5,8 @@ template with the planned fields filled in by ``dataclasses.replace``. Under WSD
 (the last 10% of each period) end at 1/8, 1/4, 1/2 and 1 of the run, with permanent checkpoints
 and evals just before and after every decay, so one run gives points at several Chinchilla
 multiples. Warmup is N tokens but at most a tenth of the run: at short durations the cap binds,
-and the dry run shows both numbers.
+and the dry run shows both numbers. Sweep laws (``lr.from_sweep``, ``batch.from_sweep``, see
+:mod:`~trainer_core.ladder.lr_feedback`) replace the LR and batch formulas per size and horizon.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from trainer_core.ladder.formulas import (
     target_batch_tokens,
     train_tokens,
 )
+from trainer_core.ladder.lr_feedback import SweepChoice, SweepRules
 from trainer_core.ladder.memory import MemoryEstimate
 from trainer_core.model.counts import count_params, num_flops_per_token
 from trainer_core.parallel.mesh import check_tensor_parallel, dp_layout, mesh_shape
@@ -67,6 +69,10 @@ class SizePlan:
     config: TrainConfig
     """The size's run, named after the size (see :func:`named_run`)."""
     batch_warning: str = ""
+    lr_choice: SweepChoice | None = None
+    """Set by ``lr.from_sweep``: the law, its interval and the horizon it was read at."""
+    batch_choice: SweepChoice | None = None
+    """Set by ``batch.from_sweep``: B* before the mesh rounds it, with its interval."""
 
     @property
     def model(self) -> ModelConfig:
@@ -156,17 +162,45 @@ class SizePlan:
             "ckpt steps": ",".join(map(str, self.checkpoint_steps)),
             "FLOPs": self.total_flops,
             "device-h": self.device_hours(ladder),
+            **self._sweep_columns(),
         }
 
+    def _sweep_columns(self) -> dict[str, object]:
+        """The dry run's columns for what sweep laws set (none for formula plans)."""
+        columns: dict[str, object] = {}
+        if self.lr_choice:
+            columns["lr 95%"] = self.lr_choice.interval(".3g").removeprefix("95% ")
+            columns["lr at D"] = round(self.lr_choice.D)
+        if self.batch_choice:
+            columns["B* law"] = round(self.batch_choice.value)
+            columns["B* 95%"] = self.batch_choice.interval(",.0f").removeprefix("95% ")
+        return columns
 
-def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
+    @property
+    def decay_end_tokens(self) -> list[int]:
+        """Tokens at the end of each decay: the horizons a WSD-S run gives annealed points at."""
+        return [end * self.batch_tokens for _, end in decay_windows(self.steps, self.schedule)]
+
+    def hparam_record(self) -> dict[str, object]:
+        """plan.json's account of what sweep laws set (empty for formula plans)."""
+        record: dict[str, object] = {}
+        if self.lr_choice:
+            ends = {"decay_end_tokens": self.decay_end_tokens}
+            record["lr_sweep"] = {**self.lr_choice.as_record(), **ends}
+        if self.batch_choice:
+            record["batch_sweep"] = self.batch_choice.as_record()
+        return record
+
+
+def plan_size(size: str, ladder: LadderConfig, rules: SweepRules | None = None) -> SizePlan:
     """One size's run, fully specified: the ladder's ``run`` template with the model, batch,
     devices, micro-batch, LR, beta2, duration, schedule and permanent checkpoints filled in.
 
     The order matters: memory decides the smallest mesh and micro-batch, the target batch then
     picks the device count, and only the final mesh fixes the micro-batch and the batch (whole
-    micro-batches per rank); duration, warmup and the schedule follow from that batch. ``lr_fn``
-    (N -> peak LR) replaces the LR formula, e.g. a fitted LR sweep.
+    micro-batches per rank); duration, warmup and the schedule follow from that batch. ``rules``
+    (:func:`~trainer_core.ladder.lr_feedback.sweep_rules`) replace the batch and LR formulas
+    with sweep laws: B* at the configured horizon, LR* at the run's final one.
     """
     run = ladder.run
     model = replace(
@@ -177,17 +211,25 @@ def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
         check_tensor_parallel(model, run.parallel.tp)
     except ConfigError as e:
         raise ConfigError(f"run.{e} (or drop size {size!r})") from None
-    target = target_batch_tokens(n, ladder.batch)
-    mesh = _mesh_and_batch(size, model, ladder, target)
-    batch = mesh.batch_tokens
     multiple = chinchilla_multiple(size, ladder.duration)
-    steps = max(1, math.ceil(train_tokens(n, multiple, ladder.duration) / batch))
+    horizon = train_tokens(n, multiple, ladder.duration)
+    batch_choice = rules.batch(n, horizon) if rules else None
+    target = round(batch_choice.value) if batch_choice else target_batch_tokens(n, ladder.batch)
+    mesh = _mesh_and_batch(size, model, ladder, target, _batch_tolerance(batch_choice))
+    batch = mesh.batch_tokens
+    steps = max(1, math.ceil(horizon / batch))
     uncapped_warmup = max(1, round(ladder.duration.warmup_tokens_per_param * n / batch))
     warmup = min(uncapped_warmup, max(1, steps // 10))
     schedule, ckpt_steps = _schedule_and_checkpoints(steps, warmup, ladder.duration)
+    lr_choice = rules.lr(n, steps * batch) if rules else None
     lr, source = (
-        (lr_fn(n), f"sweep {ladder.lr.from_sweep}") if lr_fn else (peak_lr(n, ladder.lr), "formula")
+        (lr_choice.value, f"sweep {ladder.lr.from_sweep}")
+        if lr_choice
+        else (peak_lr(n, ladder.lr), "formula")
     )
+    tags = [f"lr_source={source}"]
+    if batch_choice:
+        tags.append(f"batch_source=sweep {ladder.batch.from_sweep}")
     config = replace(
         run,
         model=model,
@@ -216,7 +258,7 @@ def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
             run.tracking,
             project=run.tracking.project or ladder.name,
             group=ladder.name,
-            tags=[*run.tracking.tags, f"lr_source={source}"],
+            tags=[*run.tracking.tags, *tags],
         ),
     )
     return SizePlan(
@@ -233,6 +275,8 @@ def plan_size(size: str, ladder: LadderConfig, lr_fn=None) -> SizePlan:
         chinchilla_multiple=multiple,
         config=named_run(config, ladder, size),
         batch_warning=mesh.warning,
+        lr_choice=lr_choice,
+        batch_choice=batch_choice,
     )
 
 
@@ -247,9 +291,21 @@ class _MeshPlan:
     warning: str
 
 
-def _mesh_and_batch(size: str, model: ModelConfig, ladder: LadderConfig, target: int) -> _MeshPlan:
+def _batch_tolerance(choice: SweepChoice | None) -> float:
+    """How far the mesh may move the batch from its target to give whole, larger micro-batches:
+    BATCH_DRIFT for the formula; for a sweep's B*, no further than the law's interval (beyond it
+    the sweep says the loss is worse)."""
+    if choice is None or not math.isfinite(choice.low):
+        return BATCH_DRIFT
+    return min(BATCH_DRIFT, choice.high / choice.value - 1, 1 - choice.low / choice.value)
+
+
+def _mesh_and_batch(
+    size: str, model: ModelConfig, ladder: LadderConfig, target: int, max_drift: float
+) -> _MeshPlan:
     """Devices, per-rank batch and micro-batch for one size (see :mod:`trainer_core.ladder.batch`),
-    or a ConfigError when the model does not fit ``max_devices``."""
+    within ``max_drift`` of the target where the mesh allows, or a ConfigError when the model
+    does not fit ``max_devices``."""
     seq = ladder.seq_len
     min_devices, micro_seqs = min_mesh_and_micro(model, ladder)
     if min_devices > ladder.max_devices:
@@ -260,11 +316,11 @@ def _mesh_and_batch(size: str, model: ModelConfig, ladder: LadderConfig, target:
         )
     target_seqs = max(1, round(target / seq))
     batch_seqs, devices = batch_and_devices(
-        target_seqs, micro_seqs, min_devices, device_counts(ladder), ladder.run.parallel
+        target_seqs, micro_seqs, min_devices, device_counts(ladder), ladder.run.parallel, max_drift
     )
     dp_size = dp_layout(ladder.run.parallel, devices).dp_size
     rank_seqs, micro_seqs, sync_every, memory = rank_batch_and_micro(
-        model, ladder, devices, dp_size, target_seqs, batch_seqs // dp_size
+        model, ladder, devices, dp_size, target_seqs, batch_seqs // dp_size, max_drift
     )
     if memory.total > ladder.memory_bytes:
         raise ConfigError(
@@ -301,13 +357,72 @@ def _schedule_and_checkpoints(
     return cfg, sorted(p for p in points if 0 < p <= steps)
 
 
-def plan_ladder(ladder: LadderConfig, sizes: list[str] | None = None, lr_fn=None) -> list[SizePlan]:
+def plan_ladder(
+    ladder: LadderConfig, sizes: list[str] | None = None, rules: SweepRules | None = None
+) -> list[SizePlan]:
     """Plans for the given sizes; batch-drift warnings are kept on each plan (``batch_warning``)."""
     for s in sizes or []:
         check_size(s, "sizes")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return [plan_size(s, ladder, lr_fn) for s in sizes or ladder.sizes]
+        return [plan_size(s, ladder, rules) for s in sizes or ladder.sizes]
+
+
+def sweep_notes(plans: list[SizePlan]) -> list[str]:
+    """The dry run's account of what sweep laws set: per size the value, the law's interval and
+    the horizon that set it; under WSD-S, what the earliest decay's horizon would want."""
+    lines = []
+    lr_plans = [p for p in plans if p.lr_choice]
+    if lr_plans:
+        c = lr_plans[0].lr_choice
+        where = (
+            "; each size's peak LR is read at its run's final D (the last decay: the horizon "
+            "the run is budgeted for)"
+            if c.d_exponent
+            else ""
+        )
+        lines.append(f"lr.from_sweep {c.sweep_dir}: {c.law}{where}")
+        lines += [f"  {_lr_note(p)}" for p in lr_plans]
+    batch_plans = [p for p in plans if p.batch_choice]
+    if batch_plans:
+        c = batch_plans[0].batch_choice
+        lines.append(
+            f"batch.from_sweep {c.sweep_dir}: {c.law}; each size's B* at its configured "
+            "horizon, rounded by the mesh (whole micro-batches per data-parallel rank) within "
+            "the law's interval where it can"
+        )
+        lines += [f"  {_batch_note(p)}" for p in batch_plans]
+    return lines
+
+
+def _extrapolated(choice: SweepChoice) -> str:
+    if not choice.extrapolated:
+        return ""
+    return f" [extrapolated: {' and '.join(choice.extrapolated)} outside the swept cells]"
+
+
+def _lr_note(p: SizePlan) -> str:
+    c = p.lr_choice
+    line = f"{p.size}: peak lr {c.value:.3g} ({c.interval('.3g')}) at D = {c.D:,.0f} tokens"
+    ends = p.decay_end_tokens
+    if len(ends) > 1 and c.d_exponent:
+        first = c.at(ends[0])
+        line += (
+            f"; the first decay, at {ends[0]:,} tokens, would want {first:.3g} "
+            f"({first / c.value:.2f}x)"
+        )
+    return line + _extrapolated(c)
+
+
+def _batch_note(p: SizePlan) -> str:
+    c = p.batch_choice
+    line = (
+        f"{p.size}: batch {p.batch_tokens:,} tokens ({p.batch_seqs} seqs) for B* = "
+        f"{c.value:,.0f} ({c.interval(',.0f')}) at D = {c.D:,.0f} tokens"
+    )
+    if not c.covers(p.batch_tokens):
+        line += "; OUTSIDE the law's interval: the mesh allows no closer batch"
+    return line + _extrapolated(c)
 
 
 def named_run(cfg: TrainConfig, ladder: LadderConfig, run_name: str) -> TrainConfig:
@@ -316,7 +431,7 @@ def named_run(cfg: TrainConfig, ladder: LadderConfig, run_name: str) -> TrainCon
         cfg,
         trainer=replace(
             cfg.trainer,
-            run_dir=str(storage.join(storage.normalize(ladder.dir, absolute=True), RUNS, run_name)),
+            run_dir=str(storage.join(ladder.exp_dir, RUNS, run_name)),
         ),
         tracking=replace(cfg.tracking, name=f"{ladder.name}-{run_name}"),
     )

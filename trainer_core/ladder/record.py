@@ -35,7 +35,7 @@ def preflight(job: LadderConfig, dry_run: bool = False) -> list[str]:
             if not dry_run:
                 raise
             problems.append(f"{e} (planned from the config; a launch stops here)")
-    out = storage.normalize(job.dir)
+    out = job.exp_dir
     found = recorded_experiment_kind(out)
     kind = experiment_kind(vars(job))
     if found not in (None, kind):
@@ -49,5 +49,5 @@ def preflight(job: LadderConfig, dry_run: bool = False) -> list[str]:
 def write_experiment_record(job: LadderConfig, plans: list[SizePlan], exp_dir: Location) -> None:
     storage.makedirs(exp_dir)
     write_atomic(storage.join(exp_dir, EXPERIMENT), to_yaml(job))
-    rows = [{**p.table_row(job), "lr_source": p.lr_source} for p in plans]
+    rows = [{**p.table_row(job), "lr_source": p.lr_source, **p.hparam_record()} for p in plans]
     write_atomic(storage.join(exp_dir, PLAN), json.dumps(rows, indent=2, default=str))

@@ -44,13 +44,14 @@ def ladder_trials(job: LadderJobConfig, plans: list[SizePlan]) -> list[TrialSpec
     ]
 
 
-def run_ladder(job: LadderJobConfig, sizes: list[str] | None, resume: bool, lr_fn=None):
-    """Plan and run every size as a Tune trial (after ``preflight``); returns (plans, ResultGrid)."""
+def run_ladder(job: LadderJobConfig, sizes: list[str] | None, resume: bool, rules=None):
+    """Plan and run every size as a Tune trial (after ``preflight``); returns (plans, ResultGrid).
+    ``rules``: the sweep laws of ``lr.from_sweep`` / ``batch.from_sweep`` (``sweep_rules``)."""
     from trainer_core.ray.runtime import init_ray
     from trainer_core.ray.tune_run import TuneSettings, run_trials
 
-    plans = plan_ladder(job, sizes, lr_fn)
-    exp_dir = storage.normalize(job.dir, absolute=True)
+    plans = plan_ladder(job, sizes, rules)
+    exp_dir = job.exp_dir
     write_experiment_record(job, plans, exp_dir)
     init_ray(job.ray.address)
     run = run_trials(ladder_trials(job, plans), exp_dir, TuneSettings(), resume)

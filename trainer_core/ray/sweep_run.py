@@ -1,25 +1,29 @@
-"""Learning-rate sweeps on Ray Tune: the size x LR trials that ``trainer_core.ladder.sweep`` plans, run
-on the ladder's trial machinery with early stopping.
+"""Hyperparameter sweeps on Ray Tune: the size x batch x LR trials that
+``trainer_core.ladder.sweep`` plans (at one or more token horizons), run on the ladder's trial
+machinery with early stopping.
 
-ASHA (or median stopping) on eval loss at the eval steps frees the resources of clearly worse LRs.
-A size whose best LR is at the edge of its grid gets more rounds of trials beyond that edge
-(``sweep.widen_rounds``), each a Tune experiment of its own beside the first.
+ASHA (or median stopping) on eval loss at the eval points frees the resources of clearly worse
+trials, comparing only trials of one size and run length, at equal tokens. Where a group's best
+trial is at the edge of its grid (in LR, or in batch) the sweep adds rounds of trials beyond that
+edge (``sweep.widen_rounds``), each a Tune experiment of its own beside the first.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
 from trainer_core.io import storage
 from trainer_core.io.storage import Location
-from trainer_core.ladder.plan import SizePlan, named_run, plan_ladder
+from trainer_core.ladder.plan import named_run
 from trainer_core.ladder.record import preflight, write_experiment_record
 from trainer_core.ladder.sweep import (
     SweepConfig,
-    rung_steps,
-    sweep_durations,
+    SweepRun,
+    at_batch,
+    plan_sweep,
     sweep_lrs,
     trial_config,
 )
@@ -28,10 +32,13 @@ from trainer_core.ray.tune_run import (
     TrialSpec,
     TrialsRun,
     TuneSettings,
-    costliest_first,
     fmt_lr,
     run_trials,
 )
+
+TIME_ATTR = "tokens"
+"""Early stopping's clock: trials of different batches are compared at equal tokens (at equal
+steps a larger batch would be ahead by its extra data)."""
 
 
 @dataclass
@@ -44,90 +51,143 @@ def as_sweep(job: SweepJobConfig) -> SweepJobConfig:
     return replace(job, dir=job.sweep.dir or f"{job.dir}-lr-sweep", name=f"{job.name}-lr-sweep")
 
 
-def sweep_plans(job: SweepJobConfig, sizes: list[str] | None) -> list[SizePlan]:
-    return plan_ladder(sweep_durations(job, job.sweep), sizes)
+def sweep_plans(job: SweepJobConfig, sizes: list[str] | None) -> list[SweepRun]:
+    return plan_sweep(job, job.sweep, sizes)
 
 
-def trial_spec(job: SweepJobConfig, plan: SizePlan, lr: float, round_: int = 0) -> TrialSpec:
-    """One size x LR trial; ``round_`` > 0: a trial added by widening the grid."""
-    name = f"{plan.size}-lr{fmt_lr(lr)}"
-    tags = {"sweep": job.name, "size": plan.size, "lr_factor": lr / plan.lr, "round": round_}
+def trial_spec(job: SweepJobConfig, run: SweepRun, lr: float, round_: int = 0) -> TrialSpec:
+    """One size x run length x batch x LR trial; ``round_`` > 0: added by widening the grid."""
+    plan = run.plan
+    name = f"{plan.size}-c{plan.chinchilla_multiple:g}-b{plan.batch_tokens}-lr{fmt_lr(lr)}"
+    tags = {
+        "sweep": job.name,
+        "size": plan.size,
+        "group": run.group,
+        "lr_factor": lr / plan.lr,
+        "round": round_,
+    }
     cfg = named_run(trial_config(plan, job.sweep, lr), job, name)
     return TrialSpec(name=name, config=on_ray(cfg, plan, job), tags=tags)
 
 
-def sweep_trials(job: SweepJobConfig, plans: list[SizePlan]) -> list[TrialSpec]:
-    """Every size x LR trial: sizes costliest first, each size's LRs centre out."""
-    return [
-        trial_spec(job, plan, lr)
-        for plan in costliest_first(plans)
-        for lr in sweep_lrs(plan, job.sweep, job.run.trainer.seed)
-    ]
+def _ordered(
+    trials: list[tuple[SweepRun, float]], runs: list[SweepRun]
+) -> list[tuple[SweepRun, float]]:
+    """Costliest groups first (LPT: short trials then fill the slots that free up at the end),
+    and within a group the planned batch and formula LR first, then outwards: asynchronous early
+    stopping can only stop a trial that reaches a rung after better ones did."""
+    cost: dict[str, float] = {}
+    planned: dict[str, int] = {}
+    for run in runs:
+        cost[run.group] = max(cost.get(run.group, 0.0), run.total_flops)
+        planned.setdefault(run.group, run.plan.batch_tokens)
+
+    def key(trial: tuple[SweepRun, float]) -> tuple[float, str, float]:
+        run, lr = trial
+        spread = abs(math.log(lr / run.plan.lr))
+        spread += abs(math.log(run.plan.batch_tokens / planned[run.group]))
+        return (-cost[run.group], run.group, spread)
+
+    return sorted(trials, key=key)
+
+
+def sweep_trials(job: SweepJobConfig, runs: list[SweepRun]) -> list[TrialSpec]:
+    """Every size x run length x batch x LR trial, in :func:`_ordered`'s order."""
+    seed = job.run.trainer.seed
+    trials = [(run, lr) for run in runs for lr in sweep_lrs(run.plan, job.sweep, seed)]
+    return [trial_spec(job, run, lr) for run, lr in _ordered(trials, runs)]
 
 
 def widening_trials(
-    job: SweepJobConfig, plans: list[SizePlan], exp_dir: Location, round_: int
+    job: SweepJobConfig, runs: list[SweepRun], exp_dir: Location, round_: int
 ) -> list[TrialSpec]:
     """The trials beyond the grid's edge that the earlier rounds' results call for (none: every
-    best LR is interior). Later rounds' runs already on disk (a resumed sweep) are left out, so
-    a round is the same whether it runs now or is restored."""
-    from trainer_core.analysis import load, lr_sweep_table, widen_lrs
+    group's best trial is interior in LR and in batch). Later rounds' runs already on disk (a
+    resumed sweep) are left out, so a round is the same whether it runs now or is restored."""
+    from trainer_core.analysis import load, lr_sweep_table, widen_sweep
 
     results = load(exp_dir)
     rounds = results.runs.set_index("name").get("tag_round", pd.Series(dtype=float))
+    earlier = results.runs["name"].map(rounds).fillna(0) < round_
     table = lr_sweep_table(results)
-    wanted = widen_lrs(table[table["name"].map(rounds).fillna(0) < round_])
-    return [
-        trial_spec(job, plan, lr, round_)
-        for plan in costliest_first(plans)
-        for lr in wanted.get(plan.size, [])
+    wanted = widen_sweep(table[table["name"].map(rounds).fillna(0) < round_])
+    trials = [
+        (_run_at(runs, group, batch), lr)
+        for group, points in wanted.items()
+        for lr, batch in points
     ]
+    specs = [trial_spec(job, run, lr, round_) for run, lr in _ordered(trials, runs)]
+    # A batch beyond the edge can round back to one tried: that run is already on disk.
+    tried = {storage.name(d) for d in results.runs.loc[earlier, "dir"]}
+    return [s for s in specs if s.name not in tried]
 
 
-def early_stopper(job: SweepJobConfig, plans: list[SizePlan]):
-    """ASHA or median stopping with rungs at each size's eval steps, comparing only within a size."""
+def _run_at(runs: list[SweepRun], group: str, batch: int) -> SweepRun:
+    """The group's run at ``batch`` tokens: a planned one, or the group re-planned for it."""
+    members = [r for r in runs if r.group == group]
+    for run in members:
+        if run.plan.batch_tokens == batch:
+            return run
+    return at_batch(members[0].ladder, members[0].plan.size, batch)
+
+
+def _tokens(spec: TrialSpec) -> int:
+    return spec.config.total_steps * spec.config.trainer.global_batch_size
+
+
+def early_stopper(job: SweepJobConfig, specs: list[TrialSpec]):
+    """ASHA or median stopping per group (one size and run length), clocked in tokens: the
+    first rung at the group's earliest first eval, the last at its longest run."""
     from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule
 
-    from trainer_core.ray.early_stopping import PerSizeScheduler
+    from trainer_core.ray.early_stopping import GroupedScheduler
 
-    def for_size(plan: SizePlan):
-        grace = rung_steps(plan, job.sweep)
+    def for_group(members: list[TrialSpec]):
+        grace = min(
+            s.config.trainer.eval_interval * s.config.trainer.global_batch_size for s in members
+        )
         if job.sweep.early_stopping == "asha":
             return ASHAScheduler(
-                time_attr="step",
-                max_t=plan.steps,
+                time_attr=TIME_ATTR,
+                max_t=max(_tokens(s) for s in members),
                 grace_period=grace,
                 reduction_factor=job.sweep.reduction_factor,
             )
-        return MedianStoppingRule(time_attr="step", grace_period=grace, min_samples_required=3)
+        return MedianStoppingRule(time_attr=TIME_ATTR, grace_period=grace, min_samples_required=3)
 
     if job.sweep.early_stopping == "none":
         return None
-    return PerSizeScheduler({plan.size: for_size(plan) for plan in plans})
+    groups: dict[str, list[TrialSpec]] = {}
+    for spec in specs:
+        groups.setdefault(spec.tags["group"], []).append(spec)
+    return GroupedScheduler({g: for_group(members) for g, members in groups.items()})
 
 
 def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool) -> list[TrialsRun]:
-    """Plan, check and run every size x LR trial of ``job`` (already :func:`as_sweep`), then the
-    widening rounds; one TrialsRun per round that ran.
+    """Plan, check and run every trial of ``job`` (already :func:`as_sweep`), then the widening
+    rounds; one TrialsRun per round that ran.
 
     Round k's Tune state is ``tune-widen<k>/``; a resumed sweep recomputes each round's trials
     from the results on disk, so it restores the same rounds.
     """
     from trainer_core.ray.runtime import init_ray
 
-    plans = sweep_plans(job, sizes)
+    runs = sweep_plans(job, sizes)
     preflight(job)
-    exp_dir = storage.normalize(job.dir, absolute=True)
-    write_experiment_record(job, plans, exp_dir)
+    exp_dir = job.exp_dir
+    write_experiment_record(job, [r.plan for r in runs], exp_dir)
     init_ray(job.ray.address)
-    settings = TuneSettings(scheduler=early_stopper(job, plans))
-    runs = [run_trials(sweep_trials(job, plans), exp_dir, settings, resume)]
+    specs = sweep_trials(job, runs)
+    done = [run_trials(specs, exp_dir, TuneSettings(scheduler=early_stopper(job, specs)), resume)]
     for round_ in range(1, job.sweep.widen_rounds + 1):
-        specs = widening_trials(job, plans, exp_dir, round_)
+        specs = widening_trials(job, runs, exp_dir, round_)
         if not specs:
             break
-        lrs = ", ".join(f"{s.tags['size']} {s.config.optim.lr:.3e}" for s in specs)
-        print(f"widening the LR grid, round {round_}: best LR at an edge; adding {lrs}")
-        settings = TuneSettings(scheduler=early_stopper(job, plans), name=f"tune-widen{round_}")
-        runs.append(run_trials(specs, exp_dir, settings, resume))
-    return runs
+        added = ", ".join(
+            f"{s.tags['group']} lr {s.config.optim.lr:.3e} batch {s.config.trainer.global_batch_size}"
+            for s in specs
+        )
+        print(f"widening the grid, round {round_}: a best trial at an edge; adding {added}")
+        settings = TuneSettings(scheduler=early_stopper(job, specs), name=f"tune-widen{round_}")
+        done.append(run_trials(specs, exp_dir, settings, resume))
+    return done

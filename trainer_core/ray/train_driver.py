@@ -6,7 +6,6 @@ restarted driver that builds the same TorchTrainer finds the run again and resum
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import time
@@ -24,12 +23,6 @@ from trainer_core.ray.failures import FailFastTorchTrainer, fatal_reason
 from trainer_core.ray.reader import dataset_name, ray_train_dataset, resume_step
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.ray.worker import train_worker
-
-
-def with_absolute_run_dir(cfg: RayTrainConfig) -> RayTrainConfig:
-    """Workers run in other directories (Tune trial dirs, other nodes): never pass a relative path."""
-    run_dir = str(storage.normalize(cfg.trainer.run_dir, absolute=True))
-    return dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, run_dir=run_dir))
 
 
 def _rank_dataset(cfg: RayTrainConfig, dp_rank: int, dp_size: int):
@@ -51,7 +44,6 @@ def _rank_dataset(cfg: RayTrainConfig, dp_rank: int, dp_size: int):
 def build_torch_trainer(
     cfg: RayTrainConfig, tags: dict[str, Any] | None = None, callbacks: list | None = None
 ):
-    cfg = with_absolute_run_dir(cfg)
     rc = cfg.ray
     dp_size = cfg.layout().dp_size
     run_dir = cfg.trainer.run_dir
@@ -106,7 +98,7 @@ def run_training(
     :class:`RunFailedError` with the reason: at once for bad input (no retry can fix it), after
     ``ray.max_failures`` restarts for anything else.
     """
-    run_dir = storage.normalize(cfg.trainer.run_dir, absolute=True)
+    run_dir = cfg.trainer.run_location
     done = run_summary(run_dir)
     if done.get("status") in FINAL_STATUSES:
         return done

@@ -155,13 +155,13 @@ class TrialsRun:
 def run_trials(
     specs: list[TrialSpec], exp_dir: Location, settings: TuneSettings, resume: bool
 ) -> TrialsRun:
-    """Run every spec as a Tune trial (or restore the experiment). Tune keeps its state in
+    """Run every spec as a Tune trial (or restore the experiment) under ``exp_dir``, as its
+    config made it canonical (``LadderConfig.exp_dir``). Tune keeps its state in
     ``<exp_dir>/<settings.name>``, on object storage too (Ray reads a URL through pyarrow, with
     the same credential chain)."""
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
-    exp_dir = storage.normalize(exp_dir, absolute=True)
     trainable = tune.with_resources(trial_driver, driver_resources())
     tune_dir = storage.join(exp_dir, settings.name)
     concurrency = settings.max_concurrent or max_concurrent_trials(specs)

@@ -28,6 +28,7 @@ from trainer_core.parallel.wrap import build_mesh, dp_mesh, parallelize_model
 from trainer_core.train.callbacks import Callback, ConsoleProgress, JsonlMetrics
 from trainer_core.train.optim import build_optimizer
 from trainer_core.train.schedule import build_scheduler
+from trainer_core.train.task_eval import build_task_evaluator
 from trainer_core.train.tracking import tracking_callbacks
 from trainer_core.train.train_module import TrainModule
 from trainer_core.train.trainer import Trainer
@@ -120,11 +121,12 @@ def build_trainer(
     eval_batches = data.eval_batches(
         seq_len, batch_seqs, cfg.trainer.eval_batches, dp_rank, dp_size
     )
+    task_evaluator = build_task_evaluator(cfg, data.manifest, dp_rank, dp_size)
 
     info = run_info(cfg, tags)
     callbacks: list[Callback] = []
     if dist_info.rank == 0:
-        run_dir = storage.normalize(cfg.trainer.run_dir)
+        run_dir = cfg.trainer.run_location
         storage.makedirs(run_dir)
         if cfg.trainer.progress:
             callbacks.append(ConsoleProgress(info.name))
@@ -142,4 +144,5 @@ def build_trainer(
         peak_flops=peak_flops(device, cfg.trainer.peak_flops_per_device),
         callbacks=callbacks,
         placement=placement,
+        task_evaluator=task_evaluator,
     )

@@ -64,6 +64,7 @@ class TaskEvaluator:
         if micro_batch_seqs < 1 or not 0 <= dp_rank < dp_size:
             raise ValueError(f"bad micro_batch_seqs={micro_batch_seqs} or rank {dp_rank}/{dp_size}")
         self.names = [t.name for t in tasks]
+        self.chance = [float(np.mean([1 / len(e.choices) for e in t.examples])) for t in tasks]
         self.micro_batch_seqs = micro_batch_seqs
         start = np.array([tokenizer.eos_id])
         # Per rank: rows (token arrays, choice lengths), and per example its task id, gold, and
@@ -147,8 +148,11 @@ class TaskEvaluator:
         device: torch.device | str,
         all_reduce: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
     ) -> dict[str, float]:
-        """``task/<name>/{acc,acc_norm,bpb}`` over all ranks' examples. ``forward`` maps inputs
-        ``[B, L]`` to logits ``[B, L, V]``; ``all_reduce`` sums a tensor over the DP ranks (in place or returned)."""
+        """``task/<name>/{acc,acc_norm,bpb}`` over all ranks' examples, ``chance`` (the
+        accuracy of a random guess, the floor the analysis's sigmoid needs) and ``examples``
+        (how many were scored: an accuracy's sampling noise). ``forward`` maps
+        inputs ``[B, L]`` to logits ``[B, L, V]``; ``all_reduce`` sums a tensor over the DP ranks
+        (in place or returned)."""
         device = torch.device(device)
         row_lp = self._row_logprobs(forward, device)
         rows = self.choice_row.to(device)
@@ -163,11 +167,13 @@ class TaskEvaluator:
         sums.index_add_(0, self.task_id.to(device), per_example)
         reduced = all_reduce(sums)  # torch.distributed.all_reduce sums in place, returns None
         totals = (sums if reduced is None else reduced).tolist()
-        return {
-            f"task/{name}/{key}": row[k] / max(row[-1], 1.0)
-            for name, row in zip(self.names, totals, strict=True)
-            for k, key in enumerate(SUMS[:-1])
-        }
+        metrics = {}
+        for name, row, chance in zip(self.names, totals, self.chance, strict=True):
+            for k, key in enumerate(SUMS[:-1]):
+                metrics[f"task/{name}/{key}"] = row[k] / max(row[-1], 1.0)
+            metrics[f"task/{name}/chance"] = chance
+            metrics[f"task/{name}/examples"] = row[-1]
+        return metrics
 
 
 def shards_tokenizer(cfg: TrainConfig, manifest: Manifest) -> Tokenizer:

@@ -32,7 +32,7 @@ class WandbCallback(BaseCallback):
         import wandb
 
         t = self.cfg.tracking
-        run_dir = storage.normalize(self.cfg.trainer.run_dir, absolute=True)
+        run_dir = self.cfg.trainer.run_location
         self.local_dir = (
             storage.upload_cache_dir(str(run_dir), "wandb") if storage.is_url(run_dir) else None
         )
@@ -64,7 +64,7 @@ class WandbCallback(BaseCallback):
             self.run.finish()
             self.run = None
         if self.local_dir is not None:
-            run_dir = str(storage.normalize(self.cfg.trainer.run_dir))
+            run_dir = self.cfg.trainer.run_dir
             storage.upload_dir(self.local_dir / "wandb", storage.join(run_dir, "wandb"))
 
 

@@ -120,6 +120,14 @@ class TrainModule:
             ce_total += ce_sum
         return ce_total, (labels != self.cfg.label_ignore_index).sum()
 
+    @torch.no_grad()
+    def logits(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The model's logits ``[B, L, V]`` for token ids ``[B, L]`` (eval mode, the training
+        precision): task evals score choices by their per-token log-probabilities."""
+        self.model.eval()
+        with self._autocast():
+            return self.model(inputs.to(self.device, non_blocking=True))
+
     def optim_step(self) -> torch.Tensor:
         """Clip, step optimizer and schedule; returns the global pre-clip gradient norm.
 
@@ -198,15 +206,15 @@ class TrainModule:
     def _loss_sums(
         self, inputs: torch.Tensor, labels: torch.Tensor, with_z: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        autocast = (
-            torch.autocast(self.device.type, dtype=self.autocast_dtype)
-            if self.autocast_dtype
-            else contextlib.nullcontext()
-        )
-        with autocast:
+        with self._autocast():
             logits = self.model(inputs)
         z = self.cfg.z_loss_multiplier if with_z else 0.0
         return self.loss_fn(logits, labels, self.cfg.label_ignore_index, z)
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if not self.autocast_dtype:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
     def _set_grad_sync(self, sync: bool) -> None:
         """Off: FSDP skips the reduce-scatter and accumulates full gradients locally (all

@@ -13,7 +13,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -38,6 +38,9 @@ from trainer_core.parallel.process_group import all_gather_object, collective_de
 from trainer_core.train.callbacks import Callback
 from trainer_core.train.train_module import BatchStats, TrainModule
 
+if TYPE_CHECKING:
+    from trainer_core.train.task_eval import TaskEvaluator
+
 
 class NonFiniteLossError(UserError, RuntimeError):
     """Raised (on every rank) when the loss or gradient norm is NaN/inf; names which, and the step.
@@ -59,8 +62,8 @@ class NonFiniteLossError(UserError, RuntimeError):
 @dataclass
 class _Window:
     """Sums since the last log line, kept on the device so a step never waits for it (read on
-    log steps only). Eval and checkpoint seconds are kept apart so the step throughput (tokens/s,
-    MFU) measures training alone.
+    log steps only). Eval, task-eval and checkpoint seconds are kept apart so the step
+    throughput (tokens/s, MFU) measures training alone.
 
     ``sums``: this rank's CE, z-loss and tokens, and the global gradient norms, summed.
     ``first_bad``: the first step whose loss or gradient norm was non-finite (0: none yet), with
@@ -72,6 +75,7 @@ class _Window:
     start_time: float = field(default_factory=time.perf_counter)
     steps: int = 0
     eval_s: float = 0.0
+    task_eval_s: float = 0.0
     checkpoint_s: float = 0.0
 
     @classmethod
@@ -114,16 +118,19 @@ class Trainer:
         peak_flops: float = 1.0,
         callbacks: list[Callback] | None = None,
         placement: dict[str, str] | None = None,
+        task_evaluator: TaskEvaluator | None = None,
     ):
         """``placement``: where this rank runs as its launcher knows it (the Ray worker passes
-        its node id), recorded in run.json beside the host name."""
+        its node id), recorded in run.json beside the host name. ``task_evaluator``: the
+        downstream tasks scored at every eval, beside the held-out loss."""
         self.cfg, self.module, self.info = cfg, module, info
         self.placement = placement or {}
         self.workers: list[WorkerGroup] = []
         self.train_batches, self.eval_batches_data = train_batches, eval_batches
         self.rank, self.world_size, self.peak_flops = rank, world_size, peak_flops
         self.callbacks = callbacks or []
-        self.run_dir = storage.normalize(cfg.trainer.run_dir)
+        self.task_evaluator = task_evaluator
+        self.run_dir = cfg.trainer.run_location
         self.step = 0
         self.tokens = 0
         self.last_metrics: dict[str, float] = {}
@@ -214,17 +221,15 @@ class Trainer:
             self.tokens += self.info.global_batch_tokens
             window.add(self.step, stats, norm)
             log = self.step % self.cfg.trainer.log_interval == 0 or self.step == total
-            evaluate = bool(self.eval_batches_data) and (
+            evaluate = self.has_evals and (
                 self.step % self.cfg.trainer.eval_interval == 0 or self.step == total
             )
             save = self._save_decision(clock=log)
             if log or evaluate or save != "none":
                 self._check_finite(window)
             metrics: dict[str, float] = {}
-            if evaluate:
-                metrics["eval/loss"] = self._timed(window, "eval_s", self.evaluate)
-            if save == "permanent" and self.eval_batches_data and "eval/loss" not in metrics:
-                metrics["eval/loss"] = self._timed(window, "eval_s", self.evaluate)
+            if evaluate or (save == "permanent" and self.has_evals):
+                metrics.update(self._run_evals(window))
             if log:
                 # after this step's eval (its time is on this line), before its checkpoint,
                 # which follows the record and so is counted on the next line
@@ -243,6 +248,33 @@ class Trainer:
                         window, "checkpoint_s", self._checkpoint, save == "permanent", metrics, lr
                     )
                 self._emit("on_step_end", self.step)
+
+    @property
+    def has_evals(self) -> bool:
+        return bool(self.eval_batches_data) or self.task_evaluator is not None
+
+    def _run_evals(self, window: _Window) -> dict[str, float]:
+        """The held-out loss and the tasks, each timed on its own: neither is step time."""
+        metrics: dict[str, float] = {}
+        if self.eval_batches_data:
+            metrics["eval/loss"] = self._timed(window, "eval_s", self.evaluate)
+        if self.task_evaluator is not None:
+            metrics.update(self._timed(window, "task_eval_s", self.evaluate_tasks))
+        return metrics
+
+    def evaluate_tasks(self) -> dict[str, float]:
+        """``task/<name>/...`` over every DP rank's share of the examples."""
+        group = self.module.dp_group
+        where = collective_device(group, self.module.device)
+
+        def all_reduce(sums: torch.Tensor) -> torch.Tensor:
+            if self.world_size == 1 or self.module.dp_size == 1:
+                return sums
+            sums = sums.to(where)
+            dist.all_reduce(sums, group=group)
+            return sums
+
+        return self.task_evaluator.evaluate(self.module.logits, self.module.device, all_reduce)
 
     def evaluate(self) -> float:
         ce = torch.zeros((), device=self.module.device)
@@ -298,10 +330,11 @@ class Trainer:
             [sums, local]
         ).tolist()
         wall = time.perf_counter() - window.start_time
-        elapsed = max(wall - window.eval_s - window.checkpoint_s, 1e-9)
+        elapsed = max(wall - window.eval_s - window.task_eval_s - window.checkpoint_s, 1e-9)
         tokens_per_s = window.steps * self.info.global_batch_tokens / elapsed
         flops_per_s = tokens_per_s * self.info.flops_per_token
         z_loss = {"train/z_loss": z / tokens} if self.module.cfg.z_loss_multiplier else {}
+        task_s = {"time/task_eval_s": window.task_eval_s} if self.task_evaluator else {}
         return {
             "train/loss": ce / tokens,
             "train/loss_last": last_ce / last_tokens,
@@ -314,6 +347,7 @@ class Trainer:
             "throughput/mfu": flops_per_s / (self.peak_flops * self.world_size),
             "time/eval_s": window.eval_s,
             "time/checkpoint_s": window.checkpoint_s,
+            **task_s,
         }
 
     def _save_decision(self, *, clock: bool) -> str:

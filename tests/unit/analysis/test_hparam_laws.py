@@ -52,6 +52,19 @@ def test_planted_lr_law_is_recovered_within_its_intervals(law):
     assert "UNRESOLVED" not in str(fit)
 
 
+def test_batch_optima_all_at_the_grid_edge_leave_no_b_law_but_keep_the_lr_law():
+    """A small sweep's best batch can be its largest in every cell (B* beyond the grid): the LR
+    law still stands, B* has none, and the text says to widen the batch grid."""
+    df = sweep()
+    df = df[df["batch"] < df.groupby(["N", "D"])["batch"].transform("median")]
+    laws = fit_hparam_laws(df)
+    assert laws.batch is None and laws.batch_cells
+    assert all(c.at_edge for c in laws.batch_cells)
+    assert inside(STEP_LAW_LR.b, laws.lr.ci["D"])
+    assert "no cell brackets its batch optimum; widen the batch grid" in str(laws)
+    assert laws.predict(1e8, 2e9).batch is None
+
+
 def test_planted_batch_law_is_recovered_as_a_law_of_d():
     laws = fit_hparam_laws(sweep())
     assert laws.batch is not None and laws.batch.terms == ("D",)
@@ -186,3 +199,24 @@ def test_plots_of_the_laws_are_written(tmp_path):
         "hparam_batch_vs_D.png",
     ]
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths)
+
+
+def test_a_sweep_dir_reads_as_annealed_points_one_horizon_per_decay(tmp_path):
+    import json
+
+    from synthetic_hparams import RATIOS as DIR_RATIOS
+    from synthetic_hparams import make_hparam_sweep
+
+    from trainer_core.analysis import hparam_table, load
+
+    sizes = {"a": 1_000_000, "b": 4_000_000}
+    root = make_hparam_sweep(tmp_path / "sweep", sizes, batch_factors=(0.5, 1.0, 2.0))
+    record = root / "runs" / "a-lr0-b1" / "run.json"
+    run = json.loads(record.read_text())
+    record.write_text(json.dumps({**run, "status": "diverged"}))
+    table = hparam_table(load(root))
+    assert len(table) == (2 * 7 * 3 - 1) * len(DIR_RATIOS), "no peak-LR point, no diverged run"
+    assert table["loss"].max() < 50, "the eval at peak LR before a decay is left out"
+    for n, rows in table.groupby("N"):
+        horizons = sorted(rows["D"].unique())
+        assert horizons == pytest.approx([r * n for r in DIR_RATIOS], rel=0.01)

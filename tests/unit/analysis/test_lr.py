@@ -108,7 +108,7 @@ def test_lr_power_law_recovers_exponent_and_compares_to_ladder_default(sweep_dir
 def test_ladder_takes_its_lr_from_a_sweep(sweep_dir: Path, tmp_path: Path):
     from trainer_core.config.loader import from_dict
     from trainer_core.ladder.config import LadderConfig
-    from trainer_core.ladder.lr_feedback import lr_function
+    from trainer_core.ladder.lr_feedback import sweep_rules
     from trainer_core.ladder.plan import plan_ladder
 
     ladder = from_dict(
@@ -116,7 +116,7 @@ def test_ladder_takes_its_lr_from_a_sweep(sweep_dir: Path, tmp_path: Path):
         {"dir": str(tmp_path), "lr": {"from_sweep": str(sweep_dir)}, "sizes": ["1M", "3M"]},
     )
     fit = fit_sweep_lr(sweep_dir)
-    plans = plan_ladder(ladder, lr_fn=lr_function(ladder.lr))
+    plans = plan_ladder(ladder, rules=sweep_rules(ladder))
     for plan in plans:
         assert plan.lr == pytest.approx(fit.predict(plan.num_params))
         assert plan.lr_source == f"sweep {sweep_dir}"
@@ -127,4 +127,4 @@ def test_ladder_takes_its_lr_from_a_sweep(sweep_dir: Path, tmp_path: Path):
     from trainer_core.config.loader import ConfigError
 
     with pytest.raises(ConfigError, match="lr.from_sweep: .*nope.* can't give an LR fit"):
-        lr_function(bad.lr)
+        sweep_rules(bad)

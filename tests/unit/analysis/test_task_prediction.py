@@ -12,6 +12,7 @@ from trainer_core.analysis.load import AnalysisError
 from trainer_core.analysis.synthetic_tasks import TaskTruth, task_ladder
 from trainer_core.analysis.tasks import (
     STEP1_COMPUTE,
+    TaskReport,
     fit_sigmoid,
     fit_task,
     predict_tasks,
@@ -77,6 +78,21 @@ def test_the_interval_carries_both_steps(law):
     width = pred.acc_interval[1] - pred.acc_interval[0]
     assert width > step2_width
     assert width > 0.5 * step1_width
+
+
+def test_a_measured_score_is_held_to_the_fits_spread_plus_its_sampling_noise(law):
+    """A score on 200 examples scatters by sqrt(p (1 - p) / 200) (0.024 at p = 0.86) by sampling
+    alone: the band a measured score is held to takes that in, the fits' own interval does not
+    (30 refits: the percentiles are rough, so the bound is one standard deviation each side)."""
+    n, d = TARGET
+    fits_only, measured_on_200 = law.predict(n, d), law.predict(n, d, examples=200)
+    assert measured_on_200.acc == fits_only.acc
+    width = measured_on_200.acc_interval[1] - measured_on_200.acc_interval[0]
+    p = fits_only.acc
+    assert width > 2 * math.sqrt(p * (1 - p) / 200)
+    assert width > fits_only.acc_interval[1] - fits_only.acc_interval[0]
+    report = TaskReport([measured_on_200])
+    assert "score on 200 examples" in str(report)
 
 
 def test_held_out_size_is_predicted_within_its_interval(points):

@@ -1,9 +1,15 @@
 from __future__ import annotations
 
+import dataclasses
+import re
+import typing
+
 import pytest
 
-from trainer_core.config.cli import split_args
+from trainer_core.config.cli import help_text, parse_command, split_args
 from trainer_core.config.loader import ConfigError
+from trainer_core.config.sections import TrainConfig
+from trainer_core.ladder.config import LadderConfig
 
 
 def test_cli_split_accepts_space_and_equals_forms():
@@ -14,3 +20,31 @@ def test_cli_split_accepts_space_and_equals_forms():
     assert overrides == ["--optim.lr=1e-3", "--trainer.seed=3"]
     with pytest.raises(ConfigError, match="unknown argument 'oops'"):
         split_args(["oops"], {"--config": True})
+
+
+def leaf_fields(cls, prefix=""):
+    for f in dataclasses.fields(cls):
+        tp = typing.get_type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(tp):
+            yield from leaf_fields(tp, f"{prefix}{f.name}.")
+        else:
+            yield prefix + f.name
+
+
+def test_help_is_draccus_with_every_default_and_none_of_its_own_options():
+    """Relies on draccus's parser internals (``_action_groups``, the "Config file for" rows): an
+    upgrade that changes them fails here."""
+    text = help_text("python x.py [--config FILE] [overrides]", LadderConfig)
+    assert text.startswith("usage: python x.py [--config FILE] [overrides]\n")
+    assert "  --run.optim.lr float  (default: 0.003)\n" in text
+    assert "  --sizes list[str]     (default: ['1M', '3M', '5M'])\n" in text
+    assert "Config file for" not in text and "config_path" not in text
+    assert "\n  --run.model str" not in text and "\n  --batch str" not in text
+    rows = re.split(r"\n(?=  --)", text.split("\nLadderConfig:\n", 1)[1])[1:]
+    assert [r.split()[0] for r in rows] == [f"--{name}" for name in leaf_fields(LadderConfig)]
+    assert [r.split()[0] for r in rows if "(default: " not in " ".join(r.split())] == []
+
+
+def test_parse_command_prints_help_and_returns_none(capsys):
+    assert parse_command("``python x.py [--config FILE]``\n\nMore.", TrainConfig, ["-h"]) is None
+    assert capsys.readouterr().out.startswith("usage: python x.py [--config FILE]\n")

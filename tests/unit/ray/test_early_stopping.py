@@ -6,7 +6,7 @@ from __future__ import annotations
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
-from trainer_core.ray.early_stopping import PerSizeScheduler
+from trainer_core.ray.early_stopping import GroupedScheduler
 
 CONTINUE, STOP = TrialScheduler.CONTINUE, TrialScheduler.STOP
 
@@ -15,8 +15,9 @@ def asha() -> ASHAScheduler:
     return ASHAScheduler(time_attr="step", max_t=8, grace_period=2, reduction_factor=2)
 
 
-def trial(size: str) -> Trial:
-    return Trial("trial_driver", config={"trial": {"tags": {"size": size}}}, stub=True)
+def trial(size: str, group: str | None = None) -> Trial:
+    tags = {"size": size} | ({"group": group} if group else {})
+    return Trial("trial_driver", config={"trial": {"tags": tags}}, stub=True)
 
 
 def decisions(scheduler: TrialScheduler, results: list[tuple[str, float]]) -> list[str]:
@@ -34,11 +35,24 @@ RESULTS = [("3M", 2.0), ("3M", 2.1), ("1M", 3.0), ("1M", 3.5), ("1M", 2.9)]
 
 
 def test_each_size_has_its_own_rungs():
-    per_size = PerSizeScheduler({"1M": asha(), "3M": asha()})
+    per_size = GroupedScheduler({"1M": asha(), "3M": asha()})
     # 3M: 2.1 is worse than 2.0 at the rung; 1M: 3.5 is worse than 3.0, but 3.0 and 2.9 are
     # judged against 1M trials only, not against the larger model's lower losses.
     assert decisions(per_size, RESULTS) == [CONTINUE, STOP, CONTINUE, STOP, CONTINUE]
     assert "1M: Using AsyncHyperBand" in per_size.debug_string()
+
+
+def test_runs_of_one_size_to_different_horizons_are_judged_apart():
+    """A sweep's group tag (size and run length) picks the scheduler; a shorter run's higher
+    loss at the rung is not held against it by the longer runs of its size."""
+    grouped = GroupedScheduler({"1M@1x": asha(), "1M@0.25x": asha()})
+    assert grouped.set_search_properties("eval/loss", "min")
+    out = []
+    for group, loss in [("1M@1x", 2.0), ("1M@1x", 2.5), ("1M@0.25x", 3.0), ("1M@0.25x", 2.9)]:
+        t = trial("1M", group)
+        grouped.on_trial_add(None, t)
+        out.append(grouped.on_trial_result(None, t, {"step": 2, "eval/loss": loss}))
+    assert out == [CONTINUE, STOP, CONTINUE, CONTINUE]
 
 
 def test_one_shared_asha_would_cut_the_small_model_for_being_small():

@@ -48,6 +48,8 @@ def by_hand(task: Task, seq_len: int) -> dict[str, float]:
         f"task/{name}/acc": float(np.mean(acc)),
         f"task/{name}/acc_norm": float(np.mean(acc_norm)),
         f"task/{name}/bpb": float(np.mean(bpb)),
+        f"task/{name}/chance": float(np.mean([1 / len(ex.choices) for ex in task.examples])),
+        f"task/{name}/examples": float(len(task.examples)),
     }
 
 

@@ -115,7 +115,7 @@ def test_non_finite_loss_names_the_step_and_keeps_checkpoints(tmp_path, tiny_con
 
 def test_the_module_runs_from_a_shell(processes):
     out = processes.python("-m", "trainer_core.train", "--help")
-    assert out.returncode == 0 and "--optim.lr=number" in out.stdout
+    assert out.returncode == 0 and "--optim.lr float" in out.stdout
 
 
 def test_a_bad_override_is_one_line_and_exit_2(run_script):
@@ -317,7 +317,11 @@ def test_step_throughput_leaves_out_eval_and_checkpoint_time(tmp_path, tiny_conf
         assert after["time/checkpoint_s"] >= 1.0
         window_tokens = 2 * cfg.trainer.global_batch_size
         wall = after["time"] - before["time"]
-        assert after["throughput/tokens_per_s"] > 2 * window_tokens / wall
+        # step time is the window's wall less its checkpoint, eval and logging: whatever the
+        # machine's load, leaving the checkpoint out alone puts throughput above this bound
+        assert after["throughput/tokens_per_s"] > window_tokens / (
+            wall - after["time/checkpoint_s"]
+        )
     # the z-loss is logged as a token mean beside the loss, far smaller at this multiplier
     assert all(0 < r["train/z_loss"] < 1e-2 * r["train/loss"] for r in logged)
 

@@ -1,0 +1,97 @@
+"""The whole answer at a target compute: N*, D*, loss, LR*, B* and device-hours, one table."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from synthetic_experiments import make_ladder
+from synthetic_hparams import make_hparam_sweep
+
+from trainer_core.analysis import (
+    AnalysisError,
+    TargetSettings,
+    device_cost,
+    fit_hparam_laws,
+    report_experiment,
+    target_answer,
+)
+from trainer_core.analysis.fits import ChinchillaFit
+from trainer_core.analysis.synthetic_sweep import PlantedLaw, SyntheticSweep
+
+C = 6e20
+"""With A = B and alpha = beta, N* = D* = sqrt(C / 6) = 1e10."""
+LR_AT_TARGET = PlantedLaw(1e-3 * 1e10**0.406, -0.713, 0.307)
+"""Step Law's exponents, scaled so that LR*(1e10, 1e10) = 1e-3."""
+BATCH_AT_TARGET = PlantedLaw(1e6 / 1e10**0.571, 0.0, 0.571)
+"""B*(1e10 tokens) = 1e6 tokens."""
+
+
+def symmetric_law() -> ChinchillaFit:
+    return ChinchillaFit(n_points=8, objective=0.0, E=1.7, A=400.0, B=400.0, alpha=0.3, beta=0.3)
+
+
+def test_target_table_by_hand():
+    sweep = SyntheticSweep(lr_law=LR_AT_TARGET, batch_law=BATCH_AT_TARGET, noise=0.0)
+    laws = fit_hparam_laws(sweep.table(), n_bootstrap=200)
+    answer = target_answer(C, device_cost("H100", 0.5), chinchilla=symmetric_law(), laws=laws)
+    (col,) = answer.columns
+    assert col.N[0] == pytest.approx(1e10) and col.D[0] == pytest.approx(1e10)
+    lr, lo, hi = col.lr
+    assert lr == pytest.approx(1e-3, rel=1e-3) and lo < 1e-3 < hi
+    batch, blo, bhi = col.batch
+    assert batch == pytest.approx(1e6, rel=1e-3) and blo < 1e6 < bhi
+    assert col.flops == pytest.approx(6e20)
+    # 6e20 FLOPs / (989e12 FLOP/s x 0.5) = 1,213,347 s = 337.04 h
+    assert col.device_hours == pytest.approx(337.04, rel=1e-4)
+    text = str(answer)
+    assert text.startswith("compute-optimal at C = 6e+20 FLOPs")
+    assert "H100, 9.89e+14 FLOP/s peak, 50% MFU (assumed), FLOPs = 6 N D" in text
+    assert "lr*, B*: the laws of the sweep, read at each column's N_opt, D_opt" in text
+    assert "extrapolated (N outside the sweep's cells)" in text
+    frame = answer.to_frame()
+    assert frame.loc["device-hours", "approach 3 (L(N, D))"] == "337"
+    assert frame.loc["lr*", "approach 3 (L(N, D))"].startswith("0.001 [")
+
+
+def test_without_laws_the_rows_stay_empty_and_say_how_to_fill_them():
+    answer = target_answer(C, device_cost("cpu"), chinchilla=symmetric_law())
+    rows = dict(answer.rows())
+    assert rows["lr*"] == ["-"] and rows["B* (tokens)"] == ["-"]
+    assert "--hparam-sweep DIR" in str(answer)
+    with pytest.raises(AnalysisError, match="device 'TPU9': no peak FLOP/s known"):
+        device_cost("TPU9")
+
+
+def test_settings_default_to_the_experiment_record(tmp_path: Path):
+    (tmp_path / "experiment.yaml").write_text(
+        "device_type: A100\nassumed_mfu: 0.3\nlr: {from_sweep: /sweeps/one}\n"
+    )
+    cost, sweep = TargetSettings().resolve(tmp_path)
+    assert (cost.device, cost.peak_flops, cost.mfu, sweep) == ("A100", 312e12, 0.3, "/sweeps/one")
+    cost, sweep = TargetSettings("H100", 0.5, "/other").resolve(tmp_path)
+    assert (cost.device, cost.mfu, sweep) == ("H100", 0.5, "/other")
+
+
+def test_analysis_imports_neither_torch_nor_ray():
+    code = "import sys, trainer_core.analysis; print('torch' in sys.modules, 'ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.slow
+def test_report_prints_the_target_table_with_the_sweep_laws(tmp_path: Path):
+    ladder = make_ladder(tmp_path / "ladder")
+    sizes = {"s1": 2_000_000, "s2": 5_000_000, "s3": 12_000_000, "s4": 30_000_000}
+    sweep = make_hparam_sweep(tmp_path / "sweep", sizes)
+    target = TargetSettings("H100", 0.4, str(sweep))
+    report = report_experiment(
+        ladder, tmp_path / "out", target_flops=1e21, n_bootstrap=5, target=target
+    )
+    col = next(c for c in report.target.columns if c.approach == "approach 3 (L(N, D))")
+    N, D = col.N[0], col.D[0]
+    truth = PlantedLaw(1.79, -0.713, 0.307)(N, D)
+    assert col.lr[1] < truth < col.lr[2]
+    assert col.device_hours == pytest.approx(6 * N * D / (989e12 * 0.4) / 3600)

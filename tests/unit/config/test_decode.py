@@ -1,0 +1,164 @@
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+
+import draccus
+import pytest
+import yaml
+from draccus.parsers.yaml_loader import SafeLoaderWithInclusion
+from draccus.utils import DecodingError, ParsingError
+
+from trainer_core.config.decode import ConfigError, from_dict, load_yaml
+from trainer_core.config.loader import load_config
+from trainer_core.config.sections import TrainConfig
+from trainer_core.ladder.config import LadderConfig
+
+OPTIM_KEYS = "lr, beta1, beta2, eps, weight_decay, decay_norms_and_biases, decay_embeddings, fused"
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def error(cls, data):
+    with pytest.raises(ConfigError) as err:
+        from_dict(cls, data)
+    return str(err.value)
+
+
+@dataclass
+class Rule:
+    every: int
+    until: int = 0
+
+    def __post_init__(self) -> None:
+        if self.every < 1:
+            raise ConfigError("every: must be >= 1")
+
+
+def test_draccus_wording_we_parse_is_unchanged():
+    """An upgrade that rewords these errors fails here, not as a traceback for a user."""
+    with pytest.raises(DecodingError) as unknown:
+        draccus.decode(Rule, {"every": 1, "evry": 2, "x": 3})
+    assert unknown.value.message == "The fields `evry`, `x` are not valid for Rule"
+    with pytest.raises(DecodingError) as missing:
+        draccus.decode(Rule, {"until": 2})
+    assert missing.value.message == "Missing required field(s) `every` for Rule"
+    with pytest.raises(ParsingError) as check:
+        draccus.decode(Rule, {"every": 0})
+    assert str(check.value.__cause__) == "every: must be >= 1"
+
+
+def test_draccus_yaml_loader_merges_an_included_mapping(tmp_path):
+    """Our include loader subclasses draccus's safe one for its ``<<: !include`` merge."""
+    assert issubclass(SafeLoaderWithInclusion, yaml.SafeLoader)
+    write(tmp_path / "base.yaml", "optim: {lr: 0.02}\ntrainer: {max_steps: 30, seed: 1}\n")
+    write(tmp_path / "run.yaml", "<<: !include base.yaml\ntrainer: {max_steps: 40}\n")
+    assert load_yaml(tmp_path / "run.yaml") == {
+        "optim": {"lr": 0.02},
+        "trainer": {"max_steps": 40},
+    }
+    cfg = load_config(TrainConfig, tmp_path / "run.yaml")
+    assert (cfg.optim.lr, cfg.trainer.max_steps, cfg.trainer.seed) == (0.02, 40, 0)
+
+
+def test_a_cycle_through_a_merge_include_is_named(tmp_path):
+    write(tmp_path / "a.yaml", "<<: !include b.yaml\n")
+    write(tmp_path / "b.yaml", "<<: !include a.yaml\n")
+    with pytest.raises(ConfigError) as err:
+        load_yaml(tmp_path / "a.yaml")
+    chain = " -> ".join(str(tmp_path / n) for n in ("a.yaml", "b.yaml", "a.yaml"))
+    assert str(err.value) == f"!include cycle: {chain}; remove one of these includes"
+
+
+def test_a_yaml_syntax_error_names_file_line_and_column(tmp_path):
+    bad = write(tmp_path / "sub" / "bad.yaml", "lr: [1, 2\n")
+    write(tmp_path / "run.yaml", "optim: !include sub/bad.yaml\n")
+    with pytest.raises(ConfigError) as err:
+        load_yaml(tmp_path / "run.yaml")
+    assert str(err.value).startswith(
+        f"config file '{bad}' is not valid YAML: while parsing a flow sequence\n"
+        f'  in "{bad}", line 1, column 5\n'
+    )
+
+
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (
+            {"optim": {"lrr": 1e-3}},
+            f"optim.lrr: unknown key (did you mean 'lr'?); allowed keys: {OPTIM_KEYS}",
+        ),
+        ({"optim": {"lr": "fast"}}, "optim.lr: expected a number, got 'fast'"),
+        ({"optim": {"lr": -1.0}}, "optim.lr: -1.0 is not allowed; must be > 0"),
+        ({"optim": 5}, "optim: expected a mapping for OptimConfig, got 5"),
+        ({"trainer": {"seed": None}}, "trainer.seed: expected an integer, got None"),
+        ({"trainer": {"seed": "12"}}, "trainer.seed: expected an integer, got '12'"),
+        ({"trainer": {"progress": "yes"}}, "trainer.progress: expected true or false, got 'yes'"),
+        ({"tracking": {"name": 123}}, "tracking.name: expected a string, got 123; quote it"),
+        ({"tracking": {"tags": "a"}}, "tracking.tags: expected a list of string, got 'a'"),
+        (
+            {"train_module": {"autocast_precision": "fp8"}},
+            "train_module.autocast_precision: 'fp8' is not a valid one of 'bf16', 'fp16' or null",
+        ),
+        (
+            {"checkpoint": {"keep": [{"every": 5}, {"every": 0}]}},
+            "checkpoint.keep[1].every: 0 is not allowed; must be >= 1",
+        ),
+        (
+            {"checkpoint": {"keep": [{"every": 5}, 7]}},
+            "checkpoint.keep[1]: expected a mapping for KeepRule, got 7",
+        ),
+        (
+            {"checkpoint": {"keep": [{"until": 9}]}},
+            "checkpoint.keep[0].every: required (there is no default)",
+        ),
+    ],
+)
+def test_each_mistake_is_one_line_naming_the_key(data, expected):
+    assert error(TrainConfig, data) == expected
+
+
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        ({"seed": 3}, "seed: this key moved; set run.trainer.seed instead"),
+        (
+            {"run": {"optim": {"lr": 0.1}}},
+            "run.optim.lr: the ladder plans it from lr for every size; remove run.optim.lr (or set lr)",
+        ),
+        (
+            {"run": {"model": {"n_heads": 5}}},
+            "run.model.n_heads: 5 is not allowed; must divide d_model=128",
+        ),
+        (
+            {"run": {"trainer": {"global_batch_size": 1000}}},
+            "run.trainer.global_batch_size: 1000 is not allowed; must be a multiple of "
+            "data.seq_len=128 (it counts tokens)",
+        ),
+        (
+            {"lr": {"coeff": 1}},
+            "lr.coeff: unknown key (did you mean 'coef'?); allowed keys: "
+            "coef, ref_params, exponent, from_sweep",
+        ),
+    ],
+)
+def test_ladder_mistakes_name_the_key_and_the_run_template_path(data, expected):
+    assert error(LadderConfig, data) == expected
+
+
+def test_values_decode_as_before_draccus():
+    cfg = load_config(
+        TrainConfig,
+        None,
+        ["--trainer.max_steps=null", "--trainer.max_tokens=2e6", "--data.shards=include/shards"],
+    )
+    assert cfg.trainer.max_tokens == 2_000_000 and isinstance(cfg.trainer.max_tokens, int)
+    assert cfg.data.shards == "include/shards"
+    assert from_dict(TrainConfig, {"trainer": {"max_steps": 20.0}}).trainer.max_steps == 20
+    cfg = load_config(TrainConfig, None, ["--checkpoint.keep=[{every: 50}]", "--optim.fused=null"])
+    assert cfg.checkpoint.keep[0].every == 50 and cfg.optim.fused is None
+    assert load_config(TrainConfig, None, ["--tracking.name=null"]).tracking.name == "null"

@@ -1,0 +1,131 @@
+"""``lr.from_sweep`` / ``batch.from_sweep``: known-answer sweeps (a planted LR*(N, D) and B*(D))
+planned into a ladder, each size at its own horizon; the dry run's account; one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from synthetic_hparams import make_hparam_sweep
+
+from trainer_core.analysis.synthetic_sweep import STEP_LAW_BATCH, STEP_LAW_LR, PlantedLaw
+from trainer_core.config.loader import ConfigError, from_dict
+from trainer_core.ladder.config import LadderConfig
+from trainer_core.ladder.lr_feedback import sweep_rules
+from trainer_core.ladder.plan import plan_ladder, sweep_notes
+from trainer_core.ladder.record import write_experiment_record
+
+SIZES = ["1M", "3M", "5M"]
+
+
+def ladder_sizes() -> dict[str, int]:
+    """N of each size as the default ladder counts it, so the sweep's cells are its sizes."""
+    return {p.size: p.num_params for p in plan_ladder(from_dict(LadderConfig, {}), SIZES)}
+
+
+@pytest.fixture(scope="module")
+def hparam_sweep(tmp_path_factory) -> Path:
+    return make_hparam_sweep(tmp_path_factory.mktemp("hparams"), ladder_sizes())
+
+
+def ladder(tmp_path: Path, **sections) -> LadderConfig:
+    return from_dict(LadderConfig, {"dir": str(tmp_path / "ladder"), "sizes": SIZES, **sections})
+
+
+def test_each_size_takes_lr_and_batch_from_the_laws_at_its_own_horizon(hparam_sweep, tmp_path):
+    job = ladder(
+        tmp_path, lr={"from_sweep": str(hparam_sweep)}, batch={"from_sweep": str(hparam_sweep)}
+    )
+    plans = plan_ladder(job, rules=sweep_rules(job))
+    for p in plans:
+        lr, batch = p.lr_choice, p.batch_choice
+        assert p.tokens == lr.D, "the LR is read at the run's final horizon"
+        assert p.lr == lr.value and lr.covers(STEP_LAW_LR(p.num_params, p.tokens))
+        assert batch.covers(STEP_LAW_BATCH(p.num_params, batch.D))
+        assert batch.covers(p.batch_tokens), "the mesh rounds the batch within the interval"
+        assert abs(batch.D - p.tokens) < p.batch_tokens
+        assert not lr.extrapolated and not batch.extrapolated
+        tags = p.config.tracking.tags
+        assert f"lr_source=sweep {hparam_sweep}" in tags
+        assert f"batch_source=sweep {hparam_sweep}" in tags
+        record = p.hparam_record()
+        assert record["lr_sweep"]["horizon_tokens"] == p.tokens
+        assert record["lr_sweep"]["decay_end_tokens"][-1] == p.tokens
+        assert record["batch_sweep"]["law"].startswith("B*(D) = ")
+    lrs = [p.lr for p in plans]
+    assert lrs == sorted(lrs, reverse=True), "LR* falls with N faster than it rises with D"
+    write_experiment_record(job, plans, tmp_path / "exp")
+    rows = json.loads((tmp_path / "exp" / "plan.json").read_text())
+    assert [r["lr_sweep"]["value"] for r in rows] == lrs
+    assert [r["batch_sweep"]["horizon_tokens"] for r in rows] == [
+        round(p.batch_choice.D) for p in plans
+    ]
+
+
+def test_batch_law_of_n_and_d_on_request(hparam_sweep, tmp_path):
+    growing = PlantedLaw(0.037, 0.2, STEP_LAW_BATCH.b)
+    sweep = make_hparam_sweep(tmp_path / "by_n", ladder_sizes(), batch_law=growing)
+    job = ladder(tmp_path, batch={"from_sweep": str(sweep), "sweep_law": "N,D"})
+    (p,) = plan_ladder(job, ["3M"], sweep_rules(job))
+    assert p.batch_choice.law.startswith("B*(N, D) = ")
+    assert p.batch_choice.covers(growing(p.num_params, p.batch_choice.D))
+    assert p.lr_choice is None and p.lr_source == "formula"
+    flat_in_n = ladder(tmp_path, batch={"from_sweep": str(hparam_sweep), "sweep_law": "N,D"})
+    assert "set batch.sweep_law: D" in one_line_error(flat_in_n)
+    with pytest.raises(ConfigError, match="sweep_law: 'N' is not allowed"):
+        ladder(tmp_path, batch={"sweep_law": "N"})
+
+
+def test_dry_run_shows_lr_batch_and_the_horizon_that_set_them(run_script, hparam_sweep, tmp_path):
+    args = [f"--dir={tmp_path / 'exp'}", f"--sizes={','.join(SIZES)}"]
+    sweeps = [f"--lr.from_sweep={hparam_sweep}", f"--batch.from_sweep={hparam_sweep}"]
+    code, out, err = run_script("workflows/ladder.py", "--dry-run", *args, *sweeps)
+    assert code == 0, err
+    assert "lr 95%" in out and "B* 95%" in out
+    assert f"lr.from_sweep {hparam_sweep}: lr*(N, D) = " in out
+    assert "read at its run's final D" in out
+    for size in SIZES:
+        assert f"  {size}: peak lr " in out and f"  {size}: batch " in out
+    assert out.count("the first decay, at ") == 3
+
+
+def test_one_horizon_per_size_falls_back_to_lr_of_n_and_says_so(sweep_dir, tmp_path):
+    from trainer_core.analysis import fit_sweep_lr
+
+    job = ladder(tmp_path, lr={"from_sweep": str(sweep_dir)})
+    plans = plan_ladder(job, rules=sweep_rules(job))
+    fit = fit_sweep_lr(sweep_dir)
+    for p in plans:
+        assert p.lr == pytest.approx(fit.predict(p.num_params))
+        assert "one horizon per size: not moved with D" in p.lr_choice.law
+        assert p.lr_choice.interval(".3g") == "no interval"
+    notes = "\n".join(sweep_notes(plans))
+    assert "the first decay" not in notes and "final D" not in notes
+    assert p.hparam_record()["lr_sweep"]["interval_95"] is None
+
+
+def one_line_error(job: LadderConfig) -> str:
+    with pytest.raises(ConfigError) as e:
+        sweep_rules(job)
+    text = str(e.value)
+    assert "\n" not in text
+    return text
+
+
+def test_bad_sweeps_give_one_line_errors_naming_the_key(hparam_sweep, sweep_dir, tmp_path):
+    missing = one_line_error(ladder(tmp_path, batch={"from_sweep": str(tmp_path / "nope")}))
+    assert missing.startswith("batch.from_sweep: ") and "no such directory" in missing
+    no_batch = one_line_error(ladder(tmp_path, batch={"from_sweep": str(sweep_dir)}))
+    assert no_batch.startswith("batch.from_sweep: ") and "sweep batch sizes too" in no_batch
+
+    two = dict(list(ladder_sizes().items())[:2])
+    small = make_hparam_sweep(tmp_path / "small", two, ratios=(10.0, 40.0))
+    few = one_line_error(ladder(tmp_path, lr={"from_sweep": str(small)}))
+    assert few.startswith("lr.from_sweep: ") and "needs at least 5" in few
+
+    flat = PlantedLaw(STEP_LAW_LR.c, STEP_LAW_LR.a, 0.0)
+    noisy = make_hparam_sweep(tmp_path / "flat", ladder_sizes(), flat, noise=0.02)
+    unresolved = one_line_error(ladder(tmp_path, lr={"from_sweep": str(noisy)}))
+    assert unresolved.startswith("lr.from_sweep: LR*(N, D) from ")
+    assert "sign not resolved" in unresolved and "remove lr.from_sweep" in unresolved

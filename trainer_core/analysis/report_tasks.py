@@ -1,0 +1,66 @@
+"""The task half of a ladder report: per-size task loss and accuracy, then the two-step task
+prediction of the held-out (largest) size with its 95% interval beside what that size measured.
+
+A ladder's evals are WSD-S annealed points, each standing for a finished run of its length, so
+step 1 fits all of them (a table of published checkpoints fits each run's last one only).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from trainer_core.analysis.ladder_table import TASK_ACC_SUFFIX, TASK_LOSS_SUFFIX
+from trainer_core.analysis.plots_tasks import plot_task_prediction
+from trainer_core.analysis.report_data import Report
+from trainer_core.analysis.tasks import final_points, task_holdout_check
+
+ACC_NORM_SUFFIX = "/acc_norm"
+
+
+def task_section(report: Report, console: Console, n_bootstrap: int) -> None:
+    """Print the task table and the held-out prediction; one two-panel PNG per task."""
+    results = report.results
+    if not results.task_names:
+        return
+    points = results.task_points()
+    console.print(task_table(points, results.task_names))
+    held = report.attempt(
+        "held-out task prediction",
+        lambda: task_holdout_check(
+            points, results.task_chances(), n_bootstrap=n_bootstrap, final_only=False
+        ),
+    )
+    if held is None:
+        return
+    report.task_holdout = held
+    console.print(str(held))
+    train = points[points["N"] < points["N"].max()]
+    for task, law in held.laws.items():
+        preds = [p for p in held.predictions if p.task == task]
+        path = report.out_dir / f"task_{task}.png"
+        report.plots.append(plot_task_prediction(law, train, preds, path, final_only=False))
+
+
+def task_table(points: pd.DataFrame, tasks: list[str]) -> Table:
+    """Each run's last eval: its tokens, and per task the task loss, accuracy and acc_norm."""
+    table = Table(title="downstream tasks at each size's last annealed eval")
+    for col in ("size", "N", "tokens"):
+        table.add_column(col, justify="left" if col == "size" else "right")
+    suffixes = (TASK_LOSS_SUFFIX, TASK_ACC_SUFFIX, ACC_NORM_SUFFIX)
+    for task in tasks:
+        for suffix in suffixes:
+            table.add_column(task + suffix, justify="right")
+    for _, values in final_points(points).iterrows():
+        cells = [
+            _number(values.get(task + suffix), ".4f" if suffix == TASK_LOSS_SUFFIX else ".3f")
+            for task in tasks
+            for suffix in suffixes
+        ]
+        table.add_row(values["size"], f"{values['N']:,}", f"{values['tokens']:,}", *cells)
+    return table
+
+
+def _number(value: float | None, fmt: str) -> str:
+    return "-" if value is None or pd.isna(value) else format(value, fmt)

@@ -1,0 +1,285 @@
+"""The whole answer at a target compute C: per approach, N*, D* and the loss with intervals; the
+LR* and B* the sweep laws give at that (N*, D*); and the run's cost in device-hours.
+
+One table, printed by ``workflows/analyze.py`` and returned by :func:`target_answer`. The cost
+is ``flops_per_param_token * N * D`` FLOPs (6 N D: the forward and backward matmuls; attention's
+share left out) over the device's peak FLOP/s times an assumed MFU, both stated in the table. The
+device and MFU default to the experiment's ``device_type`` and ``assumed_mfu``; the laws to the
+sweep its ladder took ``lr.from_sweep`` / ``batch.from_sweep`` from.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+import yaml
+
+from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit
+from trainer_core.analysis.hparam_laws import HparamLaws, fit_hparam_laws
+from trainer_core.analysis.hparam_table import hparam_table
+from trainer_core.analysis.isoflop import IsoFLOPFit
+from trainer_core.analysis.load import AnalysisError, load
+from trainer_core.devices import CPU_NOMINAL_FLOPS, PEAK_BF16_FLOPS, device_peak_flops
+from trainer_core.io import storage
+from trainer_core.io.run_dir import EXPERIMENT
+from trainer_core.io.storage import Location
+
+DEFAULT_MFU = 0.4
+"""The ladder's own default ``assumed_mfu``."""
+Estimate = tuple[float, float, float]
+"""(value, 95% low, 95% high); NaN bounds where there is no interval."""
+NO_CI = (math.nan, math.nan)
+
+
+@dataclass(frozen=True)
+class DeviceCost:
+    """What one device delivers: its peak FLOP/s times the MFU a run is assumed to reach."""
+
+    device: str
+    peak_flops: float
+    mfu: float = DEFAULT_MFU
+    flops_per_param_token: float = 6.0
+
+    def flops(self, N: float, D: float) -> float:
+        return self.flops_per_param_token * N * D
+
+    def hours(self, N: float, D: float) -> float:
+        return self.flops(N, D) / (self.peak_flops * self.mfu) / 3600
+
+    def __str__(self) -> str:
+        return (
+            f"{self.device}, {self.peak_flops:.3g} FLOP/s peak, {100 * self.mfu:.0f}% MFU "
+            f"(assumed), FLOPs = {self.flops_per_param_token:g} N D"
+        )
+
+
+def device_cost(device: str, mfu: float = DEFAULT_MFU) -> DeviceCost:
+    """The cost model of a device type as ladders name it ('H100', 'cpu')."""
+    if not 0 < mfu <= 1:
+        raise AnalysisError(f"MFU {mfu}: must be in (0, 1]")
+    if device.lower() == "cpu":
+        return DeviceCost("cpu (nominal)", CPU_NOMINAL_FLOPS, mfu)
+    peak = device_peak_flops(device)
+    if peak is None:
+        known = ", ".join(PEAK_BF16_FLOPS)
+        raise AnalysisError(f"device {device!r}: no peak FLOP/s known; use cpu or one of {known}")
+    return DeviceCost(device, peak, mfu)
+
+
+@dataclass
+class TargetSettings:
+    """What the target table is priced and tuned with; empty fields come from the experiment."""
+
+    device: str = ""
+    mfu: float | None = None
+    hparam_sweep: Location = ""
+    """A sweep dir whose LR*(N, D) and B* laws fill the LR* and B* rows."""
+
+    def resolve(self, exp_dir: Location) -> tuple[DeviceCost, Location]:
+        """(the cost model, the sweep dir or "") with the experiment's record filling the gaps."""
+        record = _experiment_record(exp_dir)
+        device = self.device or str(record.get("device_type") or "cpu")
+        mfu = self.mfu if self.mfu is not None else record.get("assumed_mfu", DEFAULT_MFU)
+        sweep = self.hparam_sweep or _from_sweep(record)
+        return device_cost(device, float(mfu)), sweep
+
+
+def _experiment_record(exp_dir: Location) -> dict:
+    path = storage.join(exp_dir, EXPERIMENT)
+    return (yaml.safe_load(storage.read_text(path)) or {}) if storage.is_file(path) else {}
+
+
+def _from_sweep(record: dict) -> str:
+    """The sweep dir the experiment's ladder took its LR (else its batch) from, if any."""
+    for key in ("lr", "batch"):
+        section = record.get(key) or {}
+        if isinstance(section, dict) and section.get("from_sweep"):
+            return str(section["from_sweep"])
+    return ""
+
+
+def sweep_laws(sweep_dir: Location) -> HparamLaws:
+    """LR*(N, D) and B*(D) of a sweep dir's annealed points."""
+    return fit_hparam_laws(hparam_table(load(sweep_dir)))
+
+
+@dataclass
+class TargetColumn:
+    """One approach's answer at the target compute."""
+
+    approach: str
+    a: Estimate | None = None
+    b: Estimate | None = None
+    N: Estimate | None = None
+    D: Estimate | None = None
+    loss: Estimate | None = None
+    lr: Estimate | None = None
+    batch: Estimate | None = None
+    flops: float | None = None
+    device_hours: float | None = None
+
+
+ROWS = (
+    ("a: N_opt ~ C^a", "a", ".3f"),
+    ("b: D_opt ~ C^b", "b", ".3f"),
+    ("N_opt", "N", ".3g"),
+    ("D_opt (tokens)", "D", ".3g"),
+    ("loss", "loss", ".4f"),
+    ("lr*", "lr", ".3g"),
+    ("B* (tokens)", "batch", ",.0f"),
+    ("FLOPs", "flops", ".3g"),
+    ("device-hours", "device_hours", ",.3g"),
+)
+
+
+@dataclass
+class TargetAnswer:
+    """The table at compute C: a column per approach, and how LR*, B* and the cost were had."""
+
+    C: float
+    columns: list[TargetColumn]
+    cost: DeviceCost
+    hparam_source: str = ""
+    """Where the LR* and B* laws came from (a sweep dir)."""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        return f"compute-optimal at C = {self.C:.3g} FLOPs (95% bootstrap intervals)"
+
+    def rows(self) -> list[tuple[str, list[str]]]:
+        """(row label, one formatted cell per column); "-" where an approach has no value."""
+        return [
+            (label, [_cell(getattr(col, attr), fmt) for col in self.columns])
+            for label, attr, fmt in ROWS
+        ]
+
+    def to_frame(self) -> pd.DataFrame:
+        """The table as text cells: rows as printed, a column per approach."""
+        rows = self.rows()
+        data = {col.approach: [cells[i] for _, cells in rows] for i, col in enumerate(self.columns)}
+        return pd.DataFrame(data, index=[label for label, _ in rows])
+
+    def footer(self) -> list[str]:
+        """What the table assumes: the device and MFU, where LR* and B* come from."""
+        source = "lr*, B*: no sweep laws (--hparam-sweep DIR, or a ladder with lr.from_sweep)"
+        if any(col.lr is not None for col in self.columns):
+            source = (
+                f"lr*, B*: the laws of {self.hparam_source or 'the sweep'}, read at each "
+                "column's N_opt, D_opt (their intervals: the laws' bootstrap there; N_opt's own "
+                "spread not carried)"
+            )
+        return [f"device-hours: {self.cost}", source, *self.notes]
+
+    def __str__(self) -> str:
+        width = max(len(label) for label, *_ in ROWS)
+        cells = self.rows()
+        widths = [
+            max(len(col.approach), *(len(row[i]) for _, row in cells))
+            for i, col in enumerate(self.columns)
+        ]
+        header = " " * width + "".join(
+            f"  {c.approach:>{w}}" for c, w in zip(self.columns, widths, strict=True)
+        )
+        lines = [self.title, header]
+        for label, row in cells:
+            lines.append(
+                f"{label:<{width}}"
+                + "".join(f"  {v:>{w}}" for v, w in zip(row, widths, strict=True))
+            )
+        return "\n".join(lines + self.footer())
+
+
+def _cell(value: Estimate | float | None, fmt: str) -> str:
+    if value is None:
+        return "-"
+    if not isinstance(value, tuple):
+        return format(value, fmt) if math.isfinite(value) else "-"
+    v, lo, hi = value
+    if not math.isfinite(v):
+        return "-"
+    return format(v, fmt) + (f" [{lo:{fmt}} .. {hi:{fmt}}]" if math.isfinite(lo) else "")
+
+
+def _estimate(value: float, ci: tuple[float, float]) -> Estimate:
+    return (float(value), float(ci[0]), float(ci[1]))
+
+
+def _isoflop_column(fit: IsoFLOPFit, C: float) -> TargetColumn:
+    ci = fit.optimal_intervals(C)
+    n_opt, d_opt = fit.compute_optimal(C)
+    return TargetColumn(
+        "approach 2 (isoFLOP)",
+        a=_estimate(fit.a, fit.ci.get("a", NO_CI)),
+        b=_estimate(fit.b, fit.ci.get("b", NO_CI)),
+        N=_estimate(n_opt, ci["N"]),
+        D=_estimate(d_opt, ci["D"]),
+    )
+
+
+def _chinchilla_column(fit: ChinchillaFit, C: float) -> TargetColumn:
+    """a, b, N_opt, D_opt and loss on the fit's own frontier; only a, b when it has none."""
+    ci = fit.optimal_intervals(C)
+    column = TargetColumn(
+        "approach 3 (L(N, D))", a=_estimate(fit.a, ci["a"]), b=_estimate(fit.b, ci["b"])
+    )
+    try:
+        n_opt, d_opt = fit.compute_optimal(C)
+    except AnalysisError:
+        return column
+    column.N = _estimate(n_opt, ci["N"])
+    column.D = _estimate(d_opt, ci["D"])
+    column.loss = _estimate(fit.predict(n_opt, d_opt), ci["loss"])
+    return column
+
+
+def _frontier_column(fit: PowerLawFit, C: float) -> TargetColumn:
+    return TargetColumn("frontier L(C)", loss=_estimate(fit.predict(C), fit.predict_interval(C)))
+
+
+def target_answer(
+    C: float,
+    cost: DeviceCost,
+    isoflop: IsoFLOPFit | None = None,
+    chinchilla: ChinchillaFit | None = None,
+    frontier: PowerLawFit | None = None,
+    laws: HparamLaws | None = None,
+    hparam_source: str = "",
+) -> TargetAnswer:
+    """The table at C from whichever fits there are; each column with an N_opt and D_opt gets
+    LR* and B* from ``laws`` there and its cost on ``cost``'s device."""
+    columns = [
+        build(fit, C)
+        for fit, build in (
+            (isoflop, _isoflop_column),
+            (chinchilla, _chinchilla_column),
+            (frontier, _frontier_column),
+        )
+        if fit is not None
+    ]
+    answer = TargetAnswer(C, columns, cost, hparam_source)
+    if laws is not None:
+        fitted = [law for law in (laws.lr, laws.batch) if law is not None]
+        answer.notes += [f"UNRESOLVED {law.name}: {note}" for law in fitted for note in law.notes]
+    for col in columns:
+        if col.N is not None and col.D is not None:
+            _price_and_tune(col, cost, laws, answer.notes)
+    return answer
+
+
+def _price_and_tune(col: TargetColumn, cost: DeviceCost, laws, notes: list[str]) -> None:
+    N, D = col.N[0], col.D[0]
+    col.flops = cost.flops(N, D)
+    col.device_hours = cost.hours(N, D)
+    if laws is None:
+        return
+    prediction = laws.predict(N, D)
+    col.lr = prediction.lr
+    col.batch = prediction.batch
+    if prediction.extrapolated:
+        notes.append(
+            f"{col.approach}: lr*, B* extrapolated ({', '.join(prediction.extrapolated)} "
+            "outside the sweep's cells)"
+        )

@@ -1,0 +1,223 @@
+"""YAML files and plain data -> typed dataclass configs, through draccus, with our errors.
+
+draccus reads the YAML (its ``<<: !include base.yaml`` merge; our ``!include`` on top, which knows
+the chain of files and so names a cycle) and decodes a mapping into the dataclasses. Every
+failure becomes one :class:`ConfigError` naming the dotted key. Checked by
+``tests/unit/config/test_decode.py``, we rely on ``SafeLoaderWithInclusion``, on the wording of
+draccus's unknown- and missing-field errors, and on a section's own error being the cause of
+draccus's ``ParsingError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+import types
+import typing
+from functools import reduce
+from pathlib import Path
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import draccus
+import yaml
+from draccus.parsers.yaml_loader import SafeLoaderWithInclusion
+from draccus.utils import DecodingError, ParsingError
+
+from trainer_core.errors import UserError
+
+T = TypeVar("T")
+
+
+class ConfigError(UserError, ValueError):
+    """A config value, key or file is invalid; the message says where and what is allowed.
+
+    Defined here, at the bottom of the config package, as both this module and ``loader`` raise
+    it; everyone else imports it from ``loader``."""
+
+
+def suggest(key: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(key, options, n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class _IncludeLoader(SafeLoaderWithInclusion):
+    """draccus's loader, whose ``<<: !include`` merge we keep, with an ``!include`` that reads
+    relative to the including file and stops at a cycle instead of recursing until Python does."""
+
+    chain: tuple[Path, ...] = ()
+    """The files whose includes led here, the one being read last."""
+
+
+def _include(loader: _IncludeLoader, node: yaml.Node) -> Any:
+    target = (loader.chain[-1].parent / loader.construct_scalar(node)).resolve()
+    if target in loader.chain:
+        cycle = " -> ".join(str(p) for p in (*loader.chain, target))
+        raise ConfigError(f"!include cycle: {cycle}; remove one of these includes")
+    return load_yaml(target, loader.chain)
+
+
+_IncludeLoader.add_constructor("!include", _include)
+
+
+def load_yaml(path: str | Path, included_from: tuple[Path, ...] = ()) -> Any:
+    """Read a YAML file, resolving ``!include`` relative to that file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    with path.open() as f:
+        loader = _IncludeLoader(f)
+        loader.chain = (*included_from, path.resolve())
+        try:
+            return loader.get_single_data()
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from None
+        finally:
+            loader.dispose()
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+    except OverflowError:  # an integer beyond float's range
+        return math.inf
+
+
+class _Explained(DecodingError):
+    """Raised by our decoders: the message is already ours."""
+
+
+def _decode_scalar(tp: type, raw: Any, path: tuple[str, ...]) -> Any:
+    """Ours, not draccus's, for bool/int/float/str: ``2e6`` and ``20.0`` are integers, ``inf``
+    is not a number, ``123`` is not a string, and ``null`` is none of them."""
+    if tp is int and isinstance(raw, float) and raw.is_integer():
+        return int(raw)
+    if tp is float:
+        number = _as_float(raw)
+        if number is None:
+            raise _Explained(path, f"expected a number, got {raw!r}")
+        if not math.isfinite(number):
+            raise _Explained(path, f"{number} is not a finite number")
+        return number
+    if isinstance(raw, tp) and not (tp is int and isinstance(raw, bool)):
+        return raw
+    expected = {bool: "true or false", int: "an integer", str: "a string"}[tp]
+    hint = "; quote it" if tp is str and isinstance(raw, (int, float)) else ""
+    raise _Explained(path, f"expected {expected}, got {raw!r}{hint}")
+
+
+for _tp in (bool, int, float, str):
+    # include_subclasses: draccus then calls it for null too (a plain registration gets no null)
+    draccus.decode.register(_tp, _decode_scalar, include_subclasses=True)
+
+
+def field_type(cls: type, keys: list[str] | tuple[str, ...]) -> Any:
+    """The annotation at ``keys`` (field names, list indices, mapping keys) below ``cls``."""
+    tp: Any = cls
+    for key in keys:
+        if dataclasses.is_dataclass(tp):
+            tp = get_type_hints(tp).get(key)
+        elif get_origin(tp) in (list, dict):
+            tp = get_args(tp)[-1]
+        else:
+            return None
+    return tp
+
+
+def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+    """Build dataclass ``cls`` from a plain mapping; any mistake is one ConfigError."""
+    try:
+        return draccus.decode(cls, data)
+    except DecodingError as e:
+        raise ConfigError(_explain(cls, data, e)) from None
+    except ParsingError as e:  # a section's own check failed; draccus names only its class
+        if not isinstance(e.__cause__, ConfigError):
+            raise
+        message = str(e.__cause__)
+        where = _dotted(_failing_section(cls, data, message))
+        located = f"{where}.{message}" if where and not message.startswith(where) else message
+        raise ConfigError(located) from None
+
+
+_UNKNOWN = re.compile(r"The fields `([^`]+)`.* are not valid for ")
+_MISSING = re.compile(r"Missing required field\(s\) `(.+?)`")
+
+
+def _explain(cls: type, data: dict[str, Any], error: DecodingError) -> str:
+    """Our line for a draccus error: its key path, and the type and value found there."""
+    keys = tuple(str(k) for k in error.key_path)
+    where = _dotted(keys)
+    if isinstance(error, _Explained):
+        return f"{where}: {error.message}"
+    if unknown := _UNKNOWN.match(error.message):
+        return _unknown_key(field_type(cls, keys), where, unknown[1])
+    if missing := _MISSING.match(error.message):
+        return f"{_dotted((*keys, missing[1]))}: required (there is no default)"
+    tp = field_type(cls, keys)
+    raw = reduce(lambda node, k: node[int(k)] if isinstance(node, list) else node[k], keys, data)
+    if get_origin(tp) is list and isinstance(raw, list):  # draccus names the list, not the item
+        i = next(i for i, item in enumerate(raw) if not isinstance(item, dict))
+        where, tp, raw = f"{where}[{i}]", get_args(tp)[0], raw[i]
+    if get_origin(tp) in (Union, types.UnionType):
+        return f"{where}: {raw!r} is not a valid {_type_name(tp)}"
+    if get_origin(tp) is typing.Literal:
+        return f"{where}: {raw!r} is not allowed; use {_type_name(tp)}"
+    if dataclasses.is_dataclass(tp):
+        return f"{where}: expected a mapping for {tp.__name__}, got {raw!r}"
+    return f"{where}: expected a {_type_name(tp)}, got {raw!r}"
+
+
+def _unknown_key(section: type, where: str, key: str) -> str:
+    dotted = f"{where}.{key}" if where else key
+    moved = getattr(section, "MOVED_KEYS", {}).get(key)
+    if moved:
+        return f"{dotted}: this key moved; set {moved} instead"
+    fields = [f.name for f in dataclasses.fields(section) if f.init]
+    return f"{dotted}: unknown key{suggest(key, fields)}; allowed keys: {', '.join(fields)}"
+
+
+def _failing_section(tp: Any, raw: Any, message: str, keys: tuple[str, ...] = ()) -> tuple:
+    """The key path of the section whose own check failed with ``message`` (draccus names only
+    its class): the first, deepest first, that fails alone with it."""
+    if dataclasses.is_dataclass(tp) and isinstance(raw, dict):
+        children = [(f.name, raw[f.name]) for f in dataclasses.fields(tp) if f.name in raw]
+    else:
+        children = list(enumerate(raw)) if isinstance(raw, list) else []
+    for key, child in children:
+        child_tp = field_type(tp, [str(key)])
+        if found := _failing_section(child_tp, child, message, (*keys, str(key))):
+            return found
+    try:
+        if dataclasses.is_dataclass(tp):
+            draccus.decode(tp, raw)
+    except ParsingError as e:
+        return keys if str(e.__cause__) == message else ()
+    return ()
+
+
+def _dotted(keys: tuple[str, ...]) -> str:
+    """draccus's key path as we print it: ``checkpoint.keep[0].every``."""
+    return "".join(f"[{k}]" if k.isdigit() else f".{k}" for k in keys).lstrip(".")
+
+
+_FRIENDLY = {int: "integer", float: "number", str: "string", bool: "true/false"}
+
+
+def _type_name(tp: Any) -> str:
+    if tp is type(None):
+        return "null"
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in get_args(tp))
+    if origin is list:
+        return f"list of {_type_name(get_args(tp)[0])}"
+    if origin is dict:
+        return f"mapping of {_type_name(get_args(tp)[1])}"
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    return _FRIENDLY.get(tp, getattr(tp, "__name__", str(tp)))
