@@ -129,3 +129,9 @@ DEVICE_MEMORY_GB = {
 }
 CPU_NOMINAL_FLOPS = 1e11
 """A CPU ladder's device-hours use a nominal 2-core figure (its MFU is measured, not looked up)."""
+
+
+def device_hours(flops: float, peak_flops: float, mfu: float) -> float:
+    """Hours of one device for ``flops`` at ``mfu`` of its peak: the one rule the ladder's plan
+    and the analysis's target table both price runs with."""
+    return flops / (peak_flops * mfu) / 3600

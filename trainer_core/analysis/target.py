@@ -21,7 +21,12 @@ from trainer_core.analysis.hparam_laws import HparamLaws, fit_hparam_laws
 from trainer_core.analysis.hparam_table import hparam_table
 from trainer_core.analysis.isoflop import IsoFLOPFit
 from trainer_core.analysis.load import AnalysisError, load
-from trainer_core.devices import CPU_NOMINAL_FLOPS, PEAK_BF16_FLOPS, device_peak_flops
+from trainer_core.devices import (
+    CPU_NOMINAL_FLOPS,
+    PEAK_BF16_FLOPS,
+    device_hours,
+    device_peak_flops,
+)
 from trainer_core.io import storage
 from trainer_core.io.run_dir import EXPERIMENT
 from trainer_core.io.storage import Location
@@ -46,7 +51,7 @@ class DeviceCost:
         return self.flops_per_param_token * N * D
 
     def hours(self, N: float, D: float) -> float:
-        return self.flops(N, D) / (self.peak_flops * self.mfu) / 3600
+        return device_hours(self.flops(N, D), self.peak_flops, self.mfu)
 
     def __str__(self) -> str:
         return (

@@ -23,6 +23,7 @@ from trainer_core.config.sections import (
     TrainConfig,
 )
 from trainer_core.config.sizes import check_size
+from trainer_core.devices import device_hours
 from trainer_core.io import storage
 from trainer_core.io.run_dir import RUNS
 from trainer_core.ladder.batch import (
@@ -127,7 +128,7 @@ class SizePlan:
         return float(self.flops_per_token) * self.steps * self.batch_tokens
 
     def device_hours(self, ladder: LadderConfig) -> float:
-        return self.total_flops / (ladder.peak_flops * ladder.assumed_mfu) / 3600
+        return device_hours(self.total_flops, ladder.peak_flops, ladder.assumed_mfu)
 
     def table_row(self, ladder: LadderConfig) -> dict[str, object]:
         m = self.model
