@@ -68,6 +68,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--attention", choices=_choices(ModelConfig, "attention_backend"), default="auto"
     )
+    ap.add_argument(
+        "--bare-only", action="store_true", help="skip the Trainer loop (a quicker tuning sweep)"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON line")
     return ap.parse_args(argv)
 
@@ -104,6 +107,8 @@ def measure(args: argparse.Namespace) -> dict:
     """The bare step's figures, then the Trainer loop's, one model in memory at a time."""
     run = run_config(args)
     bare = measure_step(run, args)
+    if args.bare_only:
+        return bare
     gc.collect()
     if torch.device(args.device).type == "cuda":
         torch.cuda.empty_cache()
@@ -215,8 +220,12 @@ def summary_line(r: dict) -> str:
         f"batch {r['batch']}: median step {r['step_ms']:.1f} ms, {r['tokens_per_s']:,.0f} "
         f"tokens/s, MFU {100 * r['mfu']:.1f}% of {r['peak_flops'] / 1e12:.3g} TFLOP/s, peak memory "
         f"{measured} (estimate {r['estimated_memory_bytes'] / gib:.1f} GiB), attention "
-        f"{','.join(r['attention']) or 'inlined by compile'}; Trainer loop "
-        f"{r['loop_tokens_per_s']:,.0f} tokens/s, MFU {100 * r['loop_mfu']:.1f}%"
+        f"{','.join(r['attention']) or 'inlined by compile'}"
+        + (
+            f"; Trainer loop {r['loop_tokens_per_s']:,.0f} tokens/s, MFU {100 * r['loop_mfu']:.1f}%"
+            if "loop_tokens_per_s" in r
+            else ""
+        )
     )
 
 

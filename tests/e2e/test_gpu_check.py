@@ -1,11 +1,14 @@
 """``make gpu-check`` on a machine without CUDA, its parts that run anywhere, the ``cuda``
 marker that keeps the GPU tests out of a CPU run (collected there, not skipped), and the check
-on a bare GPU machine's Python, which lacks Ray, torchao and zstandard."""
+on a bare GPU machine's Python, which lacks Ray, torchao, zstandard and draccus."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import json
 import re
+import zipfile
 
 import pytest
 import torch
@@ -96,6 +99,15 @@ def test_a_benchmark_check_reads_the_train_step_figures(gpu_check, tmp_path):
     assert [re.search(r" (PASS|FAIL) ", row)[1] for row in table[1:]] == ["FAIL", "FAIL"]
 
 
+def test_a_tuning_run_can_skip_the_trainer_loop(processes):
+    """``--bare-only``: the bare step's figures alone, in half the time (a GPU tuning sweep)."""
+    small = ("--size", "1M", "--seq-len", "32", "--batch-seqs", "2", "--steps", "1")
+    out = processes.python("benchmarks/train_step.py", *small, "--bare-only", "--json")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["tokens_per_s"] > 0 and result["batch"] == "2x32 (micro 2)"
+    assert "loop_tokens_per_s" not in result
+
+
 def test_the_tiny_gpu_ladder_plans_one_gpu_per_run(gpu_check, tmp_path):
     path = tmp_path / "ladder.yaml"
     path.write_text(gpu_check.yaml.safe_dump(gpu_check.ladder_config(tmp_path / "exp", "H100")))
@@ -108,15 +120,19 @@ def test_the_tiny_gpu_ladder_plans_one_gpu_per_run(gpu_check, tmp_path):
         assert trial.config.trainer.run_dir.startswith(str(tmp_path / "exp"))
 
 
-ABSENT = ("ray", "torchao", "zstandard", "wandb", "s3fs")
+ABSENT = ("ray", "torchao", "zstandard", "draccus", "mergedeep", "toml", "wandb", "s3fs")
 BARE_PYTHON = f"""
 import runpy, sys
+from pathlib import Path
 
 class Absent:
-    \"\"\"A bare GPU machine's python3: these packages are not installed.\"\"\"
+    \"\"\"A bare GPU machine's python3: these packages are not installed, unless a copy was
+    carried to a site folder (gpu_check's ``--wheels DIR/site``).\"\"\"
 
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {ABSENT!r}:
+        top = name.split(".")[0]
+        carried = any(Path(p, top).exists() for p in sys.path if p.endswith("site"))
+        if top in {ABSENT!r} and not carried:
             raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
 
 sys.meta_path.insert(0, Absent())
@@ -125,6 +141,8 @@ runpy.run_path("benchmarks/gpu_check.py", run_name="__main__")
 """
 """``python -c BARE_PYTHON ARGS``: gpu_check.py with the packages a bare GPU machine lacks
 hidden from this venv."""
+CARRIED = ("draccus", "mergedeep", "toml", "zstandard", "torchao")
+"""What ``make gpu-wheels`` carries (its ``GPU_WHEELS``)."""
 
 NO_CUDA = (
     "gpu-check: no CUDA device on this machine (torch.cuda.is_available() is False); "
@@ -151,3 +169,33 @@ def test_on_a_bare_python_each_part_says_what_it_lacks_in_one_line(processes, tm
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     assert len(lines) == 2 and lines[0].startswith(f"gpu-check: {part}: not run, {why}")
     assert lines[1] == NO_CUDA
+
+
+def wheel_of_installed(name: str, folder) -> None:
+    """A wheel of the installed distribution ``name``, as ``pip download`` would fetch it."""
+    dist = importlib.metadata.distribution(name)
+    tag = "py3-none-any"
+    path = folder / f"{dist.metadata['Name'].replace('-', '_')}-{dist.version}-{tag}.whl"
+    with zipfile.ZipFile(path, "w") as whl:
+        for file in dist.files:
+            if not str(file).startswith("..") and "__pycache__" not in str(file):
+                whl.write(file.locate(), str(file))
+
+
+@pytest.mark.slow
+def test_on_a_bare_python_the_carried_wheels_are_installed_before_our_code_is_imported(
+    processes, tmp_path
+):
+    """The bench part with the wheels ``make gpu-wheels`` carries: they install offline into
+    ``--wheels``' site folder, every import check passes, and the one line left is the lack of
+    CUDA (run first on the GPU machine, our config code was imported before the wheels that it
+    needs, and the check died with draccus missing)."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for name in CARRIED:
+        wheel_of_installed(name, wheels)
+    env = {"PYTHONPATH": ".", "CUDA_VISIBLE_DEVICES": ""}
+    out = processes.python("-c", BARE_PYTHON, "--parts", "bench", "--wheels", str(wheels), env=env)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert [line for line in out.stderr.splitlines() if line.startswith("gpu-check:")] == [NO_CUDA]
+    assert all((wheels / "site" / name).is_dir() for name in CARRIED)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 
 from trainer_core.config.sections import ModelConfig, ParallelConfig, TrainModuleConfig
 from trainer_core.model.counts import count_params
-from trainer_core.parallel.precision import computes_in_16_bit
+from trainer_core.parallel.precision import autocast_precision, computes_in_16_bit
 
 LOGIT_BYTES = 12
 """Per vocabulary entry and token at the peak, cross-entropy's backward: the fp32 log-softmax it
@@ -51,6 +51,10 @@ class MemoryEstimate:
     """Parameters FSDP has all-gathered, in param dtype: the root unit (embedding, LM head, final
     norm) from its forward to the end of backward (FSDP2 does not reshard the root), and two
     blocks at a time (the one computing and the one prefetched)."""
+    autocast_weights: float
+    """Where autocast makes the 16-bit compute (one device, TP alone): the 16-bit copies of the
+    weights it caches from the first forward use to the end of backward (measured on an H100 at
+    1B: 2.4 GiB, two bytes per parameter outside the embedding)."""
     activations: float
     """Saved for backward by the transformer blocks, for one micro-batch."""
     logits: float
@@ -115,6 +119,9 @@ def estimate_memory(
     gathered = 0.0
     if fsdp:
         gathered = (2 if parallel.param_dtype == "bfloat16" else 4) * (root + 2 * block)
+    cached = 0.0
+    if not fsdp and autocast_precision(parallel, train_module, fsdp=False):
+        cached = 2 * (local - count_params(model)["embedding"])
     tokens = micro_seqs * seq_len
     full = layer_activation_elements(model, tp) * activation_bytes_per_element(
         parallel, train_module
@@ -135,6 +142,7 @@ def estimate_memory(
         optimizer=2 * params,
         unsharded_grads=unsharded,
         gathered_params=gathered,
+        autocast_weights=cached,
         activations=tokens * per_token,
         logits=tokens * model.vocab_size * logit_bytes,
     )

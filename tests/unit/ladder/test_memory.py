@@ -53,12 +53,19 @@ def test_terms_follow_sharding_accumulation_checkpointing_and_precision():
     # FSDP's gathered parameters: in param dtype, and only where FSDP wraps the model
     assert bf16.gathered_params == pytest.approx(0.5 * base.gathered_params)
     assert estimate(dp_shard=1).gathered_params == 0
+    # autocast's cached 16-bit weights: where autocast makes bf16 (one device here), not FSDP
+    non_embedding = count_params(MODEL)["non_embedding"]
+    one_device = estimate(parallel=ParallelConfig(param_dtype="bfloat16"), dp_shard=1)
+    assert one_device.autocast_weights == pytest.approx(2 * non_embedding)
+    assert bf16.autocast_weights == 0 and base.autocast_weights == 0
+    assert autocast.autocast_weights == 0  # explicit autocast under FSDP: not measured, not counted
     assert base.total == pytest.approx(
         base.params
         + base.grads
         + base.optimizer
         + base.unsharded_grads
         + base.gathered_params
+        + base.autocast_weights
         + base.activations
         + base.logits
     )
