@@ -18,7 +18,8 @@ import time
 
 import numpy as np
 
-from trainer_core.analysis.hparam_laws import fit_hparam_laws, leave_one_out
+from trainer_core.analysis.hparam_heldout import leave_one_out
+from trainer_core.analysis.hparam_laws import fit_hparam_laws
 from trainer_core.analysis.synthetic_sweep import (
     STEP_LAW_BATCH,
     STEP_LAW_LR,

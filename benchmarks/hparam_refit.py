@@ -23,12 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from trainer_core.analysis.hparam_laws import (
-    HparamLawFit,
-    fit_hparam_law,
-    fit_hparam_laws,
-    leave_one_out,
-)
+from trainer_core.analysis.hparam_heldout import leave_one_out
+from trainer_core.analysis.hparam_laws import HparamLawFit, fit_hparam_law, fit_hparam_laws
 
 DATA = Path(__file__).parent / "data" / "steplaw" / "dense_lr_bs_loss.csv"
 PUBLISHED = {

@@ -14,18 +14,16 @@ from trainer_core.analysis.fits import (
     fit_loss_vs_compute,
 )
 from trainer_core.analysis.frontier import fit_frontier, frontier_points
+from trainer_core.analysis.hparam_heldout import HparamHeldOut, held_out_check, leave_one_out
 from trainer_core.analysis.hparam_laws import (
     CellOptimum,
-    HparamHeldOut,
     HparamLawFit,
     HparamLaws,
     HparamPrediction,
     cell_optima,
     fit_hparam_law,
     fit_hparam_laws,
-    held_out_check,
     horizons_per_size,
-    leave_one_out,
 )
 from trainer_core.analysis.hparam_table import hparam_table
 from trainer_core.analysis.isoflop import IsoFLOPFit, fit_isoflop

@@ -93,6 +93,19 @@ def horizons_per_size(cells: list[CellOptimum]) -> int:
     return max((len({c.D for c in usable if n == c.N}) for n in {c.N for c in usable}), default=0)
 
 
+def outside_cells(
+    cells: list[CellOptimum], N: float, D: float, terms: tuple[str, ...] = ("N", "D")
+) -> tuple[str, ...]:
+    """Which of ``terms`` lie outside the cells' range at (N, D): a prediction there
+    extrapolates in them."""
+    where = {"N": N, "D": D}
+    return tuple(
+        t
+        for t in terms
+        if not min(getattr(c, t) for c in cells) <= where[t] <= max(getattr(c, t) for c in cells)
+    )
+
+
 def _usable(df: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
@@ -241,6 +254,10 @@ class HparamLawFit:
         )
         lo, hi = percentile_interval(self.draws @ x)
         return math.exp(point), math.exp(lo), math.exp(hi)
+
+    def outside(self, N: float, D: float) -> tuple[str, ...]:
+        """Which of this law's factors lie outside its cells at (N, D)."""
+        return outside_cells(self.cells, N, D, self.terms)
 
     @property
     def name(self) -> str:
@@ -394,12 +411,9 @@ class HparamLaws:
     batch: HparamLawFit | None
 
     def predict(self, N: float, D: float) -> HparamPrediction:
-        cells = self.lr.cells + (self.batch.cells if self.batch else [])
-        outside = [
-            name
-            for name, v in (("N", N), ("D", D))
-            if not min(getattr(c, name) for c in cells) <= v <= max(getattr(c, name) for c in cells)
-        ]
+        outside = list(
+            outside_cells(self.lr.cells + (self.batch.cells if self.batch else []), N, D)
+        )
         batch = self.batch.predict(N, D) if self.batch else None
         return HparamPrediction(N, D, self.lr.predict(N, D), batch, outside)
 
@@ -434,67 +448,3 @@ def fit_hparam_laws(
     bracketed = any(not c.at_edge and math.isfinite(c.log_sigma) for c in batch_cells)
     batch = fit_hparam_law(batch_cells, batch_terms, n_bootstrap, seed + 1) if bracketed else None
     return HparamLaws(lr_cells, batch_cells, lr, batch)
-
-
-@dataclass
-class HparamHeldOut:
-    """One cell left out of the law: its measured optimum against the law's prediction.
-
-    ``interval`` is where the cell's measurement should fall: the law's bootstrap at the cell
-    plus the cell's own measurement error (its interval, times the law's scatter when above 1).
-    """
-
-    measured: CellOptimum
-    predicted: float
-    law_interval: tuple[float, float]
-    interval: tuple[float, float]
-
-    @property
-    def covered(self) -> bool:
-        lo, hi = self.interval
-        return lo <= self.measured.value <= hi
-
-    def __str__(self) -> str:
-        m = self.measured
-        lo, hi = self.interval
-        verdict = "inside" if self.covered else "OUTSIDE"
-        return (
-            f"held out {m.label}: predicted {SYMBOL[m.param]} = {self.predicted:.4g} "
-            f"(law 95% {self.law_interval[0]:.4g} .. {self.law_interval[1]:.4g}; "
-            f"with the cell's own error {lo:.4g} .. {hi:.4g}), measured {m.value:.4g}: {verdict}"
-        )
-
-
-def held_out_check(
-    cells: list[CellOptimum],
-    N: float,
-    D: float,
-    terms: tuple[str, ...] = ("N", "D"),
-    n_bootstrap: int = N_BOOTSTRAP,
-    seed: int = 0,
-) -> HparamHeldOut:
-    """Fit the law without the (N, D) cell and predict that cell's optimum."""
-    held = [c for c in cells if math.isclose(c.N, N) and math.isclose(c.D, D)]
-    if not held or held[0].at_edge:
-        raise AnalysisError(f"no bracketed cell at N={N:.3g} D={D:.3g} to hold out")
-    cell = held[0]
-    law = fit_hparam_law([c for c in cells if c is not cell], terms, n_bootstrap, seed)
-    predicted, lo, hi = law.predict(N, D)
-    x = law._logs(N, D)
-    own = max(cell.log_sigma, SIGMA_FLOOR) * max(law.scatter, 1.0)
-    rng = np.random.default_rng(seed + 1)
-    logs = law.draws @ x + own * rng.standard_normal(len(law.draws))
-    plo, phi = percentile_interval(logs)
-    return HparamHeldOut(cell, predicted, (lo, hi), (math.exp(plo), math.exp(phi)))
-
-
-def leave_one_out(
-    cells: list[CellOptimum],
-    terms: tuple[str, ...] = ("N", "D"),
-    n_bootstrap: int = N_BOOTSTRAP,
-    seed: int = 0,
-) -> list[HparamHeldOut]:
-    """held_out_check of every bracketed cell in turn."""
-    return [
-        held_out_check(cells, c.N, c.D, terms, n_bootstrap, seed) for c in cells if not c.at_edge
-    ]

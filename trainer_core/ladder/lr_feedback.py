@@ -98,16 +98,8 @@ class SweepRules:
 
 def _choice(law: HparamLawFit, N: float, D: float, sweep_dir: str) -> SweepChoice:
     value, low, high = law.predict(N, D)
-    where = {"N": N, "D": D}
-    outside = tuple(
-        t
-        for t in law.terms
-        if not min(getattr(c, t) for c in law.cells)
-        <= where[t]
-        <= max(getattr(c, t) for c in law.cells)
-    )
     b = law.exponents.get("D", 0.0)
-    return SweepChoice(value, low, high, D, law.formula, sweep_dir, outside, b)
+    return SweepChoice(value, low, high, D, law.formula, sweep_dir, law.outside(N, D), b)
 
 
 def sweep_rules(ladder: LadderConfig) -> SweepRules | None:

@@ -9,13 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trainer_core.analysis.hparam_laws import (
-    cell_optima,
-    fit_hparam_law,
-    fit_hparam_laws,
-    held_out_check,
-    leave_one_out,
-)
+from trainer_core.analysis.hparam_heldout import held_out_check, leave_one_out
+from trainer_core.analysis.hparam_laws import cell_optima, fit_hparam_law, fit_hparam_laws
 from trainer_core.analysis.load import AnalysisError
 from trainer_core.analysis.synthetic_sweep import (
     RATIOS,
