@@ -25,9 +25,9 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 import yaml
 
 from trainer_core.config.sections import DataConfig
@@ -46,6 +46,9 @@ from trainer_core.data.shards import (
 )
 from trainer_core.data.tokenizer import load_tokenizer
 from trainer_core.io import storage
+
+if TYPE_CHECKING:
+    import torch
 
 MIX_BLOCK = 4096
 """Slots per mixing block: a source's share is its weight rounded to 1/MIX_BLOCK."""
@@ -355,6 +358,8 @@ class TokenData:
         dp_size: int = 1,
     ) -> Iterator[torch.Tensor]:
         """Endless int64 batches [global_batch_seqs/dp_size, seq_len+1] from step ``start_step`` on."""
+        import torch  # not at module level: Ray Data's read tasks import this module
+
         rank_batch_size(global_batch_seqs, dp_rank, dp_size)
         if start_step < 0:
             raise DataError(f"start_step {start_step} must be >= 0")
@@ -374,6 +379,8 @@ class TokenData:
     ) -> list[torch.Tensor]:
         """The same ``num_batches`` validation batches on every call: windows spread evenly over
         each source's validation split, sources in proportion to their weights."""
+        import torch  # not at module level: Ray Data's read tasks import this module
+
         per_rank = rank_batch_size(batch_seqs, dp_rank, dp_size)
         total = batch_seqs * num_batches
         if total == 0:

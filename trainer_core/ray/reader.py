@@ -16,15 +16,25 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import ray.data
-import torch
 
 from trainer_core.checkpoint.listing import checkpoint_step, list_checkpoints
 from trainer_core.config.sections import TrainConfig
 from trainer_core.data.shards import DataError, token_dtype
-from trainer_core.data.token_data import TokenData, TokenDataSpec, rank_batch_size
+from trainer_core.data.token_data import (
+    TokenData,
+    TokenDataSpec,
+    open_token_data,
+    rank_batch_size,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+    from trainer_core.ray.run_config import RayTrainConfig
 
 BLOCK_TOKENS = 1 << 23
 """Tokens per block of a training dataset (rounded to whole steps). A block's task and transfer
@@ -142,6 +152,23 @@ def ray_train_dataset(
     return ds
 
 
+def rank_dataset(cfg: RayTrainConfig, dp_rank: int, dp_size: int) -> ray.data.Dataset:
+    """Rank ``dp_rank``'s dataset, built by Ray Train's controller on every worker-group (re)start
+    from the step the workers will resume at (so this module stays free of torch's import)."""
+    start = resume_step(cfg)
+    data = open_token_data(cfg.data, cfg.model.vocab_size)
+    return ray_train_dataset(
+        data.spec,
+        seq_len=cfg.data.seq_len,
+        global_batch_seqs=cfg.batch_seqs,
+        seed=cfg.trainer.seed,
+        start_step=start,
+        num_steps=max(cfg.total_steps - start, 0),
+        dp_rank=dp_rank,
+        dp_size=dp_size,
+    )
+
+
 def batches_from_shard(
     data_iterator, rows_per_batch: int, expected_start_step: int | None = None
 ) -> Iterator[torch.Tensor]:
@@ -152,6 +179,8 @@ def batches_from_shard(
     else is a DataError rather than silently different training data. Whole blocks are fetched
     and cut into steps here: Ray's per-batch slicing costs more than the read on small batches.
     """
+    import torch  # here: the read tasks and the Train controller import this module, not torch
+
     expected, first = expected_start_step, True
     slot_pattern = np.arange(rows_per_batch)
     blocks = data_iterator.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=2)

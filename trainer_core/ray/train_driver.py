@@ -20,25 +20,9 @@ from trainer_core.io import storage
 from trainer_core.io.run_dir import FINAL_STATUSES, metrics_path, read_run_json
 from trainer_core.io.storage import Location
 from trainer_core.ray.failures import FailFastTorchTrainer, fatal_reason
-from trainer_core.ray.reader import dataset_name, ray_train_dataset, resume_step
+from trainer_core.ray.reader import dataset_name, rank_dataset
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.ray.worker import train_worker
-
-
-def _rank_dataset(cfg: RayTrainConfig, dp_rank: int, dp_size: int):
-    """Built by Ray on every worker-group (re)start, from the position the workers will resume at."""
-    start = resume_step(cfg)
-    data = open_token_data(cfg.data, cfg.model.vocab_size)
-    return ray_train_dataset(
-        data.spec,
-        seq_len=cfg.data.seq_len,
-        global_batch_seqs=cfg.batch_seqs,
-        seed=cfg.trainer.seed,
-        start_step=start,
-        num_steps=max(cfg.total_steps - start, 0),
-        dp_rank=dp_rank,
-        dp_size=dp_size,
-    )
 
 
 def build_torch_trainer(
@@ -51,7 +35,7 @@ def build_torch_trainer(
     if rc.use_gpu:
         resources["GPU"] = rc.gpus_per_worker
     datasets = {
-        dataset_name(r): functools.partial(_rank_dataset, cfg, r, dp_size) for r in range(dp_size)
+        dataset_name(r): functools.partial(rank_dataset, cfg, r, dp_size) for r in range(dp_size)
     }
     return FailFastTorchTrainer(
         train_worker,
