@@ -66,7 +66,7 @@ def held_out_check(
     cell = held[0]
     law = fit_hparam_law([c for c in cells if c is not cell], terms, n_bootstrap, seed)
     predicted, lo, hi = law.predict(N, D)
-    x = law._logs(N, D)
+    x = law.log_row(N, D)
     own = max(cell.log_sigma, SIGMA_FLOOR) * max(law.scatter, 1.0)
     rng = np.random.default_rng(seed + 1)
     logs = law.draws @ x + own * rng.standard_normal(len(law.draws))

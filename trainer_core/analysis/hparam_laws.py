@@ -243,12 +243,13 @@ class HparamLawFit:
         """The exponent of D (NaN when not fitted)."""
         return self.exponents.get("D", math.nan)
 
-    def _logs(self, N: float, D: float) -> np.ndarray:
+    def log_row(self, N: float, D: float) -> np.ndarray:
+        """[1, log N, log D] in this law's terms: the row its bootstrap draws multiply."""
         return np.array([1.0] + [math.log({"N": N, "D": D}[t]) for t in self.terms])
 
     def predict(self, N: float, D: float) -> tuple[float, float, float]:
         """(value, 95% low, 95% high) at (N, D): the law and its bootstrap refits there."""
-        x = self._logs(N, D)
+        x = self.log_row(N, D)
         point = math.log(self.c) + sum(
             self.exponents[t] * v for t, v in zip(self.terms, x[1:], strict=True)
         )
