@@ -3,7 +3,8 @@ of the bare step and of the real Trainer loop.
 
 python benchmarks/train_step.py --size 1M [--seq-len 128] [--batch-seqs 16] [--micro-seqs 0]
     [--steps 12] [--vocab-size 320] [--precision fp32|bf16] [--compile]
-    [--float8 none|tensorwise|rowwise] [--attention auto|flash|cudnn|efficient|math] [--json]
+    [--float8 none|tensorwise|rowwise] [--attention auto|flash|cudnn|efficient|math]
+    [--bare-only] [--one-rank-fsdp] [--json]
 
 The model is built and wrapped the way the trainer builds it (parallelize_model: float8, compile;
 fused AdamW on CUDA; bf16 from trainer_core.parallel.precision, i.e. autocast on one device). MFU is
@@ -29,6 +30,8 @@ from dataclasses import replace
 from typing import get_args, get_type_hints
 
 import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from trainer_core.config.cli import exit_on_error
 from trainer_core.config.sections import (
@@ -45,8 +48,10 @@ from trainer_core.devices import peak_flops
 from trainer_core.ladder.memory import estimate_memory
 from trainer_core.model.attention import attention_backends_run
 from trainer_core.model.counts import count_params, num_flops_per_token
+from trainer_core.parallel.mesh import MESH_DIMS, mesh_shape
 from trainer_core.train.build import build_train_module, build_trainer
 from trainer_core.train.callbacks import BaseCallback
+from trainer_core.train.train_module import TrainModule
 
 PARAM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
@@ -70,6 +75,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--bare-only", action="store_true", help="skip the Trainer loop (a quicker tuning sweep)"
+    )
+    ap.add_argument(
+        "--one-rank-fsdp",
+        action="store_true",
+        help="wrap the one device in FSDP2 (bf16 from its policy, not autocast); bare step only",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON line")
     return ap.parse_args(argv)
@@ -107,7 +117,7 @@ def measure(args: argparse.Namespace) -> dict:
     """The bare step's figures, then the Trainer loop's, one model in memory at a time."""
     run = run_config(args)
     bare = measure_step(run, args)
-    if args.bare_only:
+    if args.bare_only or args.one_rank_fsdp:
         return bare
     gc.collect()
     if torch.device(args.device).type == "cuda":
@@ -119,7 +129,8 @@ def measure_step(run: TrainConfig, args: argparse.Namespace) -> dict:
     """Build the model as configured, time ``args.steps`` optimizer steps, return the figures."""
     device = torch.device(args.device)
     cfg, parallel = run.model, run.parallel
-    module = build_train_module(run, device, mesh=None, dp_size=1)
+    mesh = one_rank_mesh(parallel, device) if args.one_rank_fsdp else None
+    module = build_train_module(run, device, mesh, dp_size=1, one_rank_fsdp=args.one_rank_fsdp)
     batch = torch.randint(0, cfg.vocab_size, (args.batch_seqs, args.seq_len + 1))
 
     def step() -> None:
@@ -160,6 +171,7 @@ def measure_step(run: TrainConfig, args: argparse.Namespace) -> dict:
         "precision": args.precision,
         "compile": args.compile,
         "float8": parallel.float8,
+        "bf16_from": bf16_source(module),
         "batch": f"{args.batch_seqs}x{args.seq_len} (micro {micro})",
         "step_ms": 1000 * step_s,
         "tokens_per_s": tokens_per_s,
@@ -169,6 +181,23 @@ def measure_step(run: TrainConfig, args: argparse.Namespace) -> dict:
         "estimated_memory_bytes": estimate.total,
         "attention": attention,
     }
+
+
+def one_rank_mesh(parallel: ParallelConfig, device: torch.device) -> DeviceMesh:
+    """A process group and mesh of this one process, for FSDP2 on a single device."""
+    if not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    return init_device_mesh(device.type, mesh_shape(parallel, 1), mesh_dim_names=MESH_DIMS)
+
+
+def bf16_source(module: TrainModule) -> str:
+    """Where the step's 16-bit compute comes from, read off the built module."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if module.autocast_dtype is not None:
+        return "autocast"
+    return "FSDP2 policy" if isinstance(module.model, FSDPModule) else "none"
 
 
 class _LastLog(BaseCallback):
@@ -216,7 +245,8 @@ def summary_line(r: dict) -> str:
     measured = f"{r['peak_memory_bytes'] / gib:.1f} GiB" if r["peak_memory_bytes"] else "n/a"
     return (
         f"size {r['size']} ({r['non_embedding_params']:,} non-embedding params) on {r['device']}, "
-        f"{r['precision']}, compile {'on' if r['compile'] else 'off'}, float8 {r['float8']}, "
+        f"{r['precision']} ({r['bf16_from']}), compile {'on' if r['compile'] else 'off'}, "
+        f"float8 {r['float8']}, "
         f"batch {r['batch']}: median step {r['step_ms']:.1f} ms, {r['tokens_per_s']:,.0f} "
         f"tokens/s, MFU {100 * r['mfu']:.1f}% of {r['peak_flops'] / 1e12:.3g} TFLOP/s, peak memory "
         f"{measured} (estimate {r['estimated_memory_bytes'] / gib:.1f} GiB), attention "

@@ -141,7 +141,7 @@ def test_checkpoint_save_and_resume_on_gpu(tmp_path, tiny_config):
     resumed = build_trainer(cfg).fit()
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [5, 10, 15, 20]
-    assert [r["train/loss_last"] for r in lines] == pytest.approx(straight_losses, abs=1e-5)
+    assert [r["train/loss"] for r in lines] == pytest.approx(straight_losses, abs=1e-5)
     assert resumed["eval/loss"] == pytest.approx(straight["eval/loss"], abs=1e-5)
 
 

@@ -108,6 +108,18 @@ def test_a_tuning_run_can_skip_the_trainer_loop(processes):
     assert "loop_tokens_per_s" not in result
 
 
+def test_one_device_can_take_bf16_from_fsdp2_instead_of_autocast(processes):
+    """``--one-rank-fsdp``: the step FSDP2 runs on a one-rank mesh, bf16 from its mixed-precision
+    policy (the H200 comparison in RESULTS.md), as the built module shows."""
+    small = ("--size", "1M", "--seq-len", "32", "--batch-seqs", "2", "--steps", "1")
+    out = processes.python(
+        "benchmarks/train_step.py", *small, "--precision", "bf16", "--one-rank-fsdp", "--json"
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["bf16_from"] == "FSDP2 policy" and result["tokens_per_s"] > 0
+    assert "loop_tokens_per_s" not in result
+
+
 def test_the_tiny_gpu_ladder_plans_one_gpu_per_run(gpu_check, tmp_path):
     path = tmp_path / "ladder.yaml"
     path.write_text(gpu_check.yaml.safe_dump(gpu_check.ladder_config(tmp_path / "exp", "H100")))

@@ -124,15 +124,23 @@ def apply_fsdp(model: nn.Module, mesh: DeviceMesh, cfg: ParallelConfig) -> None:
 
 
 def parallelize_model(
-    model: nn.Module, mesh: DeviceMesh | None, cfg: ParallelConfig, device: torch.device
+    model: nn.Module,
+    mesh: DeviceMesh | None,
+    cfg: ParallelConfig,
+    device: torch.device,
+    *,
+    fsdp: bool | None = None,
 ) -> nn.Module:
     """Apply float8, TP, AC, compile and FSDP2 as configured; returns the same (now wrapped)
     model.
 
-    ``param_dtype`` / ``reduce_dtype`` act through FSDP, i.e. only with data-parallel size > 1;
-    on one device (or TP alone) bf16 comes from autocast (:mod:`trainer_core.parallel.precision`).
+    ``param_dtype`` / ``reduce_dtype`` act through FSDP, i.e. by default only with
+    data-parallel size > 1; on one device (or TP alone) bf16 comes from autocast
+    (:mod:`trainer_core.parallel.precision`). ``fsdp=True`` shards over a one-rank mesh too, so
+    the GPU benchmark can set FSDP's bf16 policy beside autocast on one device.
     """
-    fsdp = mesh is not None and dp_mesh(mesh).size() > 1
+    if fsdp is None:
+        fsdp = mesh is not None and dp_mesh(mesh).size() > 1
     model.to(device)
     if cfg.float8 != "none":
         check_float8(cfg, device)

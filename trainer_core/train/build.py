@@ -51,18 +51,26 @@ def run_info(cfg: TrainConfig, tags: dict | None = None) -> RunInfo:
 
 
 def build_train_module(
-    cfg: TrainConfig, device: torch.device, mesh: DeviceMesh | None, dp_size: int
+    cfg: TrainConfig,
+    device: torch.device,
+    mesh: DeviceMesh | None,
+    dp_size: int,
+    *,
+    one_rank_fsdp: bool = False,
 ) -> TrainModule:
     """The model (seeded, then float8 / TP / AC / compile / FSDP as configured), its optimizer,
-    LR schedule and train module: what a run trains, and what the benchmarks measure."""
-    fsdp = dp_size > 1  # parallelize_model shards over the data-parallel ranks
+    LR schedule and train module: what a run trains, and what the benchmarks measure.
+
+    FSDP shards over the data-parallel ranks; ``one_rank_fsdp`` (with a one-rank ``mesh``)
+    wraps a single device too, bf16 then coming from FSDP's policy instead of autocast."""
+    fsdp = dp_size > 1 or one_rank_fsdp
     check_attention_backend(
         cfg.model.attention_backend, device, computes_in_16_bit(cfg.parallel, cfg.train_module)
     )
     # Same seed on every rank: identical initial weights before sharding.
     torch.manual_seed(cfg.trainer.seed)
     model = Transformer(cfg.model, max_seq_len=cfg.data.seq_len)
-    model = parallelize_model(model, mesh, cfg.parallel, device)
+    model = parallelize_model(model, mesh, cfg.parallel, device, fsdp=fsdp)
     optimizer = build_optimizer(model, cfg.optim, device)
     if float8_all_gather(cfg.parallel, fsdp):
         precompute_scales_after_step(model, optimizer)
