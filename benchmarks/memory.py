@@ -48,7 +48,7 @@ class Case:
 
 LOGITS = Case("logits", "5M", 50304, 512, 2)
 """A 50k vocabulary on short sequences: the logits and their loss intermediates dominate."""
-ACTIVATIONS = Case("activ.", "5M", 320, 512, 4)
+ACTIVATIONS = Case("activ.", "1M", 320, 512, 4)
 """A byte-level vocabulary, 4 x 512 tokens a micro-batch: the blocks' saved activations dominate."""
 FSDP = Case("fsdp2", "20M", 320, 256, 2, ranks=2)
 """Two ranks accumulating over two micro-batches: FSDP's unsharded gradients are live (and, with
