@@ -268,9 +268,10 @@ def fit_lr_power_law(
     return LRPowerLawFit(math.exp(coef[0]), float(coef[1]), b_se, log_a_se, len(x))
 
 
-def fit_sweep_lr(sweep_dir: str | Path, loss: str = COMPARED) -> LRPowerLawFit:
-    """Load an LR-sweep experiment dir and fit lr*(N) to its per-size optima."""
-    table = lr_sweep_table(load(sweep_dir))
+def fit_sweep_lr(sweep: str | Path | ExperimentResults, loss: str = COMPARED) -> LRPowerLawFit:
+    """Fit lr*(N) to an LR sweep's per-size optima (its experiment dir, or its results already
+    loaded)."""
+    table = lr_sweep_table(sweep if isinstance(sweep, ExperimentResults) else load(sweep))
     optima = optimal_lrs(table, loss)
     sizes_n = table.groupby("size")["N"].first()
     return fit_lr_power_law([sizes_n[s] for s in optima], [o.lr for o in optima.values()])

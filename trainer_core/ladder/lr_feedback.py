@@ -146,7 +146,7 @@ def _lr_laws(sweep_dir: str, loaded: dict) -> tuple[HparamLawFit | None, LRPower
     if horizons_per_size(cells) >= 2:
         return _fit(LR_KEY, sweep_dir, cells, ("N", "D")), None
     try:
-        return None, fit_sweep_lr(sweep_dir)
+        return None, fit_sweep_lr(results)
     except AnalysisError as e:
         raise ConfigError(f"{LR_KEY}: {sweep_dir!r} can't give an LR fit: {e}") from None
 
