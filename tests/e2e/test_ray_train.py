@@ -31,8 +31,10 @@ ON_RAY = (
     "--checkpoint.save_interval_steps=4",
     "--ray.num_workers=2",
     "--ray.cpus_per_worker=0.5",
+    "--ray.dashboard=false",
 )
-"""The tiny run on two Ray Train workers, 16 steps with a checkpoint every 4."""
+"""The tiny run on two Ray Train workers, 16 steps with a checkpoint every 4 (a local Ray it
+starts has no dashboard)."""
 
 
 @pytest.fixture(scope="session")
