@@ -113,7 +113,7 @@ TINY_EXPERIMENT = {
         "trainer": {"eval_batches": 2},
         "checkpoint": {"save_interval_minutes": None},
     },
-    "ray": {"cpus_per_worker": 0.8, "address": "local", "dashboard": False},
+    "ray": {"cpus_per_worker": 0.8, "address": "local"},
 }
 """What every tiny ladder / LR sweep shares: 64-token sequences, a batch formula that gives the
 1M and 3M sizes a few sequences a step, one worker of 0.8 CPU a run (two runs at once on 2 CPUs)."""

@@ -24,7 +24,7 @@ def main() -> int:
     from trainer_core.ray.runtime import init_ray
     from trainer_core.ray.train_driver import run_training
 
-    init_ray(cfg.ray.address, dashboard=cfg.ray.dashboard)
+    init_ray(cfg.ray.address)
     summary = run_training(cfg)
     print(
         f"run {summary.get('name')} {summary.get('status')}: step {summary.get('last_step')}, "

@@ -322,10 +322,6 @@ def test_a_ladder_on_s3_survives_a_killed_worker_and_a_killed_driver(
     assert "lr_schedule.png" in objects and "analysis/loss_curves.png" in objects
     assert any(key.startswith("tune/") for key in objects)
     assert [k for k, v in objects.items() if SECRET.encode() in v] == []
-    # ray.dashboard: false (the tiny experiment's): the drivers' Rays started no dashboard
-    # modules (their Jobs module among them), only Ray's minimal dashboard process
-    assert len(list(ray_tmp.glob("ray/session_2*/logs/dashboard.log"))) == 2  # not _latest
-    assert not list(ray_tmp.glob("ray/session_2*/logs/dashboard_JobHead.log"))
     for text in (log.read_text(), second.stdout, second.stderr):
         assert SECRET not in text
     # nor in anything written on this machine: the upload stage, the Ray session's logs

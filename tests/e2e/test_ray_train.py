@@ -31,10 +31,8 @@ ON_RAY = (
     "--checkpoint.save_interval_steps=4",
     "--ray.num_workers=2",
     "--ray.cpus_per_worker=0.5",
-    "--ray.dashboard=false",
 )
-"""The tiny run on two Ray Train workers, 16 steps with a checkpoint every 4 (a local Ray it
-starts has no dashboard)."""
+"""The tiny run on two Ray Train workers, 16 steps with a checkpoint every 4."""
 
 
 @pytest.fixture(scope="session")

@@ -53,7 +53,7 @@ def run_ladder(job: LadderJobConfig, sizes: list[str] | None, resume: bool, rule
     plans = plan_ladder(job, sizes, rules)
     exp_dir = job.exp_dir
     write_experiment_record(job, plans, exp_dir)
-    init_ray(job.ray.address, dashboard=job.ray.dashboard)
+    init_ray(job.ray.address)
     run = run_trials(ladder_trials(job, plans), exp_dir, TuneSettings(), resume)
     return plans, run.grid
 
@@ -79,7 +79,7 @@ def benchmark_size(job: LadderJobConfig, size: str, steps: int = 20) -> dict:
         tracking=replace(planned.tracking, wandb=False),
     )
     cfg = on_ray(cfg, plan, job)
-    init_ray(job.ray.address, dashboard=job.ray.dashboard)
+    init_ray(job.ray.address)
     summary = run_training(cfg)
     return {
         "size": size,

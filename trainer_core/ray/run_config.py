@@ -15,9 +15,6 @@ class RayConfig:
     address: str = ""
     """Ray cluster address; empty = the cluster this job was submitted to (or one found on this
     machine), else a new local Ray; "local" = always a new local Ray."""
-    dashboard: bool = True
-    """Start Ray's dashboard with a new local Ray (its web view of jobs, actors and logs); false
-    saves ~2 s and ~3 CPU-seconds a start on a small machine. A joined cluster keeps its own."""
     num_workers: int = 1
     use_gpu: bool = False
     cpus_per_worker: float = 1.0

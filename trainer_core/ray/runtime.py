@@ -99,23 +99,21 @@ def setup_worker_process() -> None:
     quiet_ray_loggers()
 
 
-def init_ray(address: str = "", *, num_cpus: int | None = None, dashboard: bool = True) -> None:
+def init_ray(
+    address: str = "", *, num_cpus: int | None = None, dashboard: bool | None = None
+) -> None:
     """Start or join Ray once per process, with Ray's own logging turned down to errors.
 
     ``address`` as ``ray.address`` reads it: empty joins the cluster RAY_ADDRESS names (as under
     ``ray job submit``) or one found on this machine, else starts a local Ray; "local" always
-    starts a new local Ray, of ``num_cpus`` CPUs (default: all), with the dashboard (where Ray's
-    dashboard packages are installed) unless ``dashboard`` is False. A joined cluster keeps its
-    own resources and dashboard.
+    starts a new local Ray, of ``num_cpus`` CPUs (default: all) and with the dashboard unless
+    ``dashboard`` is False. A joined cluster keeps its own resources.
     """
     for key, value in RAY_ENV.items():
         os.environ.setdefault(key, value)
     if ray.is_initialized():
         return
-    local = {}
-    if address == "local":
-        # include_dashboard None: Ray's own rule (start it where its packages are installed).
-        local = {"num_cpus": num_cpus, "include_dashboard": None if dashboard else False}
+    local = {"num_cpus": num_cpus, "include_dashboard": dashboard} if address == "local" else {}
     ray.init(
         address=address or None,
         logging_config=ray.LoggingConfig(log_level="ERROR"),

@@ -176,7 +176,7 @@ def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool) -> lis
     preflight(job)
     exp_dir = job.exp_dir
     write_experiment_record(job, [r.plan for r in runs], exp_dir)
-    init_ray(job.ray.address, dashboard=job.ray.dashboard)
+    init_ray(job.ray.address)
     specs = sweep_trials(job, runs)
     done = [run_trials(specs, exp_dir, TuneSettings(scheduler=early_stopper(job, specs)), resume)]
     for round_ in range(1, job.sweep.widen_rounds + 1):

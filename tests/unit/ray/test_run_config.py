@@ -23,14 +23,3 @@ def test_a_ray_config_checks_the_batch_splits_over_its_data_parallel_ranks(tiny_
         "trainer.global_batch_size: 768 is not allowed; each of the 4 data-parallel ranks gets 3 "
         "sequences, not a multiple of train_module.rank_microbatch_seqs=2"
     )
-
-
-def test_the_dashboard_switch_reads_from_the_command_line_and_names_a_bad_value(
-    tiny_config, tmp_path
-):
-    from trainer_core.ray.run_config import RayTrainConfig
-
-    assert tiny_config(tmp_path, cls=RayTrainConfig).ray.dashboard is True
-    assert tiny_config(tmp_path, "--ray.dashboard=false", cls=RayTrainConfig).ray.dashboard is False
-    with pytest.raises(ConfigError, match=r"^ray\.dashboard: "):
-        tiny_config(tmp_path, "--ray.dashboard=sometimes", cls=RayTrainConfig)
