@@ -31,7 +31,7 @@ from typing import get_args, get_type_hints
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 
 from trainer_core.config.cli import exit_on_error
 from trainer_core.config.sections import (
@@ -48,7 +48,7 @@ from trainer_core.devices import peak_flops
 from trainer_core.ladder.memory import estimate_memory
 from trainer_core.model.attention import attention_backends_run
 from trainer_core.model.counts import count_params, num_flops_per_token
-from trainer_core.parallel.mesh import MESH_DIMS, mesh_shape
+from trainer_core.parallel.wrap import build_mesh
 from trainer_core.train.build import build_train_module, build_trainer
 from trainer_core.train.callbacks import BaseCallback
 from trainer_core.train.train_module import TrainModule
@@ -130,7 +130,7 @@ def measure_step(run: TrainConfig, args: argparse.Namespace) -> dict:
     device = torch.device(args.device)
     cfg, parallel = run.model, run.parallel
     mesh = one_rank_mesh(parallel, device) if args.one_rank_fsdp else None
-    module = build_train_module(run, device, mesh, dp_size=1, one_rank_fsdp=args.one_rank_fsdp)
+    module = build_train_module(run, device, mesh, dp_size=1)
     batch = torch.randint(0, cfg.vocab_size, (args.batch_seqs, args.seq_len + 1))
 
     def step() -> None:
@@ -188,7 +188,7 @@ def one_rank_mesh(parallel: ParallelConfig, device: torch.device) -> DeviceMesh:
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    return init_device_mesh(device.type, mesh_shape(parallel, 1), mesh_dim_names=MESH_DIMS)
+    return build_mesh(parallel, 1, device.type, one_rank=True)
 
 
 def bf16_source(module: TrainModule) -> str:

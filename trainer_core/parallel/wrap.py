@@ -27,10 +27,14 @@ from trainer_core.parallel.mesh import MESH_DIMS, check_tensor_parallel, mesh_sh
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def build_mesh(cfg: ParallelConfig, world_size: int, device_type: str) -> DeviceMesh | None:
-    """The 3D mesh named :data:`MESH_DIMS`; None for a single process (nothing to shard)."""
+def build_mesh(
+    cfg: ParallelConfig, world_size: int, device_type: str, *, one_rank: bool = False
+) -> DeviceMesh | None:
+    """The 3D mesh named :data:`MESH_DIMS`; None for a single process (nothing to shard) unless
+    ``one_rank``: then a one-rank mesh, on which :func:`parallelize_model` applies FSDP2 (the
+    GPU benchmark's bf16-policy-vs-autocast comparison)."""
     shape = mesh_shape(cfg, world_size)
-    if world_size == 1:
+    if world_size == 1 and not one_rank:
         return None
     mesh = init_device_mesh(device_type, shape, mesh_dim_names=MESH_DIMS)
     dp_mesh(mesh)
@@ -39,6 +43,12 @@ def build_mesh(cfg: ParallelConfig, world_size: int, device_type: str) -> Device
         # dim DTensor reduces it in one all-reduce instead of two in a row.
         mesh["dp_shard", "tp"]._flatten("dp_shard_tp")
     return mesh
+
+
+def uses_fsdp(mesh: DeviceMesh | None) -> bool:
+    """FSDP2 wraps the model: on more than one data-parallel rank, or on a one-rank mesh
+    (``build_mesh(..., one_rank=True)``). A TP-only mesh leaves it unsharded."""
+    return mesh is not None and (mesh.size() == 1 or dp_mesh(mesh).size() > 1)
 
 
 def dp_mesh(mesh: DeviceMesh) -> DeviceMesh:
@@ -124,23 +134,15 @@ def apply_fsdp(model: nn.Module, mesh: DeviceMesh, cfg: ParallelConfig) -> None:
 
 
 def parallelize_model(
-    model: nn.Module,
-    mesh: DeviceMesh | None,
-    cfg: ParallelConfig,
-    device: torch.device,
-    *,
-    fsdp: bool | None = None,
+    model: nn.Module, mesh: DeviceMesh | None, cfg: ParallelConfig, device: torch.device
 ) -> nn.Module:
     """Apply float8, TP, AC, compile and FSDP2 as configured; returns the same (now wrapped)
     model.
 
-    ``param_dtype`` / ``reduce_dtype`` act through FSDP, i.e. by default only with
-    data-parallel size > 1; on one device (or TP alone) bf16 comes from autocast
-    (:mod:`trainer_core.parallel.precision`). ``fsdp=True`` shards over a one-rank mesh too, so
-    the GPU benchmark can set FSDP's bf16 policy beside autocast on one device.
+    ``param_dtype`` / ``reduce_dtype`` act through FSDP (:func:`uses_fsdp`); on one device
+    without a mesh (or TP alone) bf16 comes from autocast (:mod:`trainer_core.parallel.precision`).
     """
-    if fsdp is None:
-        fsdp = mesh is not None and dp_mesh(mesh).size() > 1
+    fsdp = uses_fsdp(mesh)
     model.to(device)
     if cfg.float8 != "none":
         check_float8(cfg, device)

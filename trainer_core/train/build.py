@@ -24,7 +24,7 @@ from trainer_core.parallel.float8 import float8_all_gather, precompute_scales_af
 from trainer_core.parallel.mesh import dp_layout
 from trainer_core.parallel.precision import autocast_precision, computes_in_16_bit
 from trainer_core.parallel.process_group import init_distributed, resolve_device
-from trainer_core.parallel.wrap import build_mesh, dp_mesh, parallelize_model
+from trainer_core.parallel.wrap import build_mesh, dp_mesh, parallelize_model, uses_fsdp
 from trainer_core.train.callbacks import Callback, ConsoleProgress, JsonlMetrics
 from trainer_core.train.optim import build_optimizer
 from trainer_core.train.schedule import build_scheduler
@@ -51,26 +51,18 @@ def run_info(cfg: TrainConfig, tags: dict | None = None) -> RunInfo:
 
 
 def build_train_module(
-    cfg: TrainConfig,
-    device: torch.device,
-    mesh: DeviceMesh | None,
-    dp_size: int,
-    *,
-    one_rank_fsdp: bool = False,
+    cfg: TrainConfig, device: torch.device, mesh: DeviceMesh | None, dp_size: int
 ) -> TrainModule:
     """The model (seeded, then float8 / TP / AC / compile / FSDP as configured), its optimizer,
-    LR schedule and train module: what a run trains, and what the benchmarks measure.
-
-    FSDP shards over the data-parallel ranks; ``one_rank_fsdp`` (with a one-rank ``mesh``)
-    wraps a single device too, bf16 then coming from FSDP's policy instead of autocast."""
-    fsdp = dp_size > 1 or one_rank_fsdp
+    LR schedule and train module: what a run trains, and what the benchmarks measure."""
+    fsdp = uses_fsdp(mesh)  # the rule parallelize_model applies
     check_attention_backend(
         cfg.model.attention_backend, device, computes_in_16_bit(cfg.parallel, cfg.train_module)
     )
     # Same seed on every rank: identical initial weights before sharding.
     torch.manual_seed(cfg.trainer.seed)
     model = Transformer(cfg.model, max_seq_len=cfg.data.seq_len)
-    model = parallelize_model(model, mesh, cfg.parallel, device, fsdp=fsdp)
+    model = parallelize_model(model, mesh, cfg.parallel, device)
     optimizer = build_optimizer(model, cfg.optim, device)
     if float8_all_gather(cfg.parallel, fsdp):
         precompute_scales_after_step(model, optimizer)
