@@ -17,12 +17,15 @@ $(STAMP): pyproject.toml constraints.txt
 demo: setup
 	$(BIN)/python workflows/ladder.py
 
+# Two pytest workers: the tests that need a Ray run in order on one of them (RAY_TEST_FILES in
+# tests/conftest.py), the rest on the other, so a 2-core machine's second core is not idle
+# while a single-process test runs.
 test: setup
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -n 2 --durations=25
 
 # No Ray, no spawned ranks, no long training: a few minutes on 2 cores.
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n 2 -m "not slow"
 
 bench: setup
 	$(BIN)/python benchmarks/train_step.py --size 1M

@@ -37,6 +37,53 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
 
+RAY_FIXTURES = frozenset({"ray_session", "s3_ray", "no_local_ray", "multinode"})
+"""The fixtures that start, join or stop a Ray in this process or for a subprocess."""
+
+RAY_TEST_FILES = frozenset(
+    {
+        "tests/e2e/test_job_submit.py",
+        "tests/e2e/test_ladder_run.py",
+        "tests/e2e/test_lr_sweep.py",
+        "tests/e2e/test_multinode.py",
+        "tests/e2e/test_object_storage_on_ray.py",
+        "tests/e2e/test_ray_data.py",
+        "tests/e2e/test_ray_train.py",
+        "tests/unit/analysis/test_load.py",
+    }
+)
+"""The test files that hold every test needing a Ray (marked ``ray`` or using one of
+:data:`RAY_FIXTURES`). Under ``make test`` (``pytest -n 2``) they run in order on one worker, one
+Ray at a time, while the other worker takes the rest: two Rays at once would overload two cores,
+and a single-process test leaves the second core idle (benchmarks/RESULTS.md, "Suite time")."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks ``ray`` every test that needs a Ray, and stops the run if one sits outside
+    :data:`RAY_TEST_FILES` (the scheduler below would run it beside the other Ray tests)."""
+    for item in items:
+        if item.get_closest_marker("ray") or RAY_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.ray)
+            path = item.nodeid.split("::", 1)[0]
+            if path not in RAY_TEST_FILES:
+                raise pytest.UsageError(
+                    f"{item.nodeid} needs a Ray but {path} is not in RAY_TEST_FILES "
+                    "(tests/conftest.py): add it there, so it runs with the other Ray tests"
+                )
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's scheduler: the tests of :data:`RAY_TEST_FILES` are one unit of work (one
+    worker, in order, handed out first since it is the largest), every other test its own."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class RayTestsTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "ray" if nodeid.split("::", 1)[0] in RAY_TEST_FILES else nodeid
+
+    return RayTestsTogether(config, log)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_caches(tmp_path_factory):
     """The demo corpus (tokenized in about a second) and W&B's cache, config and data dirs go to
@@ -113,10 +160,12 @@ TINY_EXPERIMENT = {
         "trainer": {"eval_batches": 2},
         "checkpoint": {"save_interval_minutes": None},
     },
-    "ray": {"cpus_per_worker": 0.8, "address": "local"},
+    "ray": {"cpus_per_worker": 0.8, "address": "local", "reader": "worker"},
 }
 """What every tiny ladder / LR sweep shares: 64-token sequences, a batch formula that gives the
-1M and 3M sizes a few sequences a step, one worker of 0.8 CPU a run (two runs at once on 2 CPUs)."""
+1M and 3M sizes a few sequences a step, one worker of 0.8 CPU a run (two runs at once on 2 CPUs)
+that reads its batches itself (no Ray Data processes: each trial starts a few seconds sooner;
+Ray Data's path is tested in test_ray_train.py, test_ray_data.py and test_multinode.py)."""
 
 
 def _merge(base: dict, extra: dict) -> dict:

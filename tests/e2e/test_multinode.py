@@ -118,7 +118,7 @@ def test_a_ladder_spans_two_nodes_and_a_lost_node_costs_one_run_a_restart(
             "trainer": {"log_interval": 1, "eval_interval": 1000000},
             "checkpoint": {"save_interval_steps": 5},
         },
-        ray={"address": cluster.address},
+        ray={"address": cluster.address, "reader": "ray_data"},  # restarts rebuild Ray Data
     )
     exp = tmp_path / "exp"
     log = tmp_path / "ladder.log"
@@ -178,3 +178,23 @@ def test_a_ladder_spans_two_nodes_and_a_lost_node_costs_one_run_a_restart(
             f"{abs(got[final] - want[final]):.1e}), eval {evals[0][final]:.6f} vs "
             f"{evals[1][final]:.6f}"
         )
+
+
+def test_a_local_run_beside_a_started_cluster_keeps_its_placement_group_guard(
+    multinode, processes, tiny_args, tmp_path
+):
+    """The `ray start` cluster above stays up (as the README's walk-through leaves one) while a
+    run starts a local Ray of its own: Ray Train's placement-group cleaner in the local Ray looks
+    its controller up in its own cluster, not the other one, so it neither crashes ("multiple
+    active Ray instances") nor takes the live controller for dead; one worker group, no noise."""
+    out = processes.python(
+        "workflows/train.py",
+        *tiny_args(tmp_path / "run", "--trainer.max_steps=10", "--ray.address=local"),
+        timeout=240,
+    )
+    output = out.stdout + out.stderr
+    assert out.returncode == 0, output[-3000:]
+    assert "PlacementGroupCleaner" not in output and "Traceback" not in output
+    assert "placement group" not in output.lower()
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["status"] == "finished" and len(record["workers"]) == 1

@@ -148,3 +148,20 @@ class KillWorkerFromEnv(KillWorker):
     def __init__(self):
         run, step, rank, log = os.environ[KILL_ENV].split(":", 3)
         super().__init__(log, int(step), int(rank), run)
+
+
+FAILURES_ENV = "RAYLADDER_TEST_FAILURES"
+"""The file :class:`CountFailures` appends to when built with no path (from ``RAY_TRAIN_CALLBACKS``)."""
+
+
+class CountFailures(ControllerCallback):
+    """Appends a line per failed worker-group attempt (the controller's decision on it: RETRY or
+    RAISE) to ``path`` (default: :data:`FAILURES_ENV`). A controller hook, not a ``UserCallback``,
+    so it also works when the driver builds it from ``RAY_TRAIN_CALLBACKS``."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = str(path or os.environ[FAILURES_ENV])
+
+    def before_controller_execute_failure_decision(self, failure_decision) -> None:
+        with open(self.path, "a") as f:
+            f.write(f"{failure_decision}\n")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import s3fs
 
 SECRET = "rayladder-test-secret-0123456789"
 """The dummy secret key: tests grep run dirs and logs for it."""
@@ -120,3 +121,10 @@ def s3_server() -> Iterator[S3Server]:
                 os.environ[k] = v
         server.shutdown()
         thread.join()
+
+
+def s3_objects(url: str) -> dict[str, bytes]:
+    """Every object under ``url``, by key relative to it (pyarrow's empty "dir/" markers left out)."""
+    fs = s3fs.S3FileSystem()
+    root = url.removeprefix("s3://").rstrip("/") + "/"
+    return {key[len(root) :]: fs.cat(key) for key in fs.find(url) if not key.endswith("/")}

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field, fields
 from trainer_core.config.sections import TrainConfig, require
 from trainer_core.parallel.mesh import DPLayout, dp_layout
 
+READERS = ("ray_data", "worker")
+
 
 @dataclass
 class RayConfig:
@@ -24,11 +26,19 @@ class RayConfig:
     """Worker-group restarts (from the latest checkpoint) before the run fails."""
     report_on_log: bool = False
     """Also report every log interval to Ray (a cross-worker barrier; eval and checkpoint steps always report)."""
+    reader: str = "ray_data"
+    """Who reads each rank's batches: "ray_data" (Ray Data read tasks stream them to the worker,
+    reading off the training process) or "worker" (each worker reads its rank's rows from the
+    shards itself, as the plain loop does: the same batches, no Ray Data processes, so a short
+    trial starts sooner; see benchmarks/RESULTS.md, "Trial start-up")."""
 
     def __post_init__(self) -> None:
         require(self.num_workers >= 1, "num_workers", self.num_workers, "must be >= 1")
         require(self.cpus_per_worker > 0, "cpus_per_worker", self.cpus_per_worker, "must be > 0")
         require(self.gpus_per_worker > 0, "gpus_per_worker", self.gpus_per_worker, "must be > 0")
+        require(
+            self.reader in READERS, "reader", self.reader, f"must be one of {', '.join(READERS)}"
+        )
         require(
             self.max_failures >= -1,
             "max_failures",

@@ -35,7 +35,9 @@ def build_torch_trainer(
     if rc.use_gpu:
         resources["GPU"] = rc.gpus_per_worker
     datasets = {
-        dataset_name(r): functools.partial(rank_dataset, cfg, r, dp_size) for r in range(dp_size)
+        dataset_name(r): functools.partial(rank_dataset, cfg, r, dp_size)
+        for r in range(dp_size)
+        if rc.reader == "ray_data"
     }
     return FailFastTorchTrainer(
         train_worker,

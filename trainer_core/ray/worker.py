@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import ray.train
 
@@ -24,6 +25,9 @@ from trainer_core.ray.runtime import quiet_ray_loggers
 from trainer_core.train.build import build_trainer
 from trainer_core.train.callbacks import BaseCallback
 from trainer_core.train.trainer import NonFiniteLossError
+
+if TYPE_CHECKING:
+    import torch
 
 
 class RayReporter(BaseCallback):
@@ -116,18 +120,16 @@ def train_worker(config: dict[str, Any]) -> None:
         raise FatalRunError(str(cause)) from None
 
 
-def _train(config: dict[str, Any]) -> None:
-    clock = StartupClock(config.get("fit_started_at"))
-    quiet_ray_loggers()  # again: Train and Data loggers created since process start
-    cfg: RayTrainConfig = config["train"]
+def ray_data_batches(cfg: RayTrainConfig) -> Callable[[int], Iterator[torch.Tensor]]:
+    """This rank's batches from its Ray Data dataset, which the driver built to start at the
+    latest complete checkpoint's step (read before the first collective, so before any rank
+    can change it)."""
     layout = cfg.layout(ray.train.get_context().get_world_rank())
     rows_per_rank = cfg.batch_seqs // layout.dp_size
     shard = ray.train.get_dataset_shard(dataset_name(layout.dp_rank))
-    # Where this worker group's datasets start (built from the same listing just before the
-    # workers started; read before the first collective, so before any rank can change it).
     data_start = resume_step(cfg)
 
-    def train_batches(start_step: int):
+    def train_batches(start_step: int) -> Iterator[torch.Tensor]:
         if start_step != data_start:
             raise DataPositionChanged(
                 f"resumed at step {start_step}, not {data_start}: the checkpoint of step "
@@ -136,9 +138,16 @@ def _train(config: dict[str, Any]) -> None:
             )
         return batches_from_shard(shard, rows_per_rank, expected_start_step=start_step)
 
+    return train_batches
+
+
+def _train(config: dict[str, Any]) -> None:
+    clock = StartupClock(config.get("fit_started_at"))
+    quiet_ray_loggers()  # again: Train and Data loggers created since process start
+    cfg: RayTrainConfig = config["train"]
     trainer = build_trainer(
         cfg,
-        train_batches=train_batches,
+        train_batches=ray_data_batches(cfg) if cfg.ray.reader == "ray_data" else None,
         extra_callbacks=[clock, RayReporter(cfg.ray.report_on_log)],
         tags=config.get("tags"),
         placement={"node_id": ray.get_runtime_context().get_node_id()},

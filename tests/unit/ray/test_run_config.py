@@ -23,3 +23,12 @@ def test_a_ray_config_checks_the_batch_splits_over_its_data_parallel_ranks(tiny_
         "trainer.global_batch_size: 768 is not allowed; each of the 4 data-parallel ranks gets 3 "
         "sequences, not a multiple of train_module.rank_microbatch_seqs=2"
     )
+
+
+def test_an_unknown_reader_is_named_with_the_choices(tiny_config, tmp_path):
+    from trainer_core.ray.run_config import RayTrainConfig
+
+    with pytest.raises(ConfigError) as e:
+        tiny_config(tmp_path, "--ray.reader=disk", cls=RayTrainConfig)
+    assert str(e.value) == "ray.reader: 'disk' is not allowed; must be one of ray_data, worker"
+    assert tiny_config(tmp_path, "--ray.reader=worker", cls=RayTrainConfig).ray.reader == "worker"
