@@ -1,4 +1,5 @@
-"""What each Ray Train worker runs: build the library's trainer, feed it Ray Data, report to Ray.
+"""What each Ray Train worker runs: build the library's trainer, feed it Ray Data (or, with
+``ray.reader: worker``, let it read its own rank's rows as the plain loop does), report to Ray.
 
 Checkpoints are written by the library's checkpointer straight into the run dir, which is also
 Ray's experiment dir; Ray does not track them. On a worker-group restart the loop resumes from
