@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -180,21 +181,27 @@ def test_a_ladder_spans_two_nodes_and_a_lost_node_costs_one_run_a_restart(
         )
 
 
-def test_a_local_run_beside_a_started_cluster_keeps_its_placement_group_guard(
-    multinode, processes, tiny_args, tmp_path
+def test_a_local_benchmark_beside_a_started_cluster_keeps_its_placement_group_guard(
+    multinode, processes, tiny_experiment, tmp_path
 ):
-    """The `ray start` cluster above stays up (as the README's walk-through leaves one) while a
-    run starts a local Ray of its own: Ray Train's placement-group cleaner in the local Ray looks
-    its controller up in its own cluster, not the other one, so it neither crashes ("multiple
-    active Ray instances") nor takes the live controller for dead; one worker group, no noise."""
-    out = processes.python(
-        "workflows/train.py",
-        *tiny_args(tmp_path / "run", "--trainer.max_steps=10", "--ray.address=local"),
-        timeout=240,
-    )
+    """The `ray start` cluster above stays up (as the README's walk-through leaves one) while
+    ``ladder.py --benchmark`` starts a local Ray of its own: Ray Train's placement-group cleaner
+    in the local Ray looks its controller up in its own cluster, not the other one, so it neither
+    crashes ("multiple active Ray instances") nor takes the live controller for dead; one worker
+    group, no noise, and the benchmark's figures: 20 steps without checkpoints, tokens/s and MFU."""
+    config = tiny_experiment("exp", sizes=["1M"], ray={"address": "local"})
+    out = processes.python(LADDER, "--config", config, "--benchmark", "1M", timeout=240)
     output = out.stdout + out.stderr
     assert out.returncode == 0, output[-3000:]
     assert "PlacementGroupCleaner" not in output and "Traceback" not in output
     assert "placement group" not in output.lower()
-    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    match = re.search(
+        r"benchmark 1M: ([\d,]+) tokens/s per device, MFU ([\d.]+)% on 1 device", out.stdout
+    )
+    assert match, out.stdout[-2000:]
+    assert int(match.group(1).replace(",", "")) > 0 and 0 < float(match.group(2)) < 100
+    (run_dir,) = (tmp_path / "exp" / "benchmarks").iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "finished" and len(record["workers"]) == 1
+    steps = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] == 20 and not (run_dir / "checkpoints").exists()

@@ -125,7 +125,7 @@ def test_a_bad_override_is_one_line_and_exit_2(run_script):
 
 @pytest.mark.slow
 def test_demo_model_learns_well_below_byte_unigram_entropy(tmp_path):
-    """~200 steps of the 1M model on the stdlib corpus: eval loss far under the unigram entropy."""
+    """120 steps of the 1M model on the stdlib corpus: eval loss far under the unigram entropy."""
     import numpy as np
 
     from trainer_core.data.token_data import open_token_data
@@ -135,8 +135,8 @@ def test_demo_model_learns_well_below_byte_unigram_entropy(tmp_path):
         None,
         [
             f"--trainer.run_dir={tmp_path / 'run'}",
-            "--trainer.max_steps=200",
-            "--trainer.eval_interval=200",
+            "--trainer.max_steps=120",
+            "--trainer.eval_interval=120",
             "--trainer.eval_batches=8",
             "--trainer.progress=false",
             "--checkpoint.enabled=false",
@@ -147,7 +147,8 @@ def test_demo_model_learns_well_below_byte_unigram_entropy(tmp_path):
     p = np.bincount(sample, minlength=cfg.model.vocab_size) / sample.size
     entropy = float(-(p[p > 0] * np.log(p[p > 0])).sum())
     summary = build_trainer(cfg).fit()
-    # measured: entropy 3.25 nats, eval loss 2.14 after 200 steps (gap 1.1); demand 0.7 nats
+    # measured: entropy 3.25 nats, eval loss 2.31 after 120 steps (gap 0.94; 2.14 after 200);
+    # demand 0.7 nats
     assert summary["eval/loss"] < entropy - 0.7, (summary["eval/loss"], entropy)
 
 
