@@ -8,14 +8,10 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-# Byte-compiled by compileall on two processes instead of by pip on one: pip's serial compile
-# was about half of the install's CPU time. (torch's py312_intrinsics.py is Python 3.12 syntax;
-# pip skips it silently, compileall would fail on it.)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e '.[dev]'
-	$(BIN)/python -m compileall -q -j 2 -x py312_intrinsics $(VENV)/lib
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 demo: setup

@@ -27,6 +27,12 @@ from trainer_core.data.demo_corpus import CACHE_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One compute thread per pytest worker (and for what it starts): with two workers on two
+    # cores, torch's and BLAS's default of a thread per core puts four busy threads on two cores,
+    # and OpenMP's spin-waiting threads then slow every test that shares the machine. Set before
+    # anything here imports torch; subprocesses and the Rays started here inherit it.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
 # Ray reads its auth mode once per process: every Ray this process starts or joins (the local
