@@ -32,7 +32,7 @@ from trainer_core.config.sections import TrainConfig
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 LADDER = "workflows/ladder.py"
-SIZES = ("1M", "3M")
+SIZES = ("300K", "1M")
 HEAD, WORKER, SPARE = "rl_head", "rl_worker", "rl_spare"
 """Each node's resource label: the head, the worker node that is lost, its replacement."""
 DETECTION = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}
@@ -114,7 +114,7 @@ def test_a_ladder_spans_two_nodes_and_a_lost_node_costs_one_run_a_restart(
     config = tiny_experiment(
         "exp",
         sizes=list(SIZES),
-        duration={"chinchilla_multiple": 0.0009765625},  # 21 and 31 steps
+        duration={"chinchilla_multiple": 0.0009765625},  # 15 and 21 steps
         run={
             "trainer": {"log_interval": 1, "eval_interval": 1000000},
             "checkpoint": {"save_interval_steps": 5},
@@ -149,7 +149,7 @@ def test_a_ladder_spans_two_nodes_and_a_lost_node_costs_one_run_a_restart(
     # every trial driver, so every Ray Train controller, ran on the head (the Tune driver's
     # node): none was lost with the worker node
     controllers = hook_records(multinode, "controller")
-    assert sorted(r["run"] for r in controllers) == list(SIZES)
+    assert sorted(r["run"] for r in controllers) == sorted(SIZES)
     assert {r["controller"] for r in controllers} == {nodes[HEAD]}
     # the lost run restarted once, on a live node, from a checkpoint at or after the hold;
     # the other run was never restarted

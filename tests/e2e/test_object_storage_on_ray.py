@@ -82,16 +82,16 @@ def test_a_ladder_on_s3_survives_a_killed_worker_and_a_killed_driver(
     no_local_ray,
     ray_tmp,
 ):
-    """The whole experiment lives on S3. 1M's worker is SIGKILLed at its step-5 report (Ray
-    Train restarts it from the checkpoint on S3); the driver is SIGKILLed once 1M has finished
-    while 3M is held at step 5; ``--resume`` finishes 3M from S3. 1M ends where a plain local
+    """The whole experiment lives on S3. 300K's worker is SIGKILLed at its step-5 report (Ray
+    Train restarts it from the checkpoint on S3); the driver is SIGKILLed once 300K has finished
+    while 1M is held at step 5; ``--resume`` finishes 1M from S3. 300K ends where a plain local
     run of its plan does, Tune's state and the plots are on S3, and no credential is anywhere."""
     url = f"s3://{s3_server.bucket}/ladders/exp"
     config = tiny_experiment(
         "exp",
         dir=url,
-        sizes=["1M", "3M"],
-        # half the tiny ladder's batch and tokens: the same 21 and 31 steps at half the compute
+        sizes=["300K", "1M"],
+        # half the tiny ladder's batch and tokens: 18 and 20 steps
         batch={"coef": 10240.0},
         duration={"chinchilla_multiple": 0.00048828125},
         run={
@@ -102,8 +102,8 @@ def test_a_ladder_on_s3_survives_a_killed_worker_and_a_killed_driver(
     hold_log, kill_log = tmp_path / "hold.jsonl", tmp_path / "kill.jsonl"
     hooks = {
         "RAY_TRAIN_CALLBACKS": "ray_train_hooks.HoldRun,ray_train_hooks.KillWorkerFromEnv",
-        HOLD_ENV: f"3M:5:{hold_log}",
-        KILL_ENV: f"1M:5:0:{kill_log}",
+        HOLD_ENV: f"1M:5:{hold_log}",
+        KILL_ENV: f"300K:5:0:{kill_log}",
         "PYTHONPATH": os.pathsep.join(
             p for p in (str(repo_root / "tests" / "support"), os.environ.get("PYTHONPATH")) if p
         ),
@@ -115,38 +115,38 @@ def test_a_ladder_on_s3_survives_a_killed_worker_and_a_killed_driver(
 
     def held_and_one_done() -> bool:
         held = hold_log.exists() and '"held"' in hold_log.read_text()
-        return held and s3_run_json(url, "1M").get("status") == "finished"
+        return held and s3_run_json(url, "300K").get("status") == "finished"
 
     processes.wait_until(held_and_one_done, first, log, timeout=400)
     processes.kill(first)
     workers = read_log(hold_log)[0]["workers"]
     wait_for(lambda: not any(map(alive, workers)), timeout=60)
-    assert s3_run_json(url, "3M")["status"] == "running"
+    assert s3_run_json(url, "1M")["status"] == "running"
     first_group, kill, second_group = read_log(kill_log)
     assert kill == {"killed": first_group["workers"][0], "step": 5}
     assert len(second_group["workers"]) == 1
-    one = s3_run_json(url, "1M")
+    one = s3_run_json(url, "300K")
     assert [g["start_step"] for g in one["workers"]] == [0, 5]
 
     env = {STAGE_ENV: str(tmp_path / "stage"), "RAY_TMPDIR": str(ray_tmp)}
     second = processes.python(LADDER, "--config", config, "--resume", timeout=600, env=env)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    assert "[exp-3M] training exp-3M" in second.stdout and "resumed at step" in second.stdout
-    assert "[exp-1M]" not in second.stdout  # finished: not trained again
+    assert "[exp-1M] training exp-1M" in second.stdout and "resumed at step" in second.stdout
+    assert "[exp-300K]" not in second.stdout  # finished: not trained again
     assert "Found credentials" not in second.stderr  # the S3 client's chatter stays quiet
 
     results = load(url)
     final = results.final().set_index("size")
     assert set(final["status"]) == {"finished"}
     job = load_config(LadderJobConfig, config, [])
-    for plan in plan_ladder(job, ["1M", "3M"]):  # each as one plain local run, on one thread
+    for plan in plan_ladder(job, ["300K", "1M"]):  # each as one plain local run, on one thread
         ref_dir = str(tmp_path / "ref" / plan.size)
         trainer = replace(plan.config.trainer, run_dir=ref_dir)
         checkpoint = replace(plan.config.checkpoint, enabled=False)
         reference = fit_on_one_thread(replace(plan.config, trainer=trainer, checkpoint=checkpoint))
         measured = final.loc[plan.size, "final_eval_loss"]
         assert measured == pytest.approx(reference["eval/loss"], abs=1e-5), plan.size
-    assert final.loc["3M", "final_eval_loss"] < final.loc["1M", "final_eval_loss"]
+    assert final.loc["1M", "final_eval_loss"] < final.loc["300K", "final_eval_loss"]
     grid = results.result_grid()  # Tune's state, on S3, restored across the driver kill
     assert sorted(r.metrics["finished"] for r in grid) == [1, 1]
 
