@@ -20,7 +20,6 @@ from torch import nn
 from trainer_core.config.sections import ModelConfig, ParallelConfig
 from trainer_core.model.transformer import Transformer
 from trainer_core.parallel.mesh import MESH_DIMS, mesh_shape
-from trainer_core.parallel.process_group import teardown
 from trainer_core.parallel.wrap import apply_compile, apply_fsdp
 
 SMALL = {"size": "", "d_model": 64, "n_heads": 4, "mlp_hidden": 128, "vocab_size": 64}
@@ -107,9 +106,11 @@ def _units_worker(rank: int, world: int, port: int, out: str) -> None:
         }
         if rank == 0:
             Path(out).write_text(json.dumps({**seen, **unit, "gathered": gathered}))
+        # both ranks leave together: a rank that destroys its gloo group while its peer still
+        # uses theirs can make the peer abort ("terminate called", seen once in CI)
+        torch.distributed.barrier()
     finally:
         torch.distributed.destroy_process_group()
-        teardown()
 
 
 @pytest.mark.slow
