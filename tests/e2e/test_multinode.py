@@ -1,4 +1,5 @@
-"""A ladder on a real two-node Ray cluster on this machine, and a node lost mid-run.
+"""A ladder on a real two-node Ray cluster on this machine, and a node lost mid-run; a local
+`ladder.py --benchmark` beside that cluster.
 
 The cluster is started as a user starts one (:mod:`ray_cluster`): a head and a worker node of
 1 CPU each. A tiny 2-size ladder runs one 0.8-CPU worker per size; its trial drivers (and so

@@ -213,16 +213,23 @@ def test_a_failed_trial_fails_the_experiment_and_names_the_run(ray_session, conf
 
 
 def test_a_run_started_from_another_runs_checkpoint_on_ray(reference_run, config, tmp_path):
-    """``checkpoint.resume_from`` on Ray: the per-rank datasets start at that checkpoint's step
-    (not the new run dir's latest, which has none), so the branch continues the reference. The
-    source checkpoint comes from the plain loop (no Ray run only to keep its step 8)."""
+    """``checkpoint.resume_from`` on Ray, its two workers reading their own rows
+    (``ray.reader: worker``, the only two-worker run on that reader): each rank starts at that
+    checkpoint's step (not the new run dir's latest, which has none) with its own share of the
+    batch, so the branch continues the reference, which read through Ray Data. Ray Data's
+    datasets start at :func:`resume_step` (unit-tested to honour ``resume_from``), shown at a
+    step other than 0 by the corrupt-checkpoint test above. The source checkpoint comes from
+    the plain loop (no Ray run only to keep its step 8)."""
     ref_dir, _ = reference_run
     source = tmp_path / "source"
     interrupted_run(config(source, "--checkpoint.keep_steps=[8]"), 8)
     start = source / "checkpoints" / "step-00000008"
     branch_dir = tmp_path / "branch"
-    branch = run_training(config(branch_dir, f"--checkpoint.resume_from={start}"))
+    branch = run_training(
+        config(branch_dir, f"--checkpoint.resume_from={start}", "--ray.reader=worker")
+    )
     assert branch["status"] == "finished" and branch["last_step"] == 16
+    assert "reader: worker" in (branch_dir / "config.yaml").read_text()
     resumed = losses(branch_dir)
     assert min(resumed) > 8
     expected = {step: loss for step, loss in losses(ref_dir).items() if step > 8}
