@@ -23,9 +23,7 @@ from trainer_core.ray.failures import FatalRunError, user_error_in
 from trainer_core.ray.reader import batches_from_shard, dataset_name, resume_step
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.ray.runtime import quiet_ray_loggers
-from trainer_core.train.build import build_trainer
 from trainer_core.train.callbacks import BaseCallback
-from trainer_core.train.trainer import NonFiniteLossError
 
 if TYPE_CHECKING:
     import torch
@@ -143,6 +141,12 @@ def ray_data_batches(cfg: RayTrainConfig) -> Callable[[int], Iterator[torch.Tens
 
 
 def _train(config: dict[str, Any]) -> None:
+    # The training stack is imported here, not at module level: Ray Train's controller and the
+    # Tune trial driver unpickle ``train_worker`` by reference, so they import this module, and
+    # the trainer's checkpointer pulls in torch.distributed.checkpoint (~1.2 s a process).
+    from trainer_core.train.build import build_trainer
+    from trainer_core.train.trainer import NonFiniteLossError
+
     clock = StartupClock(config.get("fit_started_at"))
     quiet_ray_loggers()  # again: Train and Data loggers created since process start
     cfg: RayTrainConfig = config["train"]
