@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt uv
 	links=$${PIP_FIND_LINKS:-$$($(BIN)/python -m pip config get global.find-links 2>/dev/null)}; \
 	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python \
-		$${links:+--find-links $$links} -c constraints.txt -e '.[dev]'
+		$$(for l in $$links; do printf -- '--find-links %s ' "$$l"; done) \
+		-c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 demo: setup
