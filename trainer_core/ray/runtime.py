@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 
 import ray
@@ -79,6 +80,15 @@ def quiet_ray_loggers() -> None:
             logger.addFilter(noise())
 
 
+def drop_exit_during_teardown(unraisable) -> None:
+    """``sys.unraisablehook`` of Ray worker processes: a SystemExit there is Ray's SIGTERM
+    handler ending the process (Tune stopping a trial) while a weakref callback ran; Python
+    would print it as "Exception ignored in ... SystemExit: 1" with a traceback, forwarded to
+    the user's terminal. Anything else goes to Python's own hook."""
+    if not issubclass(unraisable.exc_type, SystemExit):
+        sys.__unraisablehook__(unraisable)
+
+
 process_ready_at = float("nan")
 """When this Ray worker process ran its setup hook (``time.time()``), for start-up timings."""
 
@@ -95,6 +105,7 @@ def setup_worker_process() -> None:
     """
     global process_ready_at
     process_ready_at = time.time()
+    sys.unraisablehook = drop_exit_during_teardown
     os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
     quiet_ray_loggers()
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import sys
+import weakref
 
-from trainer_core.ray.runtime import UNHANDLED, quiet_ray_loggers
+from trainer_core.ray.runtime import UNHANDLED, drop_exit_during_teardown, quiet_ray_loggers
 
 # The line Ray printed mid-demo (a race inside Ray Data's metrics actor), shortened.
 STATS_RACE = (
@@ -32,3 +34,35 @@ def test_expected_warnings_are_dropped_and_errors_kept():
     name = "ray.train.v2._internal.callbacks.backend_setup"
     assert not _passes(name, "could not shut down workers", logging.WARNING)
     assert _passes(name, "worker group failed", logging.ERROR)
+
+
+def _unraisable(exc: BaseException):
+    """What Python hands ``sys.unraisablehook`` when a weakref callback raises ``exc``."""
+    caught = []
+
+    def callback(_ref):
+        raise exc
+
+    class Referent:
+        pass
+
+    saved, sys.unraisablehook = sys.unraisablehook, caught.append
+    try:
+        referent = Referent()
+        ref = weakref.ref(referent, callback)
+        del referent
+    finally:
+        sys.unraisablehook = saved
+    assert ref() is None and len(caught) == 1
+    return caught[0]
+
+
+def test_a_trial_process_ended_by_sigterm_prints_no_traceback(capsys):
+    """Ray's SIGTERM handler raises SystemExit; landing in a weakref callback, Python printed
+    it as "Exception ignored in ... SystemExit: 1" with a traceback (seen from a stopped Tune
+    trial). That one is dropped; any other unraisable error is still printed."""
+    drop_exit_during_teardown(_unraisable(SystemExit(1)))
+    assert capsys.readouterr().err == ""
+    drop_exit_during_teardown(_unraisable(ValueError("a real bug")))
+    assert "ValueError: a real bug" in capsys.readouterr().err
+    assert sys.unraisablehook is not drop_exit_during_teardown  # set in Ray workers only
