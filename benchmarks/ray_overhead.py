@@ -1,10 +1,13 @@
-"""What Ray Train costs: the same run by the plain loop and by a 1-worker TorchTrainer.
+"""What a Ray trial costs: the same run by the plain loop and as a one-run Tune trial by each
+runner (``ray.runner``: "train", a 1-worker TorchTrainer; "trial", the trial's own process).
 
-Prints each path's steady-state tokens/s (median over log windows after the first), their ratio
-and start-up time (wall time not explained by steady-state training). Ray runs ``--ray-runs``
-times in one Ray, as a sweep's trials do: the first also pays for Ray's cluster-wide actors, the
-later ones are what each further trial costs. Each Ray run's rank 0 prints a ``[startup]`` line:
-when it reached each stage, in seconds after the driver called ``fit``.
+Prints each path's steady-state tokens/s (median over steps after the first), its ratio to the
+plain loop's, and when the first step was done, in seconds after the trial was launched (the
+call that hands it to Tune: the trial's process, Ray Train's processes, imports, data, one
+step). Each runner runs ``--ray-runs`` trials in one Tune experiment, one at a time, as a
+sweep's trials follow each other in a slot: a later trial is launched when the one before is
+done (its last step), and may reuse its process. The first also pays for Ray's cluster-wide
+actors.
 
     python benchmarks/ray_overhead.py [--size 3M] [--steps 60] [--ray-runs 2] [--no-plain]
 """
@@ -23,15 +26,20 @@ import torch
 
 from trainer_core.config.loader import load_config
 from trainer_core.io.run_dir import metrics_path
-from trainer_core.ray.run_config import RayTrainConfig
+from trainer_core.ray.run_config import RUNNERS, RayTrainConfig
 from trainer_core.ray.runtime import init_ray
-from trainer_core.ray.train_driver import run_training
+from trainer_core.ray.tune_run import TrialSpec, TuneSettings, run_trials
 from trainer_core.train.build import build_trainer
 
 
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in metrics_path(run_dir).read_text().splitlines()]
+
+
 def steady_tokens_per_s(run_dir: Path) -> float:
-    lines = [json.loads(x) for x in metrics_path(run_dir).read_text().splitlines()]
-    rates = [r["throughput/tokens_per_s"] for r in lines if "throughput/tokens_per_s" in r]
+    rates = [
+        r["throughput/tokens_per_s"] for r in records(run_dir) if "throughput/tokens_per_s" in r
+    ]
     return statistics.median(rates[1:] or rates)
 
 
@@ -48,44 +56,50 @@ def main() -> None:
         "--data.seq_len=128",
         "--trainer.global_batch_size=2048",
         f"--trainer.max_steps={args.steps}",
-        f"--trainer.log_interval={max(args.steps // 6, 1)}",
+        "--trainer.log_interval=1",  # the first record is the first step
         "--trainer.eval_batches=0",
         "--trainer.progress=false",
         "--checkpoint.enabled=false",
         "--ray.cpus_per_worker=1",
     ]
     cfg = load_config(RayTrainConfig, None, overrides)
-    tokens = args.steps * cfg.trainer.global_batch_size
 
-    def at(run_dir: Path) -> RayTrainConfig:
-        return replace(cfg, trainer=replace(cfg.trainer, run_dir=str(run_dir)))
+    def at(run_dir: Path, runner: str) -> RayTrainConfig:
+        return replace(
+            cfg,
+            trainer=replace(cfg.trainer, run_dir=str(run_dir)),
+            ray=replace(cfg.ray, runner=runner),
+        )
 
     lines = [f"size {args.size}, {args.steps} steps of {cfg.trainer.global_batch_size} tokens"]
     plain_rate = None
     if not args.no_plain:
         torch.set_num_threads(1)  # a 1-CPU Ray worker gets one thread: compare like with like
-        start = time.perf_counter()
-        build_trainer(at(root / "plain")).fit()
-        plain_wall = time.perf_counter() - start
+        start = time.time()
+        build_trainer(at(root / "plain", "train")).fit()
         plain_rate = steady_tokens_per_s(root / "plain")
+        first = records(root / "plain")[0]["time"] - start
         lines.append(
-            f"  plain loop : {plain_rate:,.0f} tokens/s steady, "
-            f"start-up {plain_wall - tokens / plain_rate:.1f} s"
+            f"  plain loop      : {plain_rate:,.0f} tokens/s steady, first step +{first:.1f} s"
         )
 
     start = time.perf_counter()
     init_ray()
-    lines.append(f"  ray.init   : {time.perf_counter() - start:.1f} s")
-    for i in range(args.ray_runs):
-        start = time.perf_counter()
-        run_training(at(root / f"ray{i}"))
-        wall = time.perf_counter() - start
-        rate = steady_tokens_per_s(root / f"ray{i}")
-        ratio = f", steady ratio Ray / plain {rate / plain_rate:.3f}" if plain_rate else ""
-        lines.append(
-            f"  Ray run {i}  : {rate:,.0f} tokens/s steady, "
-            f"start-up {wall - tokens / rate:.1f} s{ratio}"
-        )
+    lines.append(f"  ray.init        : {time.perf_counter() - start:.1f} s")
+    for runner in [r for r in RUNNERS if r != "auto"]:
+        names = [f"{runner}{i}" for i in range(args.ray_runs)]
+        specs = [TrialSpec(n, at(root / n, runner)) for n in names]
+        launched = time.time()
+        run_trials(specs, root / f"exp-{runner}", TuneSettings(max_concurrent=1), False)
+        for name in sorted(names, key=lambda n: records(root / n)[0]["time"]):
+            recs = records(root / name)
+            rate = steady_tokens_per_s(root / name)
+            ratio = f", ratio to plain {rate / plain_rate:.3f}" if plain_rate else ""
+            lines.append(
+                f"  {runner:5s} {name:7s} : {rate:,.0f} tokens/s steady{ratio}, first step "
+                f"+{recs[0]['time'] - launched:.1f} s after its launch"
+            )
+            launched = recs[-1]["time"]  # the next trial starts when this one is done
     print("\n".join(lines))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +16,8 @@ def test_sweep_stops_bad_lrs_flags_divergence_and_widens_past_an_edge(
     processes, tiny_experiment, tmp_path, no_local_ray
 ):
     """The grid tops out (healthily) at 1/8 of the formula's LR, far below the optimum: one
-    widening round adds 1/2, a grid step (4x) further up."""
+    widening round adds 1/2, a grid step (4x) further up. One-device sweep trials train in
+    their trial's process (``ray.runner: auto``), so ASHA stops that process itself."""
     cfg = tiny_experiment(
         "sweep",
         sizes=["1M"],
@@ -48,6 +50,11 @@ def test_sweep_stops_bad_lrs_flags_divergence_and_widens_past_an_edge(
     assert len(stopped) >= 1 and len(full) >= 1
     assert stopped.steps_run.max() < full.steps_run.min()
     assert (table.compared_step.dropna() == healthy.last_eval_step.min()).all()
+    for run_dir in res.runs["dir"]:
+        assert "runner: trial" in (Path(run_dir) / "config.yaml").read_text()
+    # the first round's four trials, two at a time, ran in fewer processes: Tune reused them
+    results = [json.loads(x) for f in (sweep_dir / "tune").glob("*/result.json") for x in f.open()]
+    assert len({r["trial_id"] for r in results}) == 4 and len({r["pid"] for r in results}) < 4
 
     runs = json.loads((sweep_dir / "plan.json").read_text())
     assert runs[0]["size"] == "1M"

@@ -12,6 +12,7 @@ import pytest
 import ray.train
 import ray_train_hooks
 from ray_train_hooks import FAILURES_ENV, CountFailures, KillWorker, read_log
+from reference import SIXTEEN_STEPS
 
 from trainer_core.config.loader import from_dict, to_dict
 from trainer_core.config.sections import TrainConfig
@@ -22,14 +23,7 @@ from trainer_core.train.build import build_trainer
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-ON_RAY = (
-    "--trainer.max_steps=16",
-    "--trainer.log_interval=2",
-    "--trainer.eval_interval=8",
-    "--checkpoint.save_interval_steps=4",
-    "--ray.num_workers=2",
-    "--ray.cpus_per_worker=0.5",
-)
+ON_RAY = (*SIXTEEN_STEPS, "--ray.num_workers=2", "--ray.cpus_per_worker=0.5")
 """The tiny run on two Ray Train workers, 16 steps with a checkpoint every 4."""
 
 

@@ -13,6 +13,15 @@ import torch
 from trainer_core.config.sections import TrainConfig
 from trainer_core.train.build import build_trainer
 
+SIXTEEN_STEPS = (
+    "--trainer.max_steps=16",
+    "--trainer.log_interval=2",
+    "--trainer.eval_interval=8",
+    "--checkpoint.save_interval_steps=4",
+)
+"""The tiny run that Ray's fault tests interrupt: 16 steps, evals at 8 and 16, a checkpoint
+every 4 (so a kill mid-run has a checkpoint to resume from and steps to replay)."""
+
 
 def fit_on_one_thread(cfg: TrainConfig) -> dict:
     """``build_trainer(cfg).fit()`` on one intra-op thread (this process's count restored)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
+from trainer_core.config.decode import ConfigError
 from trainer_core.config.sections import ScheduleConfig, TrainConfig
 from trainer_core.io import storage
 from trainer_core.ladder.config import LadderConfig, check_unplanned
@@ -27,10 +28,19 @@ class LadderJobConfig(LadderConfig):
         check_unplanned(self.ray, RayConfig(), planned, "ray.")
 
 
-def on_ray(cfg: TrainConfig, plan: SizePlan, job: LadderJobConfig) -> RayTrainConfig:
-    """A run of ``plan`` on Ray: one worker per planned device."""
+def on_ray(
+    cfg: TrainConfig, plan: SizePlan, job: LadderJobConfig, sweep: bool = False
+) -> RayTrainConfig:
+    """A run of ``plan`` on Ray: one worker per planned device, and the runner ``ray.runner``
+    picks for a ladder's (or, ``sweep``, a sweep's) trials."""
+    if job.ray.runner == "trial" and plan.devices > 1:
+        raise ConfigError(
+            f"ray.runner: 'trial' trains a run's one worker in its Tune trial's process, and "
+            f"size {plan.size} is planned on {plan.devices} devices (max_devices "
+            f"{job.max_devices}): use 'train' (or 'auto')"
+        )
     ray = replace(job.ray, num_workers=plan.devices, use_gpu=job.uses_gpu)
-    return RayTrainConfig.of(cfg, ray)
+    return RayTrainConfig.of(cfg, ray.for_trials(sweep))
 
 
 def ladder_trials(job: LadderJobConfig, plans: list[SizePlan]) -> list[TrialSpec]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from trainer_core.config.sections import TrainConfig, require
 from trainer_core.parallel.mesh import DPLayout, dp_layout
 
 READERS = ("ray_data", "worker")
+RUNNERS = ("auto", "train", "trial")
 
 
 @dataclass
@@ -23,14 +24,22 @@ class RayConfig:
     """On a small CPU machine leave room for Ray Data's read tasks (e.g. 0.5 with 2 workers)."""
     gpus_per_worker: float = 1.0
     max_failures: int = 3
-    """Worker-group restarts (from the latest checkpoint) before the run fails."""
+    """Restarts (from the latest checkpoint) before the run fails: of its worker group, or, with
+    the "trial" runner, of its Tune trial."""
     report_on_log: bool = False
     """Also report every log interval to Ray (a cross-worker barrier; eval and checkpoint steps always report)."""
     reader: str = "ray_data"
     """Who reads each rank's batches: "ray_data" (Ray Data read tasks stream them to the worker,
     reading off the training process) or "worker" (each worker reads its rank's rows from the
     shards itself, as the plain loop does: the same batches, no Ray Data processes, so a short
-    trial starts sooner; see benchmarks/RESULTS.md, "Trial start-up")."""
+    trial starts sooner; see benchmarks/RESULTS.md, "Trial start-up"). Ray Train runs only."""
+    runner: str = "auto"
+    """How a ladder's or sweep's Tune trial trains its run. "train": on a Ray Train worker group
+    (any width, Ray Data, restarts of the worker group inside the trial). "trial": the trial's
+    own process is the run's one worker, reading its own rows; no Ray Train processes, so a
+    trial takes its first step ~10 s sooner, and Tune restarts a failed trial, which resumes
+    from the run's latest complete checkpoint. "auto": "trial" for a sweep's one-device trials
+    (many short runs: start-up dominates), "train" for everything else."""
 
     def __post_init__(self) -> None:
         require(self.num_workers >= 1, "num_workers", self.num_workers, "must be >= 1")
@@ -40,11 +49,29 @@ class RayConfig:
             self.reader in READERS, "reader", self.reader, f"must be one of {', '.join(READERS)}"
         )
         require(
+            self.runner in RUNNERS, "runner", self.runner, f"must be one of {', '.join(RUNNERS)}"
+        )
+        require(
+            self.runner != "trial" or self.num_workers == 1,
+            "runner",
+            self.runner,
+            f"'trial' trains a run's one worker in its Tune trial's process, and this run has "
+            f"{self.num_workers} workers: use 'train' (or 'auto')",
+        )
+        require(
             self.max_failures >= -1,
             "max_failures",
             self.max_failures,
             "must be >= -1 (-1 = forever)",
         )
+
+    def for_trials(self, sweep: bool) -> RayConfig:
+        """This config with ``runner`` decided for one run of a ladder or sweep (``auto``
+        resolved by what the trials are: :attr:`runner`)."""
+        if self.runner != "auto":
+            return self
+        one_device = self.num_workers == 1
+        return replace(self, runner="trial" if sweep and one_device else "train")
 
 
 @dataclass

@@ -25,6 +25,10 @@ RAY_ENV = {
     # Tune copies AWS_* from the driver's environment into each trial's runtime env, and the
     # runtime-env agent of a Ray started from here logs every runtime env at INFO: keys included.
     "RAY_LOGGER_LEVEL": "warning",
+    # A reused trial process waits this long for the previous trial's thread to end (a stopped
+    # trial's thread ends at its parked report at once; 2 s, Tune's default, is less than one
+    # step or checkpoint of a larger model, and a failed reuse errors the next trial).
+    "TUNE_FUNCTION_THREAD_TIMEOUT_S": "60",
 }
 
 

@@ -67,7 +67,7 @@ def trial_spec(job: SweepJobConfig, run: SweepRun, lr: float, round_: int = 0) -
         "round": round_,
     }
     cfg = named_run(trial_config(plan, job.sweep, lr), job, name)
-    return TrialSpec(name=name, config=on_ray(cfg, plan, job), tags=tags)
+    return TrialSpec(name=name, config=on_ray(cfg, plan, job, sweep=True), tags=tags)
 
 
 def _ordered(

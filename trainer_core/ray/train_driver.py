@@ -14,6 +14,7 @@ from typing import Any
 import ray.data
 import ray.train
 
+from trainer_core.config.decode import ConfigError
 from trainer_core.data.token_data import open_token_data
 from trainer_core.errors import RunFailedError
 from trainer_core.io import storage
@@ -84,6 +85,11 @@ def run_training(
     :class:`RunFailedError` with the reason: at once for bad input (no retry can fix it), after
     ``ray.max_failures`` restarts for anything else.
     """
+    if cfg.ray.runner == "trial":
+        raise ConfigError(
+            "ray.runner: 'trial' trains a run inside a ladder's or sweep's Tune trial; a single "
+            "run goes on Ray Train: use 'train' (or 'auto')"
+        )
     run_dir = cfg.trainer.run_location
     done = run_summary(run_dir)
     if done.get("status") in FINAL_STATUSES:
@@ -94,17 +100,22 @@ def run_training(
     try:
         build_torch_trainer(cfg, tags, callbacks).fit()
     except ray.train.TrainingFailedError as e:
-        raise RunFailedError(failure_message(run_dir, e)) from None
+        raise RunFailedError(failure_message(run_dir, ray_train_reason(e))) from None
     return run_summary(run_dir)
 
 
-def failure_message(run_dir: Location, error: Exception) -> str:
-    """What stopped the run (the user error's message whole, else the last line of Ray's
-    report, not its tracebacks) and where its work so far is."""
+def ray_train_reason(error: Exception) -> str:
+    """What stopped a Ray Train run: the user error's message whole, else the last line of
+    Ray's report, not its tracebacks."""
     reason = fatal_reason(error)
     if reason is None:
         lines = [line for line in str(error).splitlines() if line.strip()]
         reason = lines[-1].strip() if lines else type(error).__name__
+    return reason
+
+
+def failure_message(run_dir: Location, reason: str) -> str:
+    """Why the run stopped and where its work so far is."""
     return (
         f"run {storage.name(run_dir)} failed: {reason}\n  checkpoints and metrics so far are kept in "
         f"{run_dir}; fix the cause and re-run the same command to resume"

@@ -47,14 +47,23 @@ class TrialSpec:
 
 
 def trial_driver(config: dict[str, Any]) -> None:
-    """The Tune trainable: run (or resume) one Ray Train run and report its final summary."""
+    """The Tune trainable: run (or resume) one run, by its runner (``ray.runner``), and report
+    its final summary."""
+    started_at = time.time()
     from ray import tune
-    from ray.tune.integration.ray_train import TuneReportCallback
-
-    from trainer_core.ray.train_driver import run_training
 
     spec = config["trial"]
-    summary = run_training(spec["train"], spec["tags"], callbacks=[TuneReportCallback()])
+    cfg: RayTrainConfig = spec["train"]
+    if cfg.ray.runner == "trial":
+        from trainer_core.ray.trial_runner import run_in_trial
+
+        summary = run_in_trial(cfg, spec["tags"], started_at)
+    else:
+        from ray.tune.integration.ray_train import TuneReportCallback
+
+        from trainer_core.ray.train_driver import run_training
+
+        summary = run_training(cfg, spec["tags"], callbacks=[TuneReportCallback()])
     final = {
         k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
     }
@@ -95,6 +104,8 @@ class TuneSettings:
     """0: as many trials at once as the cluster's CPUs/GPUs hold worker groups."""
     name: str = TUNE
     """The Tune experiment's dir under the experiment dir (an LR sweep's widening rounds)."""
+    callbacks: list = field(default_factory=list)
+    """More Tune callbacks (``ray.tune.Callback``): a progress display, a test's fault injection."""
 
 
 def costliest_first(plans: list) -> list:
@@ -106,8 +117,9 @@ def costliest_first(plans: list) -> list:
 def max_concurrent_trials(specs: list[TrialSpec]) -> int:
     """How many of the widest trial's footprints fit in the cluster right now.
 
-    A trial holds its workers and (while streaming) one Ray Data read task per worker; reserving
-    both keeps read tasks from starving behind the workers (a hang). Its driver takes no CPU.
+    A Ray Train trial holds its workers and (while streaming) one Ray Data read task per worker;
+    reserving both keeps read tasks from starving behind the workers (a hang). Its driver takes
+    no CPU. A trial-runner trial is its one worker.
     """
     import ray
 
@@ -115,7 +127,8 @@ def max_concurrent_trials(specs: list[TrialSpec]) -> int:
 
     res = ray.cluster_resources()
     rc = max(specs, key=lambda s: s.config.ray.num_workers).config.ray
-    cpus = rc.num_workers * (rc.cpus_per_worker + READ_TASK_CPUS)
+    streams = rc.runner == "train" and rc.reader == "ray_data"
+    cpus = rc.num_workers * (rc.cpus_per_worker + (READ_TASK_CPUS if streams else 0))
     fits = [res.get("CPU", 1) // cpus]
     if rc.use_gpu:
         fits.append(res.get("GPU", 0) // (rc.num_workers * rc.gpus_per_worker))
@@ -162,7 +175,7 @@ def run_trials(
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
-    trainable = tune.with_resources(trial_driver, driver_resources())
+    trainable, failure, callbacks, reuse = _trial_setup(specs)
     tune_dir = storage.join(exp_dir, settings.name)
     concurrency = settings.max_concurrent or max_concurrent_trials(specs)
     restored = resume and tune.Tuner.can_restore(str(tune_dir))
@@ -179,6 +192,7 @@ def run_trials(
                 mode=settings.mode,
                 scheduler=settings.scheduler,
                 max_concurrent_trials=concurrency,
+                reuse_actors=reuse,
                 trial_name_creator=_trial_name,
                 trial_dirname_creator=_trial_name,
             ),
@@ -186,10 +200,10 @@ def run_trials(
                 name=settings.name,
                 storage_path=str(exp_dir),
                 verbose=0,
-                failure_config=tune.FailureConfig(max_failures=0),
+                failure_config=failure,
                 # Each trial's result.json, so the ResultGrid loaded later has its metrics
                 # (RAY_ENV turns off Tune's default loggers, TensorBoard among them).
-                callbacks=[JsonLoggerCallback()],
+                callbacks=[JsonLoggerCallback(), *callbacks, *settings.callbacks],
             ),
         )
     started = time.perf_counter()
@@ -205,6 +219,37 @@ def run_trials(
             "with --resume (finished runs are not trained again)"
         )
     return TrialsRun(grid, concurrency, wall_s, restored)
+
+
+def _trial_setup(specs: list[TrialSpec]):
+    """The trainable with its resources, Tune's failure config, extra callbacks and whether
+    trials reuse a finished trial's process, by the trials' runner (one for all: they come from
+    one job).
+
+    A Ray Train trial is only its driver and its run restarts its own workers, so Tune never
+    retries it. A trial-runner trial is the worker, and Tune's restarts are the run's. Its
+    process (torch imported, about 5 s a trial on 2 cores) goes to the next trial: a finished
+    trial's thread has returned, and a trial stopped early is parked in its last report until
+    Tune releases it to exit (a Ray Train trial's thread is in ``fit()`` and would not end).
+    """
+    from ray import tune
+
+    (rc,) = {s.config.ray.runner: s.config.ray for s in specs}.values()
+    if rc.runner == "trial":
+        from trainer_core.ray.trial_runner import NoRetryOnUserError, trial_resources
+
+        return (
+            tune.with_resources(trial_driver, trial_resources(rc)),
+            tune.FailureConfig(max_failures=rc.max_failures),
+            [NoRetryOnUserError()],
+            True,
+        )
+    return (
+        tune.with_resources(trial_driver, driver_resources()),
+        tune.FailureConfig(max_failures=0),
+        [],
+        False,
+    )
 
 
 def trial_failures(grid) -> dict[str, str]:

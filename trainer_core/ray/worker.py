@@ -30,15 +30,17 @@ if TYPE_CHECKING:
 
 
 class RayReporter(BaseCallback):
-    """Reports metrics (every rank: ``ray.train.report`` is a barrier) at eval and checkpoint
-    steps, once the step's checkpoint (if any) is committed.
+    """Reports metrics through ``report`` (``ray.train.report`` on every rank: it is a barrier;
+    ``tune.report`` in a trial-runner trial) at eval and checkpoint steps, once the step's
+    checkpoint (if any) is committed.
 
     Checkpoints are not registered with Ray: the library's checkpointer owns them (it prunes
     superseded temporaries and sets corrupt ones aside), and Ray Train refuses to restart a run
     whose snapshot names a checkpoint that is gone. Resuming reads the run dir, never Ray's list.
     """
 
-    def __init__(self, report_on_log: bool):
+    def __init__(self, report: Callable[[dict[str, Any]], None], report_on_log: bool):
+        self.report = report
         self.report_on_log = report_on_log
         self.metrics: dict[str, float] | None = None
         self.saved = False
@@ -53,19 +55,21 @@ class RayReporter(BaseCallback):
         metrics, saved = self.metrics or {}, self.saved
         self.metrics, self.saved = None, False
         if self.report_on_log or saved or "eval/loss" in metrics:
-            ray.train.report({"step": step, **metrics})
+            self.report({"step": step, **metrics})
 
 
 class StartupClock(BaseCallback):
-    """Prints, once per worker-group start, when rank 0 reached each stage of its start-up, in
-    seconds after the driver called ``fit``: where a short trial's first seconds go."""
+    """Prints, once per start of the training loop, when it reached each stage of its start-up,
+    in seconds after ``t0`` (``since`` names that moment): where a short trial's first seconds
+    go. "first log" is the first logged step (a log interval of 1 makes it the first step)."""
 
-    def __init__(self, fit_started_at: float | None):
-        self.marks: dict[str, float] = {
-            "worker process ready": runtime.process_ready_at,
-            "train fn": time.time(),
-        }
-        self.t0 = fit_started_at
+    def __init__(self, t0: float | None, since: str):
+        ready = runtime.process_ready_at
+        # a process that an earlier trial started has no start-up of its own to show
+        self.marks = {"process ready": ready} if t0 is None or ready >= t0 else {}
+        self.marks["train fn"] = time.time()
+        self.t0 = t0
+        self.since = since
 
     def mark(self, stage: str) -> None:
         self.marks.setdefault(stage, time.time())
@@ -74,11 +78,11 @@ class StartupClock(BaseCallback):
         self.mark("trainer built")
 
     def on_step_end(self, step: int) -> None:
-        if "first step" in self.marks or self.t0 is None:
+        if "first log" in self.marks or self.t0 is None:
             return
-        self.mark("first step")
+        self.mark("first log")
         stages = ", ".join(f"{k} +{t - self.t0:.1f}" for k, t in self.marks.items())
-        print(f"[startup] after fit(): {stages} s")
+        print(f"[startup] after {self.since}: {stages} s (first log: step {step})")
 
 
 class DataPositionChanged(RuntimeError):
@@ -141,20 +145,40 @@ def ray_data_batches(cfg: RayTrainConfig) -> Callable[[int], Iterator[torch.Tens
 
 
 def _train(config: dict[str, Any]) -> None:
+    cfg: RayTrainConfig = config["train"]
+    quiet_ray_loggers()  # again: Train and Data loggers created since process start
+    fit_and_report(
+        cfg,
+        ray.train.report,
+        rank=ray.train.get_context().get_world_rank(),
+        train_batches=ray_data_batches(cfg) if cfg.ray.reader == "ray_data" else None,
+        clock=StartupClock(config.get("fit_started_at"), "fit()"),
+        tags=config.get("tags"),
+    )
+
+
+def fit_and_report(
+    cfg: RayTrainConfig,
+    report: Callable[[dict[str, Any]], None],
+    *,
+    rank: int = 0,
+    train_batches: Callable[[int], Iterator[torch.Tensor]] | None = None,
+    clock: StartupClock | None = None,
+    tags: dict[str, Any] | None = None,
+) -> None:
+    """Build this rank's trainer, fit it and report through ``report``: what a Ray Train worker
+    and a trial-runner trial (:mod:`trainer_core.ray.trial_runner`) both do."""
     # The training stack is imported here, not at module level: Ray Train's controller and the
     # Tune trial driver unpickle ``train_worker`` by reference, so they import this module, and
     # the trainer's checkpointer pulls in torch.distributed.checkpoint (~1.2 s a process).
     from trainer_core.train.build import build_trainer
     from trainer_core.train.trainer import NonFiniteLossError
 
-    clock = StartupClock(config.get("fit_started_at"))
-    quiet_ray_loggers()  # again: Train and Data loggers created since process start
-    cfg: RayTrainConfig = config["train"]
     trainer = build_trainer(
         cfg,
-        train_batches=ray_data_batches(cfg) if cfg.ray.reader == "ray_data" else None,
-        extra_callbacks=[clock, RayReporter(cfg.ray.report_on_log)],
-        tags=config.get("tags"),
+        train_batches=train_batches,
+        extra_callbacks=[*([clock] if clock else []), RayReporter(report, cfg.ray.report_on_log)],
+        tags=tags,
         placement={"node_id": ray.get_runtime_context().get_node_id()},
     )
     try:
@@ -162,7 +186,7 @@ def _train(config: dict[str, Any]) -> None:
     except NonFiniteLossError as e:
         # Divergence is a result (an LR too high), not a failure to retry: every rank sees the
         # same global grad norm, so all ranks get here and report together.
-        print(f"[rank {ray.train.get_context().get_world_rank()}] {e}")
-        ray.train.report({"step": e.step, "diverged": 1, "diverged_step": e.step})
+        print(f"[rank {rank}] {e}")
+        report({"step": e.step, "diverged": 1, "diverged_step": e.step})
     finally:
         teardown()

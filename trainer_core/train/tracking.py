@@ -36,6 +36,10 @@ class WandbCallback(BaseCallback):
         self.local_dir = (
             storage.upload_cache_dir(str(run_dir), "wandb") if storage.is_url(run_dir) else None
         )
+        if wandb.run is not None:
+            # A process that trains runs one after another (a reused Tune trial) may still hold
+            # one that stopped early, without on_end: this run's metrics must not go into it.
+            wandb.run.finish()
         mode = t.mode
         if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _has_netrc_key()):
             print("[wandb] no API key found: logging offline (sync later with `wandb sync`)")

@@ -32,3 +32,64 @@ def test_an_unknown_reader_is_named_with_the_choices(tiny_config, tmp_path):
         tiny_config(tmp_path, "--ray.reader=disk", cls=RayTrainConfig)
     assert str(e.value) == "ray.reader: 'disk' is not allowed; must be one of ray_data, worker"
     assert tiny_config(tmp_path, "--ray.reader=worker", cls=RayTrainConfig).ray.reader == "worker"
+
+
+def test_the_runner_is_checked_against_the_run_width(tiny_config, tmp_path):
+    from trainer_core.ray.run_config import RayTrainConfig
+
+    with pytest.raises(ConfigError) as e:
+        tiny_config(tmp_path, "--ray.runner=fork", cls=RayTrainConfig)
+    assert str(e.value) == "ray.runner: 'fork' is not allowed; must be one of auto, train, trial"
+    with pytest.raises(ConfigError) as e:
+        tiny_config(tmp_path, "--ray.runner=trial", "--ray.num_workers=2", cls=RayTrainConfig)
+    assert str(e.value) == (
+        "ray.runner: 'trial' is not allowed; 'trial' trains a run's one worker in its Tune "
+        "trial's process, and this run has 2 workers: use 'train' (or 'auto')"
+    )
+
+
+@pytest.mark.parametrize(
+    ("runner", "workers", "sweep", "decided"),
+    [
+        ("auto", 1, True, "trial"),
+        ("auto", 2, True, "train"),
+        ("auto", 1, False, "train"),
+        ("train", 1, True, "train"),
+        ("trial", 1, False, "trial"),
+    ],
+)
+def test_auto_trains_a_sweeps_one_device_trials_in_their_trial(runner, workers, sweep, decided):
+    from trainer_core.ray.run_config import RayConfig
+
+    rc = RayConfig(runner=runner, num_workers=workers)
+    assert rc.for_trials(sweep).runner == decided
+    assert rc.for_trials(sweep).num_workers == workers
+
+
+def test_a_ladder_refuses_the_trial_runner_for_a_size_on_several_devices(repo_root):
+    from trainer_core.config.loader import load_config
+    from trainer_core.ladder.plan import plan_ladder
+    from trainer_core.ray.ladder_run import LadderJobConfig, on_ray
+
+    config = repo_root / "workflows" / "configs" / "ladder-gpu.yaml"
+    job = load_config(LadderJobConfig, config, ["--ray.runner=trial"])
+    wide = [p for p in plan_ladder(job, None) if p.devices > 1][0]
+    with pytest.raises(ConfigError) as e:
+        on_ray(wide.config, wide, job, sweep=True)
+    assert str(e.value) == (
+        f"ray.runner: 'trial' trains a run's one worker in its Tune trial's process, and size "
+        f"{wide.size} is planned on {wide.devices} devices (max_devices {job.max_devices}): use "
+        "'train' (or 'auto')"
+    )
+    auto = load_config(LadderJobConfig, config, [])
+    assert on_ray(wide.config, wide, auto, sweep=True).ray.runner == "train"
+
+
+def test_a_single_run_on_ray_refuses_the_trial_runner(tiny_config, tmp_path):
+    from trainer_core.ray.run_config import RayTrainConfig
+    from trainer_core.ray.train_driver import run_training
+
+    cfg = tiny_config(tmp_path / "run", "--ray.runner=trial", cls=RayTrainConfig)
+    with pytest.raises(ConfigError, match=r"^ray.runner: 'trial' trains a run inside a ladder"):
+        run_training(cfg)
+    assert not (tmp_path / "run").exists()
