@@ -7,6 +7,7 @@ Chinchilla with every checkpoint's task bits-per-byte and accuracy (5-shot ranke
 classification), and the 7B (4T tokens, annealed) and 13B (5T tokens) final evals. Both steps
 are fitted on the ladder alone, as Bhagia et al. 2024 do: step 1 on each run's final point,
 step 2 on every checkpoint past the first 10% of its run (the warm-up's evals are noise).
+For the 13B target it then sets each step's error beside the paper's own (``paper_13b.csv``).
 """
 
 from __future__ import annotations
@@ -16,13 +17,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-from trainer_core.analysis.ladder_table import (
-    TASK_ACC_SUFFIX,
-    TASK_LOSS_SUFFIX,
-    read_ladder_table,
-)
-from trainer_core.analysis.tasks import STEP1_ND, TABLE_HEADER, fit_task
+from trainer_core.analysis.ladder_table import TASK_LOSS_SUFFIX, read_ladder_table
+from trainer_core.analysis.tasks import STEP1_ND, TABLE_HEADER, TaskPrediction, fit_task
 
 DATA = Path(__file__).parent / "data" / "olmo_ladder"
 CHANCE = {
@@ -38,6 +36,36 @@ CHANCE = {
 }
 """Chance accuracy of each task: one over its number of choices."""
 SKIP_FRACTION = 0.1
+COMPARED = "13B-5T"
+"""The target whose per-step predictions the paper's repository released."""
+
+
+def compare_with_paper(ours: dict[str, TaskPrediction]) -> None:
+    """Each step's error for the 13B target, ours beside the paper's: step 1 in % of the task
+    loss, step 2 (from the measured task loss) and both steps in accuracy points."""
+    paper = pd.read_csv(DATA / "paper_13b.csv").set_index("task")
+    print(f"\n{COMPARED}: each step's error, ours | the paper's (paper_13b.csv)")
+    print(f"{'task':<14} {'step 1 (%)':>17}  {'step 2 (pt)':>15}  {'both (pt)':>15}")
+    both: dict[str, list[float]] = {"ours": [], "paper": []}
+    for task, p in paper.iterrows():
+        mine = ours[task]
+        theirs = (
+            100 * (p.step1_bpb / p.measured_bpb - 1),
+            100 * (p.step2_acc - p.measured_acc),
+            100 * (p.chained_acc - p.measured_acc),
+        )
+        cells = zip(
+            (100 * mine.loss_error, 100 * mine.step2_error, 100 * mine.acc_error),
+            theirs,
+            strict=True,
+        )
+        print(f"{task:<14} " + "  ".join(f"{a:+7.1f} | {b:+6.1f}" for a, b in cells))
+        both["ours"].append(abs(mine.acc_error))
+        both["paper"].append(abs(p.chained_acc - p.measured_acc))
+    print(
+        f"mean |both| over {len(paper)} tasks: ours {100 * np.mean(both['ours']):.1f}, "
+        f"the paper's {100 * np.mean(both['paper']):.1f} points"
+    )
 
 
 def main() -> None:
@@ -57,6 +85,7 @@ def main() -> None:
     print(TABLE_HEADER)
     errors: dict[str, list[float]] = {name: [] for name in targets["name"]}
     covered = 0
+    compared: dict[str, TaskPrediction] = {}
     for task, chance in CHANCE.items():
         law = fit_task(ladder, task, chance, args.step1, args.bootstrap)
         for _, row in targets.iterrows():
@@ -65,9 +94,11 @@ def main() -> None:
                 row["tokens"],
                 row["name"].split("-")[0],
                 float(row[task + TASK_LOSS_SUFFIX]),
-                float(row[task + TASK_ACC_SUFFIX]),
+                float(row[f"{task}/{law.accuracy}"]),
             )
             print(pred.row())
+            if row["name"] == COMPARED:
+                compared[task] = pred
             errors[row["name"]].append(abs(pred.acc_error))
             covered += pred.covers
         for flag in law.flags:
@@ -76,6 +107,7 @@ def main() -> None:
     for name, errs in errors.items():
         print(f"{name}: mean |error| {100 * np.mean(errs):.1f} points over {len(errs)} tasks")
     print(f"95% intervals holding the measured accuracy: {covered}/{n}")
+    compare_with_paper(compared)
     print(f"({args.bootstrap} bootstrap resamples per step, {time.time() - start:.0f} s)")
 
 

@@ -1,4 +1,4 @@
-"""``python workflows/analyze.py <exp_dir> [--out DIR] [--target-params 1e9] [--target-flops 1e21] [--hparam-sweep DIR] [--device H100] [--mfu 0.4]``
+"""``python workflows/analyze.py <exp_dir> [--out DIR] [--target-params 1e9] [--target-flops 1e21] [--hparam-sweep DIR] [--device H100] [--mfu 0.4] [--task-accuracy auto]``
 
 Analyses a ladder or LR-sweep experiment dir (or one run dir). A ladder: per-size losses; L(N, D)
 (Chinchilla approach 3), the frontier L(C) and the isoFLOP line (approach 2) with bootstrap
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from trainer_core.analysis import TargetSettings, report_experiment
+from trainer_core.analysis.ladder_table import ACCURACIES, AUTO
 from trainer_core.config.cli import exit_on_error
 from trainer_core.io import storage
 from trainer_core.io.output_dir import check_output_dir
@@ -50,11 +51,24 @@ def main() -> int:
     parser.add_argument(
         "--mfu", type=float, help="assumed MFU for the device-hours (default: assumed_mfu, 0.4)"
     )
+    parser.add_argument(
+        "--task-accuracy",
+        default=AUTO,
+        choices=(AUTO, *ACCURACIES),
+        help="the accuracy the two-step task prediction fits (default auto: acc_pmi where a "
+        "task was scored with uncond contexts, else acc)",
+    )
     args = parser.parse_args()
     out = check_output_dir(args.out or storage.join(args.exp_dir, "analysis"), "--out")
     target = TargetSettings(args.device, args.mfu, args.hparam_sweep)
     report_experiment(
-        args.exp_dir, out, args.target_params, args.target_flops, args.bootstrap, target=target
+        args.exp_dir,
+        out,
+        args.target_params,
+        args.target_flops,
+        args.bootstrap,
+        target=target,
+        task_accuracy=args.task_accuracy,
     )
     return 0
 

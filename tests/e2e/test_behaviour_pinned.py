@@ -8,7 +8,8 @@ became ``rank_microbatch_seqs`` (sequences), the tokens divided by ``data.seq_le
 estimate change, also by hand: the 100K size's "mem GiB" 0.04 -> 0.03 (issue 14's audit measured
 cross-entropy's peak at 12 bytes per vocabulary entry and token, not 16); no planned value moved.
 One new field, added by hand to each stored run config: ``ray.reader`` at its default "ray_data".
-Another since: ``ray.runner``, "train" (the default "auto" decided for a ladder's runs).
+Another since: ``ray.runner``, "train" (the default "auto" decided for a ladder's runs). One
+demo setting since, by hand: ``evals.max_examples`` 200 -> 0 (every example of the demo task).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 A team's past ladders, or published ones, come as one row per evaluation: the run, its N, its
 tokens D (or its FLOPs, from which D = FLOPs / (6 N)), a loss column and task columns
-(``<task>/bpb``, ``<task>/acc``). The result has the columns of
+(``<task>/bpb`` and one or more accuracies: ``<task>/acc``, ``<task>/acc_norm``,
+``<task>/acc_pmi``). The result has the columns of
 ``ExperimentResults.fit_points()`` (size, name, N, tokens, flops, eval_loss) plus the task
 columns, so every fit, flag and interval reads it as it reads a ladder run here.
 """
@@ -19,6 +20,11 @@ from trainer_core.analysis.load import AnalysisError
 
 TASK_LOSS_SUFFIX = "/bpb"
 TASK_ACC_SUFFIX = "/acc"
+ACCURACIES = ("acc", "acc_norm", "acc_pmi")
+"""The accuracies a task may be scored by (docs/tasks.md): raw, per byte, and calibrated."""
+AUTO = "auto"
+"""Step 2's accuracy by default: ``acc_pmi`` where a task has it, else ``acc``."""
+ACC_SUFFIXES = tuple("/" + a for a in ACCURACIES)
 EXAMPLES_SUFFIX = "/examples"
 """Optional: how many examples an accuracy was scored on (its binomial noise in the check)."""
 
@@ -56,7 +62,7 @@ def read_ladder_table(path: str | Path, loss: str | None = "loss") -> pd.DataFra
         out["eval_loss"] = _positive(table, loss, path)
     for column in task_columns(table):
         values = _finite(table, column, path)
-        if column.endswith(TASK_ACC_SUFFIX):
+        if column.endswith(ACC_SUFFIXES):
             _check(table, column, path, (values >= 0) & (values <= 1), "an accuracy in 0 .. 1")
         else:
             _check(table, column, path, values > 0, "a positive number")
@@ -65,7 +71,7 @@ def read_ladder_table(path: str | Path, loss: str | None = "loss") -> pd.DataFra
 
 
 def task_columns(table: pd.DataFrame) -> list[str]:
-    return [str(c) for c in table.columns if str(c).endswith((TASK_LOSS_SUFFIX, TASK_ACC_SUFFIX))]
+    return [str(c) for c in table.columns if str(c).endswith((TASK_LOSS_SUFFIX, *ACC_SUFFIXES))]
 
 
 def task_names(points: pd.DataFrame) -> list[str]:
@@ -75,8 +81,30 @@ def task_names(points: pd.DataFrame) -> list[str]:
     return [
         t
         for t, c in zip(names, points.columns, strict=True)
-        if str(c).endswith(TASK_LOSS_SUFFIX) and t + TASK_ACC_SUFFIX in cols
+        if str(c).endswith(TASK_LOSS_SUFFIX) and any(t + s in cols for s in ACC_SUFFIXES)
     ]
+
+
+def accuracy_metric(points: pd.DataFrame, task: str, wanted: str = AUTO) -> str:
+    """The accuracy step 2 fits for ``task``: ``wanted``, or with ``auto`` the calibrated one
+    where it was measured (small models' raw scores mostly rank how typical a choice is), then
+    the raw one, then the first the table has."""
+    have = [
+        a for a in ACCURACIES if f"{task}/{a}" in points and points[f"{task}/{a}"].notna().any()
+    ]
+    if wanted == AUTO:
+        for a in ("acc_pmi", "acc", *have):
+            if a in have:
+                return a
+    elif wanted in have:
+        return wanted
+    if wanted not in (AUTO, *ACCURACIES):
+        raise AnalysisError(
+            f"task accuracy {wanted!r}: use {AUTO} or one of {', '.join(ACCURACIES)}"
+        )
+    raise AnalysisError(
+        f"task {task!r} has no {task}/{wanted} values (it has: {', '.join(have) or 'no accuracy'})"
+    )
 
 
 def _read(path: Path) -> pd.DataFrame:

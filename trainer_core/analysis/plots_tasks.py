@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from trainer_core.analysis.ladder_table import TASK_ACC_SUFFIX, TASK_LOSS_SUFFIX
+from trainer_core.analysis.ladder_table import TASK_LOSS_SUFFIX
 from trainer_core.analysis.plots import colors, save
 from trainer_core.analysis.tasks import TaskLaw, TaskPrediction, step1_points
 
@@ -34,7 +34,7 @@ def plot_task_prediction(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    loss_col, acc_col = law.task + TASK_LOSS_SUFFIX, law.task + TASK_ACC_SUFFIX
+    loss_col, acc_col = law.task + TASK_LOSS_SUFFIX, f"{law.task}/{law.accuracy}"
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     sizes = sorted(points["N"].unique())
     final = step1_points(points, final_only)
@@ -55,7 +55,7 @@ def plot_task_prediction(
     grid = np.linspace(lo - 0.05 * (hi - lo), hi, 200)
     right.plot(grid, law.step2.predict(grid), color="black", lw=1.2, label="sigmoid fit")
     right.axhline(law.step2.chance, color="grey", ls=":", lw=1, label="chance")
-    right.set(xlabel="task loss (bits per byte)", ylabel="accuracy")
+    right.set(xlabel="task loss (bits per byte)", ylabel=f"accuracy ({law.accuracy})")
     right.set_title(f"{law.task}: step 2, accuracy vs task loss")
     right.legend(fontsize=7)
     path = save(fig, path)

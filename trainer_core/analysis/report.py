@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from trainer_core.analysis.ladder_table import AUTO
 from trainer_core.analysis.load import load
 from trainer_core.analysis.plots import plot_loss_curves
 from trainer_core.analysis.report_data import Report
@@ -30,12 +31,15 @@ def report_experiment(
     n_bootstrap: int = 200,
     console: Console | None = None,
     target: TargetSettings | None = None,
+    task_accuracy: str = AUTO,
 ) -> Report:
     """Load ``exp_dir``, print the analysis and write PNGs to ``out`` (default ``<exp_dir>/analysis``).
 
     ``target_flops`` defaults to 10x the largest run's compute: the next rung of the ladder.
     Either may be a URL: the PNGs are drawn in a temporary dir and uploaded, and ``plots`` names
-    them where they landed. ``target`` prices and tunes the target table (device, MFU, sweep).
+    them where they landed. ``target`` prices and tunes the target table (device, MFU, sweep);
+    ``task_accuracy`` is the accuracy the task prediction fits (``auto``: ``acc_pmi`` where a
+    task has it, else ``acc``).
     """
     # No markup: run names and paths may contain [brackets]; long lines stay whole for grep.
     console = console or Console(width=120, markup=False, soft_wrap=True)
@@ -48,7 +52,9 @@ def report_experiment(
         if results.is_lr_sweep:
             sweep_section(report, console)
         else:
-            ladder_section(report, console, target_params, target_flops, n_bootstrap, target)
+            ladder_section(
+                report, console, target_params, target_flops, n_bootstrap, target, task_accuracy
+            )
         report.plots.append(plot_loss_curves(results, report.out_dir / "loss_curves.png"))
         if storage.is_url(out):
             storage.upload_dir(report.out_dir, str(out))

@@ -22,6 +22,7 @@ from trainer_core.analysis.checks import (
 )
 from trainer_core.analysis.frontier import fit_frontier, frontier_points
 from trainer_core.analysis.isoflop import fit_isoflop
+from trainer_core.analysis.ladder_table import AUTO
 from trainer_core.analysis.plots_scaling import plot_isoflops, plot_loss_vs_compute
 from trainer_core.analysis.predict import (
     chinchilla_from_points,
@@ -43,6 +44,7 @@ def ladder_section(
     target_flops: float | None,
     n_bootstrap: int,
     target: TargetSettings | None = None,
+    task_accuracy: str = AUTO,
 ) -> None:
     _final_table(report, console)
     points = report.results.fit_points()
@@ -118,7 +120,7 @@ def ladder_section(
     )
     if report.isoflop is not None:
         report.plots.append(plot_isoflops(report.isoflop, report.chinchilla, out / "isoflops.png"))
-    task_section(report, console, n_bootstrap)
+    task_section(report, console, n_bootstrap, task_accuracy)
 
 
 def _print_flags(console: Console, flags: list[str]) -> None:

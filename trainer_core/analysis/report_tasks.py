@@ -11,16 +11,15 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from trainer_core.analysis.ladder_table import TASK_ACC_SUFFIX, TASK_LOSS_SUFFIX
+from trainer_core.analysis.ladder_table import ACC_SUFFIXES, AUTO, TASK_LOSS_SUFFIX
 from trainer_core.analysis.plots_tasks import plot_task_prediction
 from trainer_core.analysis.report_data import Report
 from trainer_core.analysis.tasks import final_points, task_holdout_check
 
-ACC_NORM_SUFFIX = "/acc_norm"
 
-
-def task_section(report: Report, console: Console, n_bootstrap: int) -> None:
-    """Print the task table and the held-out prediction; one two-panel PNG per task."""
+def task_section(report: Report, console: Console, n_bootstrap: int, accuracy: str = AUTO) -> None:
+    """Print the task table and the held-out prediction (step 2 on ``accuracy``: see
+    :func:`~trainer_core.analysis.ladder_table.accuracy_metric`); one two-panel PNG per task."""
     results = report.results
     if not results.task_names:
         return
@@ -29,7 +28,11 @@ def task_section(report: Report, console: Console, n_bootstrap: int) -> None:
     held = report.attempt(
         "held-out task prediction",
         lambda: task_holdout_check(
-            points, results.task_chances(), n_bootstrap=n_bootstrap, final_only=False
+            points,
+            results.task_chances(),
+            n_bootstrap=n_bootstrap,
+            final_only=False,
+            accuracy=accuracy,
         ),
     )
     if held is None:
@@ -44,19 +47,23 @@ def task_section(report: Report, console: Console, n_bootstrap: int) -> None:
 
 
 def task_table(points: pd.DataFrame, tasks: list[str]) -> Table:
-    """Each run's last eval: its tokens, and per task the task loss, accuracy and acc_norm."""
+    """Each run's last eval: its tokens, and per task the task loss and every accuracy it has."""
     table = Table(title="downstream tasks at each size's last annealed eval")
     for col in ("size", "N", "tokens"):
         table.add_column(col, justify="left" if col == "size" else "right")
-    suffixes = (TASK_LOSS_SUFFIX, TASK_ACC_SUFFIX, ACC_NORM_SUFFIX)
-    for task in tasks:
-        for suffix in suffixes:
-            table.add_column(task + suffix, justify="right")
+    columns = [
+        task + suffix
+        for task in tasks
+        for suffix in (TASK_LOSS_SUFFIX, *ACC_SUFFIXES)
+        if task + suffix in points
+    ]
+    for column in columns:
+        task, metric = column.rsplit("/", 1)
+        table.add_column(f"{task}\n{metric}", justify="right")  # two lines: never cut short
     for _, values in final_points(points).iterrows():
         cells = [
-            _number(values.get(task + suffix), ".4f" if suffix == TASK_LOSS_SUFFIX else ".3f")
-            for task in tasks
-            for suffix in suffixes
+            _number(values.get(c), ".4f" if c.endswith(TASK_LOSS_SUFFIX) else ".3f")
+            for c in columns
         ]
         table.add_row(values["size"], f"{values['N']:,}", f"{values['tokens']:,}", *cells)
     return table

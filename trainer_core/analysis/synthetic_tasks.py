@@ -21,7 +21,8 @@ from trainer_core.analysis.tasks import _sigmoid
 @dataclass(frozen=True)
 class TaskTruth:
     """The law that draws a synthetic task: L(N, D) = E + A/N^alpha + B/D^beta, then the
-    sigmoid acc(L) = chance + (ceiling - chance) / (1 + exp(k (L - L0)))."""
+    sigmoid acc(L) = floor + (ceiling - floor) / (1 + exp(k (L - L0))), the floor at chance
+    unless given."""
 
     E: float = 0.5
     A: float = 40.0
@@ -32,6 +33,13 @@ class TaskTruth:
     ceiling: float = 0.9
     k: float = 6.0
     L0: float = 1.1
+    floor: float | None = None
+
+    @property
+    def sigmoid(self) -> tuple[float, float, float, float]:
+        """(floor, ceiling, k, L0)."""
+        floor = self.chance if self.floor is None else self.floor
+        return floor, self.ceiling, self.k, self.L0
 
     def loss(self, N, D):
         return (
@@ -41,7 +49,7 @@ class TaskTruth:
         )
 
     def acc(self, N, D):
-        return _sigmoid(self.loss(N, D), self.chance, self.ceiling, self.k, self.L0)
+        return _sigmoid(self.loss(N, D), *self.sigmoid)
 
 
 SIZES = (2e7, 5e7, 1e8, 2e8, 4e8)
@@ -70,7 +78,7 @@ def task_ladder(
             for frac in CHECKPOINTS:
                 d = 20 * m * n * frac
                 loss = truth.loss(n, d) * np.exp(offset + rng.normal(0, point_noise))
-                p = _sigmoid(loss, truth.chance, truth.ceiling, truth.k, truth.L0)
+                p = _sigmoid(loss, *truth.sigmoid)
                 rows.append(
                     {
                         "run": f"{n:.0e}-{m}xC",

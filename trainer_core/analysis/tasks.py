@@ -1,19 +1,20 @@
 """Downstream-task prediction in two steps (Bhagia et al. 2024, "Establishing Task Scaling Laws
 via Compute-Efficient Model Ladders"), with intervals that carry both steps' uncertainty.
 
-Accuracy is not a power law in (N, D): it sits at chance, then climbs and saturates. The task
+Accuracy is not a power law in (N, D): it sits near chance, then climbs and saturates. The task
 loss (bits per byte of the gold continuation) is. So step 1 fits the task loss against (N, D)
 with the Chinchilla form (or against compute), and step 2 maps task loss to accuracy with a
-sigmoid held at the chance floor:
+sigmoid:
 
-    acc(L) = chance + (ceiling - chance) / (1 + exp(k (L - L0)))
+    acc(L) = floor + (ceiling - floor) / (1 + exp(k (L - L0)))
 
-(the paper's a / (1 + exp(-k (L - L0))) + b, with b fixed at chance and a = ceiling - chance:
-a multiple-choice task cannot fall below chance, and a free floor trades off with the ceiling
-on a ladder whose small models sit near it. The ceiling is 1 unless asked to be fitted: see
-:func:`fit_sigmoid`.) Step 1's bootstrap is the residual resampling by
-size of ``fits.py``; step 2's resamples points. A prediction pairs the i-th refit of each step,
-so its interval holds both steps' spread.
+(the paper's a / (1 + exp(-k (L - L0))) + b, with b = floor and a = ceiling - floor). The
+ceiling is 1 and the floor is fitted unless asked otherwise (see :func:`fit_sigmoid`): the
+ladder's points rarely reach the sigmoid's top, and its bottom is seldom at chance: a metric
+can plateau above it (the demo's calibrated accuracy) or, biased towards some choices, sit
+below it (length-normalised ARC-Challenge on OLMo's small models). Step 1's bootstrap is the residual
+resampling by size of ``fits.py``; step 2's resamples points. A prediction pairs the i-th refit
+of each step, so its interval holds both steps' spread.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ from trainer_core.analysis.fits import (
     fit_loss_vs_compute,
 )
 from trainer_core.analysis.ladder_table import (
+    AUTO,
     EXAMPLES_SUFFIX,
-    TASK_ACC_SUFFIX,
     TASK_LOSS_SUFFIX,
+    accuracy_metric,
 )
 from trainer_core.analysis.load import AnalysisError
 
@@ -56,9 +58,10 @@ K_RANGE = (1e-3, 1e3)
 
 @dataclass
 class SigmoidFit:
-    """acc(L) = chance + (ceiling - chance) / (1 + exp(k (L - L0))); ``chance`` is fixed."""
+    """acc(L) = floor + (ceiling - floor) / (1 + exp(k (L - L0))); ``chance`` for the flags."""
 
     chance: float
+    floor: float
     ceiling: float
     k: float
     L0: float
@@ -72,21 +75,21 @@ class SigmoidFit:
         return len(self.samples["k"]) if self.samples else 0
 
     def params(self) -> dict[str, float]:
-        return {"ceiling": self.ceiling, "k": self.k, "L0": self.L0}
+        return {"floor": self.floor, "ceiling": self.ceiling, "k": self.k, "L0": self.L0}
 
     def predict(self, L: np.ndarray | float) -> np.ndarray | float:
-        out = _sigmoid(np.asarray(L, dtype=float), self.chance, self.ceiling, self.k, self.L0)
+        out = _sigmoid(np.asarray(L, dtype=float), *self.params().values())
         return float(out) if out.ndim == 0 else out
 
     def predict_samples(self, L: np.ndarray) -> np.ndarray:
         """The i-th bootstrap sigmoid at ``L[i]`` (a step-1 sample): the chained prediction."""
         s = self.samples
-        return _sigmoid(np.asarray(L, dtype=float), self.chance, s["ceiling"], s["k"], s["L0"])
+        return _sigmoid(np.asarray(L, dtype=float), *(s[name] for name in PARAMS))
 
     def __str__(self) -> str:
         lines = [
-            f"acc(L) = {self.chance:.3g} + (ceiling - {self.chance:.3g}) / (1 + exp(k (L - L0)))"
-            f"   ({self.n_points} points, rmse {self.rmse:.3g}, "
+            "acc(L) = floor + (ceiling - floor) / (1 + exp(k (L - L0)))"
+            f"   (chance {self.chance:.3g}; {self.n_points} points, rmse {self.rmse:.3g}, "
             f"{self.n_bootstrap} bootstrap resamples)"
         ]
         for name, value in self.params().items():
@@ -98,36 +101,40 @@ class SigmoidFit:
         return "\n".join(lines)
 
 
-def _sigmoid(L, chance, ceiling, k, L0):
+PARAMS = ("floor", "ceiling", "k", "L0")
+
+
+def _sigmoid(L, floor, ceiling, k, L0):
     with np.errstate(over="ignore"):
-        return chance + (ceiling - chance) / (1 + np.exp(k * (L - L0)))
+        return floor + (ceiling - floor) / (1 + np.exp(k * (L - L0)))
 
 
 def _fit_sigmoid_once(
     loss: np.ndarray,
     acc: np.ndarray,
     chance: float,
-    ceiling: float | None,
+    fixed: dict[str, float],
     starts: list[np.ndarray],
 ) -> tuple[np.ndarray, float]:
-    """Best (ceiling, k, L0) from ``starts`` by bounded least squares, and its mean square; a
-    given ``ceiling`` stays fixed."""
-    lo = [chance, K_RANGE[0], loss.min() - 5 * np.ptp(loss) - 1]
-    hi = [1.0, K_RANGE[1], loss.max() + 5 * np.ptp(loss) + 1]
-    free = slice(0 if ceiling is None else 1, 3)
+    """Best (floor, ceiling, k, L0) from ``starts`` by bounded least squares, and its mean
+    square; the parameters in ``fixed`` keep their values."""
+    lo = np.array([0.0, chance, K_RANGE[0], loss.min() - 5 * np.ptp(loss) - 1])
+    hi = np.array([1.0, 1.0, K_RANGE[1], loss.max() + 5 * np.ptp(loss) + 1])
+    free = np.array([name not in fixed for name in PARAMS])
+    full = np.array([fixed.get(name, np.nan) for name in PARAMS])
 
     def residuals(p: np.ndarray) -> np.ndarray:
-        full = p if ceiling is None else (ceiling, *p)
-        return _sigmoid(loss, chance, *full) - acc
+        full[free] = p
+        return _sigmoid(loss, *full) - acc
 
     best, best_cost = None, math.inf
     for x0 in starts:
-        x0 = np.clip(x0, np.add(lo, 1e-9), np.subtract(hi, 1e-9))[free]
+        x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)[free]
         res = least_squares(residuals, x0, bounds=(lo[free], hi[free]), method="trf")
         if res.cost < best_cost:
             best, best_cost = res.x, res.cost
-    theta = best if ceiling is None else np.array([ceiling, *best])
-    return theta, 2 * best_cost / loss.size
+    full[free] = best
+    return full.copy(), 2 * best_cost / loss.size
 
 
 def _starts(loss: np.ndarray, acc: np.ndarray, chance: float) -> list[np.ndarray]:
@@ -136,7 +143,8 @@ def _starts(loss: np.ndarray, acc: np.ndarray, chance: float) -> list[np.ndarray
     ceiling = min(1.0, chance + 1.5 * max(acc.max() - chance, 1e-3))
     scale = max(np.ptp(loss), 1e-3)
     return [
-        np.array([c, k / scale, loss.mean() + shift * scale])
+        np.array([floor, c, k / scale, loss.mean() + shift * scale])
+        for floor in (chance, float(acc.min()))
         for c in (ceiling, 1.0)
         for k in (1.0, 4.0, 12.0)
         for shift in (-0.5, 0.5)
@@ -150,12 +158,17 @@ def fit_sigmoid(
     n_bootstrap: int = 200,
     seed: int = 0,
     ceiling: float | None = 1.0,
+    floor: float | None = None,
 ) -> SigmoidFit:
     """Step 2 on (task loss, accuracy) points; the bootstrap resamples points with replacement.
 
     ``ceiling``: the accuracy as the task loss falls, fixed at 1 by default (None: fitted). A
     ladder rarely sees the sigmoid bend over, and a free ceiling then settles on its best
     accuracy: on OLMo's ladder ARC-Challenge's came out 0.42, where the 7B scored 0.62.
+    ``floor``: the accuracy at high task loss, fitted by default within 0 .. 1 (a number:
+    fixed there, e.g. ``floor=chance``). Fitted, it reproduces the paper's own step-2 errors on
+    OLMo's 13B (benchmarks/RESULTS.md, "Step 2's floor"), and it follows a metric that
+    plateaus above chance.
     """
     loss, acc = np.asarray(loss, dtype=float).ravel(), np.asarray(acc, dtype=float).ravel()
     if loss.size != acc.size or loss.size < 4:
@@ -164,18 +177,21 @@ def fit_sigmoid(
         raise AnalysisError("fit_sigmoid: every task loss and accuracy must be finite")
     if not 0 <= chance < 1:
         raise AnalysisError(f"fit_sigmoid: chance = {chance} is not in 0 .. 1")
-    theta, mse = _fit_sigmoid_once(loss, acc, chance, ceiling, _starts(loss, acc, chance))
+    if floor is not None and not 0 <= floor < 1:
+        raise AnalysisError(f"fit_sigmoid: floor = {floor} is not in 0 .. 1")
+    fixed = {k: v for k, v in (("floor", floor), ("ceiling", ceiling)) if v is not None}
+    theta, mse = _fit_sigmoid_once(loss, acc, chance, fixed, _starts(loss, acc, chance))
     rng = np.random.default_rng(seed)
     refits = []
     for _ in range(n_bootstrap):
         idx = rng.integers(0, loss.size, loss.size)
         starts = [theta, *_starts(loss[idx], acc[idx], chance)[::3]]
-        refits.append(_fit_sigmoid_once(loss[idx], acc[idx], chance, ceiling, starts)[0])
+        refits.append(_fit_sigmoid_once(loss[idx], acc[idx], chance, fixed, starts)[0])
     samples = {}
     if refits:
         arr = np.array(refits)
-        samples = {"ceiling": arr[:, 0], "k": arr[:, 1], "L0": arr[:, 2]}
-    fitted = [name for name in samples if name != "ceiling" or ceiling is None]
+        samples = {name: arr[:, i] for i, name in enumerate(PARAMS)}
+    fitted = [name for name in samples if name not in fixed]
     return SigmoidFit(
         chance,
         *(float(v) for v in theta),
@@ -229,11 +245,25 @@ class TaskPrediction:
     examples: int = 0
     """When > 0, ``acc_interval`` is for an accuracy *measured* on this many examples: the fits'
     spread plus the binomial noise of the measurement, the fair band to hold a measured value to."""
+    accuracy: str = "acc"
+    """Which accuracy (``acc``, ``acc_norm``, ``acc_pmi``) step 2 fitted and ``acc`` predicts."""
+    acc_at_measured_loss: float = math.nan
+    """Step 2 alone: the sigmoid at the measured task loss, to tell the steps' errors apart."""
 
     @property
     def acc_error(self) -> float:
-        """Predicted minus measured accuracy (absolute, in accuracy units)."""
+        """Predicted minus measured accuracy (absolute, in accuracy units): both steps."""
         return self.acc - self.measured_acc
+
+    @property
+    def loss_error(self) -> float:
+        """Step 1 alone: predicted minus measured task loss, relative."""
+        return self.loss / self.measured_loss - 1
+
+    @property
+    def step2_error(self) -> float:
+        """Step 2 alone: its accuracy at the measured task loss minus the measured accuracy."""
+        return self.acc_at_measured_loss - self.measured_acc
 
     @property
     def covers(self) -> bool:
@@ -244,13 +274,14 @@ class TaskPrediction:
         lo, hi = self.loss_interval
         alo, ahi = self.acc_interval
         line = (
-            f"{self.task:<16} {self.at:<12} {self.loss:7.4f} [{lo:.4f}, {hi:.4f}]"
+            f"{self.task:<16} {self.accuracy:<8} {self.at:<12} {self.loss:7.4f} [{lo:.4f}, {hi:.4f}]"
             f"  {self.acc:6.3f} [{alo:.3f}, {ahi:.3f}]"
         )
         if math.isfinite(self.measured_acc):
             line += (
                 f"  {self.measured_loss:7.4f}  {self.measured_acc:6.3f}"
                 f"  {100 * self.acc_error:+6.1f}"
+                f"  {100 * self.loss_error:+6.1f}%  {100 * self.step2_error:+6.1f}"
             )
         if self.flags:
             line += "  (!)"
@@ -261,8 +292,12 @@ class TaskPrediction:
 
 
 TABLE_HEADER = (
-    f"{'task':<16} {'at':<12} {'task loss [95% CI]':<26}  {'acc [95% CI]':<22}"
-    f"  {'meas L':>7}  {'meas':>6}  {'err pt':>6}"
+    f"{'task':<16} {'accuracy':<8} {'at':<12} {'task loss [95% CI]':<26}  {'acc [95% CI]':<22}"
+    f"  {'meas L':>7}  {'meas':>6}  {'err pt':>6}  {'step 1':>7}  {'step 2':>6}"
+)
+TABLE_NOTE = (
+    "  err pt: predicted - measured accuracy, in points; step 1: the task loss's error; step 2: "
+    "the sigmoid at the measured task loss - the measured accuracy, in points"
 )
 
 
@@ -277,6 +312,10 @@ class TaskReport:
 
     def __str__(self) -> str:
         lines = [self.title, TABLE_HEADER, *(p.row() for p in self.predictions)]
+        measured = [p for p in self.predictions if math.isfinite(p.measured_acc)]
+        if measured:
+            lines.append(TABLE_NOTE)
+        lines.extend(_miss(p) for p in measured if not p.covers)
         counts = sorted({p.examples for p in self.predictions if p.examples})
         if counts:
             lines.append(
@@ -288,6 +327,22 @@ class TaskReport:
         return "\n".join(lines)
 
 
+def _miss(p: TaskPrediction) -> str:
+    """What a measured accuracy outside its interval says: which step carries the error."""
+    lo, hi = p.acc_interval
+    if abs(p.step2_error) >= abs(p.acc_error) / 2:
+        why = (
+            "step 2 carries it: at equal task loss this size scores "
+            f"{'lower' if p.step2_error > 0 else 'higher'} than the sizes the sigmoid was fitted on"
+        )
+    else:
+        why = "step 1 carries it: the task loss itself was mispredicted"
+    return (
+        f"  MISS: {p.task} at {p.at}: measured {p.accuracy} {p.measured_acc:.3f} is outside "
+        f"[{lo:.3f}, {hi:.3f}]; {why}"
+    )
+
+
 @dataclass
 class TaskLaw:
     """Both steps of one task: task loss vs (N, D) or compute, accuracy vs task loss."""
@@ -296,6 +351,8 @@ class TaskLaw:
     step1: ChinchillaFit | PowerLawFit
     step2: SigmoidFit
     flags: list[str] = field(default_factory=list)
+    accuracy: str = "acc"
+    """The accuracy column step 2 was fitted to: ``<task>/<accuracy>``."""
 
     def predict_loss(self, N: float, D: float) -> float:
         if isinstance(self.step1, ChinchillaFit):
@@ -333,6 +390,9 @@ class TaskLaw:
         if examples > 0 and acc_samples.size:
             rng = np.random.default_rng(len(acc_samples))
             acc_samples = rng.binomial(examples, np.clip(acc_samples, 0.0, 1.0)) / examples
+        at_measured = (
+            float(self.step2.predict(measured_loss)) if math.isfinite(measured_loss) else math.nan
+        )
         return TaskPrediction(
             self.task,
             at or f"N={N:.3g}",
@@ -346,10 +406,17 @@ class TaskLaw:
             measured_acc,
             list(self.flags),
             int(examples),
+            self.accuracy,
+            at_measured,
         )
 
     def __str__(self) -> str:
-        lines = [f"task {self.task}: step 1", str(self.step1), "step 2", str(self.step2)]
+        lines = [
+            f"task {self.task}: step 1",
+            str(self.step1),
+            f"step 2 ({self.accuracy})",
+            str(self.step2),
+        ]
         lines.extend(f"  {flag}" for flag in self.flags)
         return "\n".join(lines)
 
@@ -376,11 +443,16 @@ def fit_task(
     seed: int = 0,
     ceiling: float | None = 1.0,
     final_only: bool = True,
+    accuracy: str = AUTO,
+    floor: float | None = None,
 ) -> TaskLaw:
     """Both steps of ``task`` on a points table (``ladder_table`` / ``fit_points`` columns plus
-    ``<task>/bpb`` and ``<task>/acc``): step 1 on :func:`step1_points`, grouped by size; step 2
-    on every point. Both bootstraps draw ``n_bootstrap`` refits, paired in predictions."""
-    loss_col, acc_col = task + TASK_LOSS_SUFFIX, task + TASK_ACC_SUFFIX
+    ``<task>/bpb`` and an accuracy, picked by :func:`accuracy_metric`): step 1 on
+    :func:`step1_points`, grouped by size; step 2 on every point. Both bootstraps draw
+    ``n_bootstrap`` refits, paired in predictions."""
+    if task + TASK_LOSS_SUFFIX in points:
+        accuracy = accuracy_metric(points, task, accuracy)
+    loss_col, acc_col = task + TASK_LOSS_SUFFIX, f"{task}/{accuracy}"
     missing = [c for c in ("size", "name", "N", "tokens", loss_col, acc_col) if c not in points]
     if missing:
         raise AnalysisError(f"fit_task({task!r}): the points have no column {', '.join(missing)}")
@@ -394,13 +466,15 @@ def fit_task(
         law = fit_loss_vs_compute(flops, final[loss_col], n_bootstrap, seed, final["size"])
     else:
         raise AnalysisError(f"step1 = {step1!r}: use {STEP1_ND!r} or {STEP1_COMPUTE!r}")
-    sigmoid = fit_sigmoid(points[loss_col], points[acc_col], chance, n_bootstrap, seed + 1, ceiling)
+    sigmoid = fit_sigmoid(
+        points[loss_col], points[acc_col], chance, n_bootstrap, seed + 1, ceiling, floor
+    )
     min_loss = float(final[loss_col].min())
     flags = [f"step 1 DEGENERATE: {f}" for f in fit_flags(law, min_loss)]
     flags += [f"step 1 UNRESOLVED: {f}" for f in unresolved(law, min_loss)]
     acc = points[acc_col].to_numpy(float)
     flags += [f"step 2 UNRESOLVED: {f}" for f in sigmoid_flags(sigmoid, acc)]
-    return TaskLaw(task, law, sigmoid, flags)
+    return TaskLaw(task, law, sigmoid, flags, accuracy)
 
 
 def predict_tasks(
@@ -437,7 +511,7 @@ def task_holdout_check(points: pd.DataFrame, chances: dict[str, float], **fit_kw
     for task, chance in chances.items():
         laws[task] = law = fit_task(train, task, chance, **fit_kw)
         for _, row in held.iterrows():
-            measured = (row[task + TASK_LOSS_SUFFIX], row[task + TASK_ACC_SUFFIX])
+            measured = (row[task + TASK_LOSS_SUFFIX], row[f"{task}/{law.accuracy}"])
             at = f"{row['tokens']:.3g} tok"
             examples = row.get(task + EXAMPLES_SUFFIX, 0)
             examples = int(examples) if pd.notna(examples) else 0

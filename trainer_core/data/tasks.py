@@ -2,7 +2,10 @@
 
 One example per line: ``{"context": str, "choices": [str, ...], "gold": int}`` with an optional
 ``"fewshot"``: a list of solved examples (objects of the same three fields, shown with their gold
-choice) or of plain strings (shown as they are). The format is documented in docs/tasks.md.
+choice) or of plain strings (shown as they are), and an optional ``"uncond_context"``: the text
+the choices are also scored after, without the question, for the calibrated accuracy
+(``acc_pmi``; every example of a file has it or none does). The format is documented in
+docs/tasks.md.
 Every error names the file and the line, so a broken task file is fixed without a traceback.
 Nothing is downloaded: a task is a path, or a built-in name (:data:`BUILTIN_TASKS`).
 """
@@ -22,9 +25,11 @@ from trainer_core.data.shards import DEFAULT_VAL_FRACTION, DataError, split_key
 
 DEMO_NEXT_LINE = "demo_next_line"
 BUILTIN_TASKS = (DEMO_NEXT_LINE,)
-NEXT_LINE_FILE = "task-demo_next_line.jsonl"
+NEXT_LINE_FILE = "task-demo_next_line-v2.jsonl"
+"""Versioned: a cached file of an older build (v1 had no ``uncond_context``) is not reused."""
 FEWSHOT_SEPARATOR = "\n\n"
 """Between few-shot examples, and between the last one and the example's own context."""
+UNCOND = "uncond_context"
 
 
 class TaskFormatError(DataError):
@@ -33,11 +38,13 @@ class TaskFormatError(DataError):
 
 @dataclass(frozen=True)
 class TaskExample:
-    """One question: the prompt (few-shot prefix + context) and its choices, ``gold`` correct."""
+    """One question: the prompt (few-shot prefix + context) and its choices, ``gold`` correct;
+    ``uncond_prompt``: what the choices are scored after for calibration (None: not scored)."""
 
     prompt: str
     choices: tuple[str, ...]
     gold: int
+    uncond_prompt: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,8 @@ def parse_example(line: str, where: str) -> TaskExample:
         raise TaskFormatError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
     context, choices, gold = _solved(obj, where)
     prefix = _fewshot_text(obj["fewshot"], where) if "fewshot" in obj else ""
-    return TaskExample(prefix + context, tuple(choices), gold)
+    uncond = _field(obj, UNCOND, str, where) if UNCOND in obj else None
+    return TaskExample(prefix + context, tuple(choices), gold, uncond)
 
 
 def read_task(path: str | Path, name: str | None = None, max_examples: int = 0) -> Task:
@@ -104,10 +112,21 @@ def read_task(path: str | Path, name: str | None = None, max_examples: int = 0) 
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise TaskFormatError(f"{path}: can't read the task file ({e})") from None
-    examples = []
+    examples, first = [], None
     for number, line in enumerate(lines, start=1):
-        if line.strip():
-            examples.append(parse_example(line, f"{path}:{number}"))
+        if not line.strip():
+            continue
+        example = parse_example(line, f"{path}:{number}")
+        has_uncond = example.uncond_prompt is not None
+        if first is None:
+            first = (number, has_uncond)
+        elif has_uncond != first[1]:
+            with_it, without = (first[0], number) if first[1] else (number, first[0])
+            raise TaskFormatError(
+                f"{path}:{number}: {UNCOND!r} is on line {with_it} but not on line {without}; "
+                "give it to every example or to none (one accuracy per task)"
+            )
+        examples.append(example)
         if max_examples and len(examples) == max_examples:
             break
     if not examples:
@@ -196,7 +215,11 @@ def _length_bin(line: str) -> int:
 
 def next_line_examples(texts: list[str], seed: int = 0, n: int = NEXT_LINE_EXAMPLES) -> list[dict]:
     """Examples "which line comes next": context = the previous lines (indent kept), choices =
-    the true next line and distractor lines of about its length from the same held-out text."""
+    the true next line and distractor lines of about its length from the same held-out text.
+
+    The uncond context is a bare line start at the same indent: scored against it, a choice's
+    log-likelihood says how typical a line it is, which the calibrated accuracy subtracts, so
+    that what is left is how much the context made it likelier."""
     rng = random.Random(seed)
     lines = [line for text in texts for line in text.splitlines()]
     bins: dict[int, list[str]] = {}
@@ -223,6 +246,7 @@ def next_line_examples(texts: list[str], seed: int = 0, n: int = NEXT_LINE_EXAMP
                 "context": context,
                 "choices": [c + "\n" for c in choices],
                 "gold": choices.index(true),
+                UNCOND: "\n" + indent,
             }
         )
     return examples

@@ -4,7 +4,11 @@ Each (example, choice) pair is one row: EOS + prompt + choice, cut from the left
 tokens, the choice's tokens scored by the model. An example is right (``acc``) when its gold
 choice has the highest log-likelihood, (``acc_norm``) the highest per byte of the choice (as OLMo
 normalises), and ``bpb`` is the gold choice's negative log-likelihood in bits per byte of its
-text, the "task loss" that a ladder's two-step prediction fits. All tokenizing and packing happens
+text, the "task loss" that a ladder's two-step prediction fits. A task whose examples carry an
+uncond context also scores each choice after it alone (EOS + uncond context + choice, one more
+row per choice) for ``acc_pmi``, the highest log-likelihood gain from the context: the
+domain-conditional PMI of Holtzman et al. (2021), which takes out how typical a choice is on its
+own, where small models' raw scores mostly rank typicality. All tokenizing and packing happens
 once per run; each eval is a fixed list of padded ``[B, L]`` micro-batches per rank.
 
 Data-parallel ranks score disjoint examples (rank r gets r::dp_size) but run the same number of
@@ -28,8 +32,9 @@ from trainer_core.data.tasks import Task, load_tasks
 from trainer_core.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 from trainer_core.io import storage
 
-SUMS = ("acc", "acc_norm", "bpb", "count")
-"""Per-task sums reduced across ranks; the metrics are the first three divided by ``count``."""
+SUMS = ("acc", "acc_norm", "bpb", "acc_pmi", "count", "calibrated")
+"""Per-task sums reduced across ranks: the first three metrics are divided by ``count``,
+``acc_pmi`` by ``calibrated`` (the examples with an uncond context: all of a task's, or none)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,21 @@ def _row_tokens(prefix: np.ndarray, choice: np.ndarray, seq_len: int) -> tuple[n
     """The row's ``seq_len + 1`` tokens at most (left-truncated) and how many end it as choice."""
     seq = np.concatenate([prefix, choice])[-(seq_len + 1) :]
     return seq, min(len(choice), len(seq) - 1)
+
+
+def _add_rows(
+    part: dict, start: np.ndarray, prompt: np.ndarray, choices: list, seq_len: int, width: int
+) -> np.ndarray:
+    """One row per choice after ``prompt``, appended to a rank's rows; their indices, padded to
+    ``width`` with -1."""
+    prefix = np.concatenate([start, prompt])
+    rows = np.full(width, -1)
+    for c, ids in enumerate(choices):
+        seq, n = _row_tokens(prefix, ids, seq_len)
+        rows[c] = len(part["seqs"])
+        part["seqs"].append(seq)
+        part["n_choice"].append(n)
+    return rows
 
 
 class TaskEvaluator:
@@ -68,9 +88,9 @@ class TaskEvaluator:
         self.micro_batch_seqs = micro_batch_seqs
         start = np.array([tokenizer.eos_id])
         # Per rank: rows (token arrays, choice lengths), and per example its task id, gold, and
-        # choices' (row index, byte count) as padded [E, C] arrays.
+        # choices' (row index, uncond row index, byte count) as padded [E, C] arrays.
         per_rank: list[dict] = [
-            {"seqs": [], "n_choice": [], "task": [], "gold": [], "row": [], "bytes": []}
+            {"seqs": [], "n_choice": [], "task": [], "gold": [], "row": [], "urow": [], "bytes": []}
             for _ in range(dp_size)
         ]
         width = max(len(e.choices) for t in tasks for e in t.examples) if tasks else 1
@@ -80,18 +100,16 @@ class TaskEvaluator:
                 part = per_rank[index % dp_size]
                 index += 1
                 prompt, *choices = tokenizer.encode_arrays([ex.prompt, *ex.choices])
-                prefix = np.concatenate([start, prompt])
-                rows = np.full(width, -1)
                 nbytes = np.ones(width)
-                for c, ids in enumerate(choices):
-                    seq, n = _row_tokens(prefix, ids, seq_len)
-                    rows[c] = len(part["seqs"])
-                    nbytes[c] = len(ex.choices[c].encode("utf-8"))
-                    part["seqs"].append(seq)
-                    part["n_choice"].append(n)
+                nbytes[: len(choices)] = [len(c.encode("utf-8")) for c in ex.choices]
+                part["row"].append(_add_rows(part, start, prompt, choices, seq_len, width))
+                urows = np.full(width, -1)
+                if ex.uncond_prompt is not None:
+                    (uncond,) = tokenizer.encode_arrays([ex.uncond_prompt])
+                    urows = _add_rows(part, start, uncond, choices, seq_len, width)
+                part["urow"].append(urows)
                 part["task"].append(task_id)
                 part["gold"].append(ex.gold)
-                part["row"].append(rows)
                 part["bytes"].append(nbytes)
         n_batches = max(-(-len(p["seqs"]) // micro_batch_seqs) for p in per_rank)
         mine = per_rank[dp_rank]
@@ -100,6 +118,7 @@ class TaskEvaluator:
         self.task_id = torch.tensor(mine["task"], dtype=torch.long)
         self.gold = torch.tensor(mine["gold"], dtype=torch.long)
         self.choice_row = torch.tensor(np.array(mine["row"]).reshape(-1, width), dtype=torch.long)
+        self.uncond_row = torch.tensor(np.array(mine["urow"]).reshape(-1, width), dtype=torch.long)
         self.choice_bytes = torch.tensor(
             np.array(mine["bytes"]).reshape(-1, width), dtype=torch.float64
         )
@@ -148,7 +167,8 @@ class TaskEvaluator:
         device: torch.device | str,
         all_reduce: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
     ) -> dict[str, float]:
-        """``task/<name>/{acc,acc_norm,bpb}`` over all ranks' examples, ``chance`` (the
+        """``task/<name>/{acc,acc_norm,bpb}`` over all ranks' examples (and ``acc_pmi`` for a
+        task with uncond contexts), ``chance`` (the
         accuracy of a random guess, the floor the analysis's sigmoid needs) and ``examples``
         (how many were scored: an accuracy's sampling noise). ``forward`` maps
         inputs ``[B, L]`` to logits ``[B, L, V]``; ``all_reduce`` sums a tensor over the DP ranks
@@ -157,22 +177,40 @@ class TaskEvaluator:
         row_lp = self._row_logprobs(forward, device)
         rows = self.choice_row.to(device)
         nbytes = self.choice_bytes.to(device)
+        urows = self.uncond_row.to(device)
         ll = torch.where(rows >= 0, row_lp[rows.clamp(min=0)], -math.inf)
         gold = self.gold.to(device).unsqueeze(1)
-        acc = (ll.argmax(dim=1, keepdim=True) == gold).double().squeeze(1)
-        acc_norm = ((ll / nbytes).argmax(dim=1, keepdim=True) == gold).double().squeeze(1)
+
+        def right(scores: torch.Tensor) -> torch.Tensor:
+            return (scores.argmax(dim=1, keepdim=True) == gold).double().squeeze(1)
+
+        calibrated = (urows[:, 0] >= 0).double()
+        gain = ll - torch.where(urows >= 0, row_lp[urows.clamp(min=0)], 0.0)
         bpb = -(ll.gather(1, gold) / nbytes.gather(1, gold)).squeeze(1) / math.log(2)
-        per_example = torch.stack([acc, acc_norm, bpb, torch.ones_like(acc)], dim=1)
+        per_example = torch.stack(
+            [
+                right(ll),
+                right(ll / nbytes),
+                bpb,
+                right(gain) * calibrated,
+                torch.ones_like(bpb),
+                calibrated,
+            ],
+            dim=1,
+        )
         sums = torch.zeros(len(self.names), len(SUMS), dtype=torch.float64, device=device)
         sums.index_add_(0, self.task_id.to(device), per_example)
         reduced = all_reduce(sums)  # torch.distributed.all_reduce sums in place, returns None
         totals = (sums if reduced is None else reduced).tolist()
         metrics = {}
         for name, row, chance in zip(self.names, totals, self.chance, strict=True):
-            for k, key in enumerate(SUMS[:-1]):
-                metrics[f"task/{name}/{key}"] = row[k] / max(row[-1], 1.0)
+            sums = dict(zip(SUMS, row, strict=True))
+            for key in ("acc", "acc_norm", "bpb"):
+                metrics[f"task/{name}/{key}"] = sums[key] / max(sums["count"], 1.0)
+            if sums["calibrated"]:
+                metrics[f"task/{name}/acc_pmi"] = sums["acc_pmi"] / sums["calibrated"]
             metrics[f"task/{name}/chance"] = chance
-            metrics[f"task/{name}/examples"] = row[-1]
+            metrics[f"task/{name}/examples"] = sums["count"]
         return metrics
 
 

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from trainer_core.analysis.ladder_table import read_ladder_table, task_names
+from trainer_core.analysis.ladder_table import accuracy_metric, read_ladder_table, task_names
 from trainer_core.analysis.load import AnalysisError
 
 
@@ -71,6 +71,7 @@ def test_missing_tokens_asks_for_d_or_flops(tmp_path):
         ("N", [1.9e8, 0.0, 3.7e8], "line 3"),
         ("loss", [3.1, 3.0, math.nan], "line 4"),
         ("arc/acc", [0.4, 1.5, 0.5], "line 3"),
+        ("arc/acc_pmi", [0.4, 0.5, -0.1], "line 4"),
     ],
 )
 def test_bad_value_names_the_file_line_and_column(tmp_path, column, values, line):
@@ -80,6 +81,26 @@ def test_bad_value_names_the_file_line_and_column(tmp_path, column, values, line
         read_ladder_table(path)
     message = str(err.value)
     assert str(path) in message and line in message and f"column {column}" in message
+
+
+def test_any_accuracy_makes_a_task_and_auto_prefers_the_calibrated_one(tmp_path):
+    path = tmp_path / "ladder.csv"
+    table(**{"arc/acc": None, "arc/acc_norm": [0.3, 0.3, 0.4]}).to_csv(path, index=False)
+    pts = read_ladder_table(path)
+    assert task_names(pts) == ["arc"]
+    assert accuracy_metric(pts, "arc") == "acc_norm"  # the only one there
+    pts["arc/acc"] = [0.4, 0.45, 0.5]
+    assert accuracy_metric(pts, "arc") == "acc"
+    pts["arc/acc_pmi"] = [0.5, 0.55, 0.6]
+    assert accuracy_metric(pts, "arc") == "acc_pmi"
+    assert accuracy_metric(pts, "arc", "acc_norm") == "acc_norm"
+    pts["arc/acc_pmi"] = math.nan  # logged by no run: not measured
+    assert accuracy_metric(pts, "arc") == "acc"
+    with pytest.raises(AnalysisError) as err:
+        accuracy_metric(pts, "arc", "acc_pmi")
+    assert str(err.value) == "task 'arc' has no arc/acc_pmi values (it has: acc, acc_norm)"
+    with pytest.raises(AnalysisError, match="'acc_raw': use auto or one of acc, acc_norm"):
+        accuracy_metric(pts, "arc", "acc_raw")
 
 
 def test_parquet_errors_name_the_row(tmp_path):

@@ -13,6 +13,7 @@ from trainer_core.analysis.synthetic_tasks import TaskTruth, task_ladder
 from trainer_core.analysis.tasks import (
     STEP1_COMPUTE,
     TaskReport,
+    final_points,
     fit_sigmoid,
     fit_task,
     predict_tasks,
@@ -105,6 +106,48 @@ def test_held_out_size_is_predicted_within_its_interval(points):
     assert "held out" in str(report)
 
 
+def test_the_calibrated_accuracy_is_fitted_where_a_table_has_it(points):
+    """A table whose sigmoid is in ``acc_pmi`` and whose raw ``acc`` sits at chance (as a small
+    model's raw ranking can): step 2 fits the calibrated one and recovers the truth, and the
+    held-out check compares with the calibrated measurement."""
+    table = points.rename(columns={"synth/acc": "synth/acc_pmi"})
+    table["synth/acc"] = TRUTH.chance
+    law = fit_task(table, "synth", TRUTH.chance, n_bootstrap=BOOT, ceiling=None)
+    assert law.accuracy == "acc_pmi"
+    assert law.step2.k == pytest.approx(TRUTH.k, rel=0.1)
+    assert "step 2 (acc_pmi)" in str(law)
+    report = task_holdout_check(table, {"synth": TRUTH.chance}, n_bootstrap=BOOT, ceiling=None)
+    held = final_points(table[table["N"] == table["N"].max()])
+    assert sorted(p.measured_acc for p in report.predictions) == sorted(held["synth/acc_pmi"])
+    assert max(abs(p.acc_error) for p in report.predictions) < 0.03
+    assert all(p.row().startswith("synth            acc_pmi ") for p in report.predictions)
+    raw = fit_task(table, "synth", TRUTH.chance, n_bootstrap=0, ceiling=None, accuracy="acc")
+    assert raw.accuracy == "acc" and raw.predict(*TARGET).acc == pytest.approx(
+        TRUTH.chance, abs=1e-3
+    )
+
+
+def test_a_miss_is_split_into_its_two_steps(law):
+    """The steps' errors told apart, as Bhagia et al. report them: a measured task loss on the
+    law with an accuracy 20 points above the sigmoid is a step-2 miss; a task loss 30% off with
+    the accuracy on the sigmoid is a step-1 miss."""
+    n, d = TARGET
+    true_loss, true_acc = float(TRUTH.loss(n, d)), float(TRUTH.acc(n, d))
+    step2 = law.predict(n, d, "far", true_loss, true_acc - 0.2, examples=200)
+    assert step2.loss_error == pytest.approx(step2.loss / true_loss - 1)
+    assert abs(step2.loss_error) < 0.02 and step2.step2_error == pytest.approx(0.2, abs=0.02)
+    assert step2.acc_error == pytest.approx(0.2, abs=0.03) and not step2.covers
+    text = str(TaskReport([step2]))
+    assert f"{100 * step2.loss_error:+6.1f}%  {100 * step2.step2_error:+6.1f}" in text
+    assert "MISS: synth at far: measured acc" in text and "step 2 carries it" in text
+    assert "scores lower than the sizes" in text
+    off = 1.3 * true_loss
+    step1 = law.predict(n, d, "far", off, float(law.step2.predict(off)), examples=200)
+    assert step1.step2_error == 0.0 and step1.loss_error == pytest.approx(1 / 1.3 - 1, abs=0.02)
+    assert "step 1 carries it" in str(TaskReport([step1]))
+    assert "MISS" not in str(TaskReport([law.predict(n, d, "far", true_loss, true_acc, 200)]))
+
+
 def test_step1_against_compute(points):
     law = fit_task(points, "synth", TRUTH.chance, step1=STEP1_COMPUTE, n_bootstrap=10)
     n, d = 4e8, 8e9
@@ -112,16 +155,37 @@ def test_step1_against_compute(points):
 
 
 def test_default_ceiling_is_fixed_at_one():
-    """A ladder that never sees the sigmoid bend over: the ceiling stays at 1, k and L0 are
-    recovered, and the ceiling gets no interval of its own."""
+    """A ladder that never sees the sigmoid bend over: the ceiling stays at 1, the floor (at
+    chance here), k and L0 are recovered, and the ceiling gets no interval of its own."""
     truth = TaskTruth(ceiling=1.0)
     table = task_ladder(truth, seed=3, sizes=(2e7, 5e7, 1e8))
     fit = fit_sigmoid(table["synth/bpb"], table["synth/acc"], truth.chance, n_bootstrap=20)
     assert fit.ceiling == 1.0
+    assert fit.floor == pytest.approx(truth.chance, abs=0.01)
     assert fit.k == pytest.approx(truth.k, rel=0.15)
     assert abs(fit.L0 - truth.L0) < 0.05
-    assert "ceiling" not in fit.ci and set(fit.ci) == {"k", "L0"}
+    assert "ceiling" not in fit.ci and set(fit.ci) == {"floor", "k", "L0"}
     assert np.all(fit.samples["ceiling"] == 1.0)
+    pinned = fit_sigmoid(table["synth/bpb"], table["synth/acc"], 0.25, n_bootstrap=5, floor=0.25)
+    assert pinned.floor == 0.25 and set(pinned.ci) == {"k", "L0"}
+
+
+def test_a_floor_above_chance_is_recovered_and_a_chance_floor_misses_it():
+    """A metric that plateaus above chance at high task loss (the demo's calibrated accuracy
+    sits near 0.4 for every small model): the fitted floor finds the plateau and predicts the
+    large models; a floor pinned at chance bends the sigmoid to reach it and misses."""
+    truth = TaskTruth(ceiling=1.0, floor=0.4, k=4.0, L0=0.9)
+    table = task_ladder(truth, seed=5)
+    loss, acc = table["synth/bpb"], table["synth/acc"]
+    fit = fit_sigmoid(loss, acc, truth.chance, n_bootstrap=30)
+    lo, hi = fit.ci["floor"]
+    assert fit.floor == pytest.approx(0.4, abs=0.02) and lo <= 0.4 <= hi
+    far = float(truth.loss(*TARGET))
+    assert fit.predict(far) == pytest.approx(float(truth.acc(*TARGET)), abs=0.01)
+    at_chance = fit_sigmoid(loss, acc, truth.chance, n_bootstrap=0, floor=truth.chance)
+    assert at_chance.rmse > 2 * fit.rmse
+    with pytest.raises(AnalysisError, match=r"floor = 1.2 is not in 0 .. 1"):
+        fit_sigmoid(loss, acc, truth.chance, floor=1.2)
 
 
 def test_near_chance_points_flag_the_ceiling():

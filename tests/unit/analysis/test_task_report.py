@@ -21,7 +21,7 @@ from support.synthetic_experiments import (
 
 from trainer_core.analysis import load, report_experiment
 from trainer_core.analysis.report_data import Report
-from trainer_core.analysis.report_tasks import task_section
+from trainer_core.analysis.report_tasks import task_section, task_table
 
 BOOT = 20
 
@@ -75,6 +75,29 @@ def test_task_section_prints_the_held_out_prediction(task_ladder: Path, tmp_path
     assert "held out s6" in out and "downstream tasks" in out
     assert f"{pred.acc:6.3f} [{lo:.3f}, {hi:.3f}]  {pred.measured_loss:7.4f}" in out
     assert is_png(tmp_path / f"task_{TASK}.png")
+
+
+def test_the_table_shows_each_accuracy_measured_and_the_fit_names_its_own(
+    task_ladder: Path, tmp_path: Path
+):
+    """A calibrated accuracy in the runs' records gets its own column, and the held-out table
+    says which accuracy step 2 fitted: ``auto`` takes acc_pmi, ``--task-accuracy`` another."""
+    results = load(task_ladder)
+    points = results.task_points()
+
+    def shown(table) -> str:
+        text = StringIO()
+        Console(file=text, width=200).print(table)
+        return text.getvalue()
+
+    assert "acc_pmi" not in shown(task_table(points, [TASK]))
+    results.tasks[f"{TASK}/acc_pmi"] = results.tasks[f"{TASK}/acc"] + 0.05
+    assert "acc_pmi" in shown(task_table(results.task_points(), [TASK]))
+    for wanted, fitted in (("auto", "acc_pmi"), ("acc_norm", "acc_norm")):
+        report = Report(results, tmp_path)
+        task_section(report, Console(file=StringIO()), BOOT, wanted)
+        (pred,) = report.task_holdout.predictions
+        assert pred.accuracy == fitted and report.task_holdout.laws[TASK].accuracy == fitted
 
 
 def test_a_ladder_of_too_few_sizes_says_why_it_has_no_prediction(tmp_path: Path):

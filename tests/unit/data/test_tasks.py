@@ -8,6 +8,7 @@ import pytest
 
 from trainer_core.data.tasks import (
     FEWSHOT_SEPARATOR,
+    NEXT_LINE_FILE,
     TaskExample,
     TaskFormatError,
     load_tasks,
@@ -50,6 +51,7 @@ def test_valid_file_round_trips(tmp_path):
         ({**GOOD, "choices": [" 4"]}, "at least 2"),
         ({**GOOD, "fewshot": [{"context": "x", "choices": ["a", "b"]}]}, "fewshot[0]: missing"),
         ({**GOOD, "fewshot": "x"}, "'fewshot' must be a list"),
+        ({**GOOD, "uncond_context": 3}, "'uncond_context' must be str"),
     ],
 )
 def test_bad_line_names_file_and_line(tmp_path, bad, words):
@@ -61,6 +63,26 @@ def test_bad_line_names_file_and_line(tmp_path, bad, words):
     assert message.startswith(f"{path}:3: ")
     assert words in message
     assert "\n" not in message
+
+
+def test_uncond_context_is_kept_as_is_without_the_fewshot_prefix(tmp_path):
+    shot = {"context": "1 + 1 =", "choices": [" 2", " 3"], "gold": 0}
+    line = {**GOOD, "fewshot": [shot], "uncond_context": "Answer:"}
+    path = write_task(tmp_path / "calibrated.jsonl", [line, {**GOOD, "uncond_context": ""}])
+    first, second = read_task(path).examples
+    assert first.prompt.startswith("1 + 1 = 2") and first.uncond_prompt == "Answer:"
+    assert second.uncond_prompt == ""
+    assert read_task(write_task(tmp_path / "plain.jsonl", [GOOD])).examples[0].uncond_prompt is None
+
+
+def test_uncond_context_on_some_examples_only_names_both_lines(tmp_path):
+    path = _write(tmp_path, [json.dumps(GOOD), "", json.dumps({**GOOD, "uncond_context": " "})])
+    with pytest.raises(TaskFormatError) as err:
+        read_task(path)
+    assert str(err.value) == (
+        f"{path}:3: 'uncond_context' is on line 3 but not on line 1; "
+        "give it to every example or to none (one accuracy per task)"
+    )
 
 
 def test_invalid_json_names_file_and_line(tmp_path):
@@ -85,13 +107,15 @@ def test_next_line_examples_are_valid_and_deterministic():
         true = ex["choices"][ex["gold"]].strip()
         before = ex["context"].rstrip(" ").splitlines()[-1]
         assert lines[lines.index(before) + 1].strip() == true
+        assert ex["uncond_context"] == "\n    " == "\n" + ex["context"].rsplit("\n", 1)[-1]
 
 
 def test_demo_next_line_is_built_once_from_held_out_files(tmp_path):
     (task,) = load_tasks(["demo_next_line"], tmp_path, max_examples=50)
     assert task.name == "demo_next_line" and len(task.examples) == 50
     assert all(len(e.choices) == 4 for e in task.examples)
-    built = tmp_path / "task-demo_next_line.jsonl"
+    assert all(e.uncond_prompt is not None for e in task.examples)
+    built = tmp_path / NEXT_LINE_FILE
     stamp = built.stat().st_mtime_ns
     assert load_tasks(["demo_next_line"], tmp_path)[0].examples[:50] == task.examples
     assert built.stat().st_mtime_ns == stamp

@@ -36,24 +36,31 @@ def choice_logprob(prompt: str, choice: str, seq_len: int) -> float:
 
 
 def by_hand(task: Task, seq_len: int) -> dict[str, float]:
-    acc, acc_norm, bpb = [], [], []
+    acc, acc_norm, bpb, acc_pmi = [], [], [], []
     for ex in task.examples:
         ll = np.array([choice_logprob(ex.prompt, c, seq_len) for c in ex.choices])
         nbytes = np.array([len(c.encode()) for c in ex.choices])
         acc.append(ll.argmax() == ex.gold)
         acc_norm.append((ll / nbytes).argmax() == ex.gold)
         bpb.append(-ll[ex.gold] / nbytes[ex.gold] / math.log(2))
+        if ex.uncond_prompt is not None:
+            alone = np.array([choice_logprob(ex.uncond_prompt, c, seq_len) for c in ex.choices])
+            acc_pmi.append((ll - alone).argmax() == ex.gold)
     name = task.name
-    return {
+    metrics = {
         f"task/{name}/acc": float(np.mean(acc)),
         f"task/{name}/acc_norm": float(np.mean(acc_norm)),
         f"task/{name}/bpb": float(np.mean(bpb)),
         f"task/{name}/chance": float(np.mean([1 / len(ex.choices) for ex in task.examples])),
         f"task/{name}/examples": float(len(task.examples)),
     }
+    if acc_pmi:
+        metrics[f"task/{name}/acc_pmi"] = float(np.mean(acc_pmi))
+    return metrics
 
 
-def make_task(name: str, n: int, seed: int) -> Task:
+def make_task(name: str, n: int, seed: int, uncond: bool = False) -> Task:
+    """Random examples of 2-4 choices; with ``uncond``, each has an uncond prompt (some empty)."""
     rng = np.random.default_rng(seed)
     words = ["a", "bb", "ccc", "x = 1", "def f():", "return y", "é"]
     examples = []
@@ -61,23 +68,29 @@ def make_task(name: str, n: int, seed: int) -> Task:
         prompt = " ".join(rng.choice(words, size=int(rng.integers(1, 8))))
         k = int(rng.integers(2, 5))
         choices = tuple(str(w) for w in rng.choice(words, size=k, replace=False))
-        examples.append(TaskExample(prompt, choices, int(rng.integers(0, k))))
+        alone = str(rng.choice(["", "\n", "x = 1 ", "é"])) if uncond else None
+        examples.append(TaskExample(prompt, choices, int(rng.integers(0, k)), alone))
     return Task(name, tuple(examples))
 
 
-TASKS = [make_task("one", 13, 1), make_task("two", 8, 2)]
+TASKS = [make_task("one", 13, 1), make_task("two", 8, 2), make_task("pmi", 11, 4, uncond=True)]
 
 
 @pytest.mark.parametrize("seq_len", [64, 6])
 def test_metrics_match_hand_computation(seq_len):
     forward = Bigram()
     got = TaskEvaluator(TASKS, TOK, seq_len, micro_batch_seqs=5).evaluate(forward, "cpu")
-    want = {**by_hand(TASKS[0], seq_len), **by_hand(TASKS[1], seq_len)}
+    want = {k: v for task in TASKS for k, v in by_hand(task, seq_len).items()}
     assert got.keys() == want.keys()
+    assert "task/pmi/acc_pmi" in got and "task/one/acc_pmi" not in got
+    assert got["task/pmi/acc_pmi"] != got["task/pmi/acc"]  # a different ranking, not a copy
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=1e-5), key
     assert max(forward.batch_sizes) <= 5
-    assert sum(forward.batch_sizes) >= sum(len(e.choices) for t in TASKS for e in t.examples)
+    rows = sum(
+        len(e.choices) * (1 + (e.uncond_prompt is not None)) for t in TASKS for e in t.examples
+    )
+    assert sum(forward.batch_sizes) >= rows
 
 
 def test_two_ranks_sum_to_one_rank():

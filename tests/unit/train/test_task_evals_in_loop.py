@@ -12,7 +12,7 @@ from trainer_core.train.build import build_trainer
 
 TASK = "demo_next_line"
 EXAMPLES = 40
-KEYS = [f"task/{TASK}/{k}" for k in ("acc", "acc_norm", "bpb", "chance", "examples")]
+KEYS = [f"task/{TASK}/{k}" for k in ("acc", "acc_norm", "bpb", "chance", "examples", "acc_pmi")]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -51,6 +51,7 @@ def test_a_run_with_a_task_logs_it_at_every_eval(tasked_run):
         assert 0 <= record[KEYS[0]] <= 1 and 0 <= record[KEYS[1]] <= 1
         assert math.isfinite(record[KEYS[2]]) and record[KEYS[2]] > 0
         assert record[KEYS[3]] == 0.25  # four choices each
+        assert record[KEYS[4]] == EXAMPLES and 0 <= record[KEYS[5]] <= 1
     assert not any(k.startswith("task/") for r in records if "eval/loss" not in r for k in r)
     # its own time, not the loss eval's, and not in the step time
     assert all(r["time/task_eval_s"] >= 0 for r in records)
