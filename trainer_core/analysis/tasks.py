@@ -12,9 +12,9 @@ sigmoid:
 ceiling is 1 and the floor is fitted unless asked otherwise (see :func:`fit_sigmoid`): the
 ladder's points rarely reach the sigmoid's top, and its bottom is seldom at chance: a metric
 can plateau above it (the demo's calibrated accuracy) or, biased towards some choices, sit
-below it (length-normalised ARC-Challenge on OLMo's small models). Step 1's bootstrap is the residual
-resampling by size of ``fits.py``; step 2's resamples points. A prediction pairs the i-th refit
-of each step, so its interval holds both steps' spread.
+below it (length-normalised ARC-Challenge on OLMo's small models). Step 1's bootstrap is the
+residual resampling by size of ``fits.py``; step 2's resamples points. A prediction pairs the
+i-th refit of each step, so its interval holds both steps' spread.
 """
 
 from __future__ import annotations
