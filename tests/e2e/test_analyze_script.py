@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from synthetic_experiments import is_png
+from synthetic_experiments import TASK, is_png, make_ladder
 
 
 @pytest.mark.slow
@@ -39,3 +39,17 @@ def test_analyze_script_on_ladder_from_a_shell_and_on_a_sweep(
     assert code == 0, stderr
     assert "LR sweep" in stdout and "lr*(N) =" in stdout and "quadratic" in stdout
     assert is_png(tmp_path / "sweep_plots" / "lr_vs_size.png")
+
+
+def test_analyze_script_fits_the_task_accuracy_it_is_told_to(run_script, tmp_path: Path):
+    """``--task-accuracy`` reaches step 2 (the held-out row names the accuracy fitted), and a
+    name that is not an accuracy is refused by the parser with the choices, before any work."""
+    ladder = make_ladder(tmp_path / "exp", task=True)
+    args = [str(ladder), "--out", str(tmp_path / "plots"), "--bootstrap", "5"]
+    code, stdout, stderr = run_script("workflows/analyze.py", *args, "--task-accuracy", "acc_norm")
+    assert code == 0, stderr
+    row = next(line for line in stdout.splitlines() if line.startswith(TASK + " "))
+    assert row.split()[1] == "acc_norm"
+    code, stdout, stderr = run_script("workflows/analyze.py", *args, "--task-accuracy", "acc_raw")
+    assert code == 2 and stdout == ""
+    assert "--task-accuracy: invalid choice: 'acc_raw'" in stderr and "'acc_pmi'" in stderr

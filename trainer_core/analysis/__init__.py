@@ -63,12 +63,11 @@ from trainer_core.analysis.target import (
     sweep_laws,
     target_answer,
 )
+from trainer_core.analysis.task_sigmoid import SigmoidFit, fit_sigmoid
 from trainer_core.analysis.tasks import (
-    SigmoidFit,
     TaskLaw,
     TaskPrediction,
     TaskReport,
-    fit_sigmoid,
     fit_task,
     predict_tasks,
     task_holdout_check,

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from trainer_core.analysis.ladder_table import TASK_ACC_SUFFIX, TASK_LOSS_SUFFIX
-from trainer_core.analysis.tasks import _sigmoid
+from trainer_core.analysis.task_sigmoid import _sigmoid
 
 
 @dataclass(frozen=True)

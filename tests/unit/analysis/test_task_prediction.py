@@ -10,14 +10,13 @@ import pytest
 from trainer_core.analysis.ladder_table import read_ladder_table
 from trainer_core.analysis.load import AnalysisError
 from trainer_core.analysis.synthetic_tasks import TaskTruth, task_ladder
+from trainer_core.analysis.task_sigmoid import fit_sigmoid, sigmoid_flags
 from trainer_core.analysis.tasks import (
     STEP1_COMPUTE,
     TaskReport,
     final_points,
-    fit_sigmoid,
     fit_task,
     predict_tasks,
-    sigmoid_flags,
     task_holdout_check,
 )
 
