@@ -169,7 +169,7 @@ class TaskEvaluator:
     ) -> dict[str, float]:
         """``task/<name>/{acc,acc_norm,bpb}`` over all ranks' examples (and ``acc_pmi`` for a
         task with uncond contexts), ``chance`` (the
-        accuracy of a random guess, the floor the analysis's sigmoid needs) and ``examples``
+        accuracy of a random guess, for the analysis's near-chance flag) and ``examples``
         (how many were scored: an accuracy's sampling noise). ``forward`` maps
         inputs ``[B, L]`` to logits ``[B, L, V]``; ``all_reduce`` sums a tensor over the DP ranks
         (in place or returned)."""
