@@ -168,11 +168,10 @@ class TaskEvaluator:
         all_reduce: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
     ) -> dict[str, float]:
         """``task/<name>/{acc,acc_norm,bpb}`` over all ranks' examples (and ``acc_pmi`` for a
-        task with uncond contexts), ``chance`` (the
-        accuracy of a random guess, for the analysis's near-chance flag) and ``examples``
-        (how many were scored: an accuracy's sampling noise). ``forward`` maps
-        inputs ``[B, L]`` to logits ``[B, L, V]``; ``all_reduce`` sums a tensor over the DP ranks
-        (in place or returned)."""
+        task with uncond contexts), ``chance`` (the accuracy of a random guess, for the
+        analysis's near-chance flag) and ``examples`` (how many were scored: an accuracy's
+        sampling noise). ``forward`` maps inputs ``[B, L]`` to logits ``[B, L, V]``;
+        ``all_reduce`` sums a tensor over the DP ranks (in place or returned)."""
         device = torch.device(device)
         row_lp = self._row_logprobs(forward, device)
         rows = self.choice_row.to(device)
