@@ -75,9 +75,10 @@ def multinode(tmp_path_factory, _ray_owner, repo_root):
     )
     cluster = RayCluster(root, env, DETECTION)
     try:
-        head = cluster.start_head(cpus=1, label=HEAD)
+        # The worker node starts once the head runs: two nodes starting at once on 2 cores
+        # compete with the head's GCS for the 30 s Ray gives it.
+        cluster.start_head_and_wait(cpus=1, label=HEAD, timeout=120)
         cluster.add_node(cpus=1, label=WORKER)
-        head.wait_started(timeout=120)
         init_ray(cluster.address)
         cluster.wait_alive({HEAD, WORKER}, timeout=120)
         yield MultiNode(cluster, hook_log, release)

@@ -119,6 +119,21 @@ class RayCluster:
             f"--system-config={json.dumps(self.system_config)}",
         )
 
+    def start_head_and_wait(self, cpus: float, label: str, timeout: float) -> Node:
+        """The head, started (``ray start`` says so). Ray gives a starting node a fixed 30 s to
+        register with its GCS; on a loaded 2-core machine the GCS has once stayed silent that
+        long, and ``ray start`` gave up. That head's processes are stopped and it starts anew,
+        once."""
+        head = self.start_head(cpus, label)
+        try:
+            head.wait_started(timeout)
+        except RuntimeError:
+            head.stop()
+            self.nodes.remove(head)
+            head = self.start_head(cpus, label)
+            head.wait_started(timeout)
+        return head
+
     def add_node(self, cpus: float, label: str) -> Node:
         return self._start(label, f"--address={self.address}", f"--num-cpus={cpus}")
 
