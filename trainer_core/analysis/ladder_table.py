@@ -23,7 +23,9 @@ TASK_ACC_SUFFIX = "/acc"
 ACCURACIES = ("acc", "acc_norm", "acc_pmi")
 """The accuracies a task may be scored by (docs/tasks.md): raw, per byte, and calibrated."""
 AUTO = "auto"
-"""Step 2's accuracy by default: ``acc_pmi`` where a task has it, else ``acc``."""
+"""Step 2's accuracy by default: the first of :data:`AUTO_ORDER` that a task has."""
+AUTO_ORDER = ("acc_pmi", "acc", "acc_norm")
+"""Calibrated first (small models' raw scores mostly rank how typical a choice is), then raw."""
 ACC_SUFFIXES = tuple("/" + a for a in ACCURACIES)
 EXAMPLES_SUFFIX = "/examples"
 """Optional: how many examples an accuracy was scored on (its binomial noise in the check)."""
@@ -86,25 +88,22 @@ def task_names(points: pd.DataFrame) -> list[str]:
 
 
 def accuracy_metric(points: pd.DataFrame, task: str, wanted: str = AUTO) -> str:
-    """The accuracy step 2 fits for ``task``: ``wanted``, or with ``auto`` the calibrated one
-    where it was measured (small models' raw scores mostly rank how typical a choice is), then
-    the raw one, then the first the table has."""
-    have = [
-        a for a in ACCURACIES if f"{task}/{a}" in points and points[f"{task}/{a}"].notna().any()
-    ]
-    if wanted == AUTO:
-        for a in ("acc_pmi", "acc", *have):
-            if a in have:
-                return a
-    elif wanted in have:
-        return wanted
+    """The accuracy step 2 fits for ``task``: ``wanted``, or with ``auto`` the first of
+    :data:`AUTO_ORDER` that has values."""
     if wanted not in (AUTO, *ACCURACIES):
         raise AnalysisError(
             f"task accuracy {wanted!r}: use {AUTO} or one of {', '.join(ACCURACIES)}"
         )
-    raise AnalysisError(
-        f"task {task!r} has no {task}/{wanted} values (it has: {', '.join(have) or 'no accuracy'})"
-    )
+    have = [
+        a for a in ACCURACIES if f"{task}/{a}" in points and points[f"{task}/{a}"].notna().any()
+    ]
+    found = [a for a in (AUTO_ORDER if wanted == AUTO else (wanted,)) if a in have]
+    if not found:
+        asked = "accuracy column" if wanted == AUTO else f"{task}/{wanted} values"
+        raise AnalysisError(
+            f"task {task!r} has no {asked} (it has: {', '.join(have) or 'no accuracy'})"
+        )
+    return found[0]
 
 
 def _read(path: Path) -> pd.DataFrame:

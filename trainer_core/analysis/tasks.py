@@ -270,12 +270,12 @@ def fit_task(
     ``<task>/bpb`` and an accuracy, picked by :func:`accuracy_metric`): step 1 on
     :func:`step1_points`, grouped by size; step 2 on every point. Both bootstraps draw
     ``n_bootstrap`` refits, paired in predictions."""
-    if task + TASK_LOSS_SUFFIX in points:
-        accuracy = accuracy_metric(points, task, accuracy)
-    loss_col, acc_col = task + TASK_LOSS_SUFFIX, f"{task}/{accuracy}"
-    missing = [c for c in ("size", "name", "N", "tokens", loss_col, acc_col) if c not in points]
+    loss_col = task + TASK_LOSS_SUFFIX
+    missing = [c for c in ("size", "name", "N", "tokens", loss_col) if c not in points]
     if missing:
         raise AnalysisError(f"fit_task({task!r}): the points have no column {', '.join(missing)}")
+    accuracy = accuracy_metric(points, task, accuracy)
+    acc_col = f"{task}/{accuracy}"
     final = step1_points(points, final_only)
     if step1 == STEP1_ND:
         law = fit_chinchilla(

@@ -112,26 +112,32 @@ def read_task(path: str | Path, name: str | None = None, max_examples: int = 0) 
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise TaskFormatError(f"{path}: can't read the task file ({e})") from None
-    examples, first = [], None
+    numbered: list[tuple[int, TaskExample]] = []
     for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        example = parse_example(line, f"{path}:{number}")
-        has_uncond = example.uncond_prompt is not None
-        if first is None:
-            first = (number, has_uncond)
-        elif has_uncond != first[1]:
-            with_it, without = (first[0], number) if first[1] else (number, first[0])
+        if line.strip():
+            numbered.append((number, parse_example(line, f"{path}:{number}")))
+        if max_examples and len(numbered) == max_examples:
+            break
+    if not numbered:
+        raise TaskFormatError(f"{path}: no examples (one JSON object per line)")
+    _check_uncond_everywhere_or_nowhere(numbered, path)
+    return Task(name or path.stem, tuple(example for _, example in numbered))
+
+
+def _check_uncond_everywhere_or_nowhere(numbered: list[tuple[int, TaskExample]], path: Path):
+    """One accuracy per task: ``acc_pmi`` over every example or over none."""
+    first_number, first = numbered[0]
+    for number, example in numbered[1:]:
+        if (example.uncond_prompt is None) != (first.uncond_prompt is None):
+            with_it, without = (
+                (first_number, number)
+                if first.uncond_prompt is not None
+                else (number, first_number)
+            )
             raise TaskFormatError(
                 f"{path}:{number}: {UNCOND!r} is on line {with_it} but not on line {without}; "
                 "give it to every example or to none (one accuracy per task)"
             )
-        examples.append(example)
-        if max_examples and len(examples) == max_examples:
-            break
-    if not examples:
-        raise TaskFormatError(f"{path}: no examples (one JSON object per line)")
-    return Task(name or path.stem, tuple(examples))
 
 
 def write_task(path: str | Path, examples: list[dict]) -> Path:

@@ -101,6 +101,9 @@ def test_any_accuracy_makes_a_task_and_auto_prefers_the_calibrated_one(tmp_path)
     assert str(err.value) == "task 'arc' has no arc/acc_pmi values (it has: acc, acc_norm)"
     with pytest.raises(AnalysisError, match="'acc_raw': use auto or one of acc, acc_norm"):
         accuracy_metric(pts, "arc", "acc_raw")
+    with pytest.raises(AnalysisError) as err:
+        accuracy_metric(pts.drop(columns=["arc/acc", "arc/acc_norm"]), "arc")
+    assert str(err.value) == "task 'arc' has no accuracy column (it has: no accuracy)"
 
 
 def test_parquet_errors_name_the_row(tmp_path):
