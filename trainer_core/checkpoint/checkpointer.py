@@ -56,6 +56,7 @@ from trainer_core.checkpoint.listing import (
     listed_files,
     marker_name,
 )
+from trainer_core.checkpoint.renames import RENAMED, as_saved, rename_parameters
 from trainer_core.checkpoint.safe_load import (
     _prune_to_saved,
     _root_cause,
@@ -398,6 +399,7 @@ class Checkpointer:
         resolved = {
             k: v.state_dict() if isinstance(v, Stateful) else v for k, v in app_state.items()
         }
+        resolved, renamed = as_saved(resolved, set(metadata.state_dict_metadata))
         check_compatible(path, metadata, resolved)
         if "rng" in resolved:
             resolved["rng"] = self._rng_to_load(
@@ -414,6 +416,8 @@ class Checkpointer:
             raise CheckpointError(
                 f"checkpoint {path} could not be read ({_root_cause(e)})"
             ) from None
+        if renamed:
+            resolved = rename_parameters(resolved, RENAMED)
         for key, value in app_state.items():
             if isinstance(value, Stateful):
                 value.load_state_dict(resolved[key])

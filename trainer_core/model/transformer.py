@@ -1,7 +1,8 @@
 """A decoder-only transformer in the Llama / OLMo-2 family, readable in one sitting.
 
 Pre-norm blocks (RMSNorm -> grouped-query attention with RoPE and optional per-head QK-norm ->
-residual; RMSNorm -> SwiGLU MLP -> residual), a final RMSNorm and an untied (or tied) LM head.
+residual; RMSNorm -> SwiGLU MLP -> residual), then the LM head: a final RMSNorm and an untied (or
+tied) output projection, which also computes the loss when given labels.
 Attention is ``F.scaled_dot_product_attention`` (flash / cuDNN kernels on GPU), restricted to
 ``model.attention_backend`` when one is named (:mod:`trainer_core.model.attention`).
 Module names (``blocks.<i>.attn.wq`` ...) are what ``trainer_core.parallel`` shards.
@@ -19,6 +20,7 @@ from torch import nn
 from trainer_core.config.sections import ModelConfig
 from trainer_core.model.attention import sdpa_context
 from trainer_core.model.counts import num_flops_per_token
+from trainer_core.model.loss import lm_loss_sums
 
 
 class _SumGrad(torch.autograd.Function):
@@ -125,6 +127,30 @@ class Block(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
+class LMHead(nn.Module):
+    """Final norm and output projection, and given labels the loss: one module, so that compile
+    (``parallel.compile``) makes the head's matmul and the loss one graph, in which the bf16
+    logits are upcast inside the fused softmax, and FSDP2 shards it as one unit (as OLMo-core's
+    ``LMHead``)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.w_out = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        ignore_index: int = -100,
+        z_multiplier: float = 0.0,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        logits = self.w_out(self.norm(x))
+        if labels is None:
+            return logits
+        return lm_loss_sums(logits, labels, ignore_index, z_multiplier)
+
+
 class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig, max_seq_len: int = 4096):
         super().__init__()
@@ -132,10 +158,9 @@ class Transformer(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         # A ModuleDict keyed by layer index keeps names stable under activation checkpointing.
         self.blocks = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layers)})
-        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head = LMHead(cfg)
         if cfg.tie_embeddings:
-            self.head.weight = self.embed.weight
+            self.lm_head.w_out.weight = self.embed.weight
         self.register_buffer(
             "rotations", rope_tables(cfg.head_dim, max_seq_len, cfg.rope_theta), persistent=False
         )
@@ -158,13 +183,21 @@ class Transformer(nn.Module):
                 s = out_std if name.endswith(("attn.wo.weight", "mlp.w_down.weight")) else std
                 nn.init.trunc_normal_(p, mean=0.0, std=s, a=-3 * s, b=3 * s)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Logits ``[B, T, vocab]`` for input ids ``[B, T]``."""
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        *,
+        ignore_index: int = -100,
+        z_multiplier: float = 0.0,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Logits ``[B, T, vocab]`` for input ids ``[B, T]``; given ``labels`` (``[B, T]``), the
+        summed cross-entropy and z-loss instead (:func:`trainer_core.model.loss.lm_loss_sums`)."""
         x = self.embed(tokens)
         rotations = self.rotations
         for block in self.blocks.values():
             x = block(x, rotations)
-        return self.head(self.norm(x))
+        return self.lm_head(x, labels, ignore_index, z_multiplier)
 
     def num_flops_per_token(self, seq_len: int) -> int:
         return num_flops_per_token(self.cfg, seq_len)

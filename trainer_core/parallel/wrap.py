@@ -100,21 +100,24 @@ def apply_activation_checkpointing(model: nn.Module, cfg: ParallelConfig) -> Non
 
 
 def apply_compile(model: nn.Module) -> None:
-    """Compile each block separately: identical blocks share one graph, and the FSDP hooks
-    between blocks stay outside the compiled regions. ``fullgraph=True``: a graph break is an
-    error, not a silent fall back to eager for part of every block."""
+    """Compile each block separately, and the LM head with its loss: identical blocks share one
+    graph, and the FSDP hooks between units stay outside the compiled regions.
+    ``fullgraph=True``: a graph break is an error, not a silent fall back to eager for part of
+    every block."""
     for key, block in list(model.blocks.items()):
         model.blocks[key] = torch.compile(block, fullgraph=True)
+    model.lm_head = torch.compile(model.lm_head, fullgraph=True)
 
 
 def apply_fsdp(model: nn.Module, mesh: DeviceMesh, cfg: ParallelConfig) -> None:
-    """FSDP2 per block, the final norm and head as one unit, then the root (embedding).
+    """FSDP2 per block, the LM head (final norm and output projection) as one unit, then the
+    root (embedding).
 
     As torchtitan and OLMo-core: inputs are not cast (the fp32 RoPE table would be cast to bf16
-    at every block; the embedding already hands the blocks bf16 activations), and the norm and
-    head unit stays gathered after forward, since backward needs it at once. A tied
-    embedding/head weight is one parameter held by two root-level modules, so it stays in the
-    root unit and is gathered once per forward.
+    at every block; the embedding already hands the blocks bf16 activations), and the LM head
+    unit stays gathered after forward, since backward needs it at once. A tied embedding/head
+    weight is one parameter held by the embedding and the head, so the head stays in the root
+    unit and is gathered once per forward.
     """
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -127,9 +130,7 @@ def apply_fsdp(model: nn.Module, mesh: DeviceMesh, cfg: ParallelConfig) -> None:
     for block in model.blocks.values():
         fully_shard(block, mesh=fsdp_mesh, mp_policy=mp)
     if not model.cfg.tie_embeddings:
-        fully_shard(
-            [model.norm, model.head], mesh=fsdp_mesh, mp_policy=mp, reshard_after_forward=False
-        )
+        fully_shard(model.lm_head, mesh=fsdp_mesh, mp_policy=mp, reshard_after_forward=False)
     fully_shard(model, mesh=fsdp_mesh, mp_policy=mp)
 
 

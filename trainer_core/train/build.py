@@ -77,7 +77,6 @@ def build_train_module(
         device=device,
         dp_group=dp_mesh(mesh).get_group() if mesh is not None else None,
         dp_size=dp_size,
-        compile_loss=cfg.parallel.compile,
     )
 
 

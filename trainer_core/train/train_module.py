@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from trainer_core.config.sections import TrainModuleConfig
@@ -26,24 +25,6 @@ from trainer_core.parallel.process_group import collective_device
 from trainer_core.parallel.wrap import clip_grad_norm
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def lm_loss_sums(
-    logits: torch.Tensor, labels: torch.Tensor, ignore_index: int, z_multiplier: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed token cross-entropy and z-loss (``z_multiplier * logsumexp**2``) over valid labels.
-
-    The logits come in as the head made them (bf16 under bf16 compute) and are upcast here:
-    compiled (``parallel.compile``), the upcast fuses into the softmax's reductions and the fp32
-    logits are never written out whole. The z-loss mask is a multiply, not boolean indexing
-    (which waits for the device to count the selected rows)."""
-    flat = logits.float().flatten(0, 1)
-    flat_labels = labels.flatten()
-    ce_sum = F.cross_entropy(flat, flat_labels, ignore_index=ignore_index, reduction="sum")
-    if not z_multiplier:
-        return ce_sum, torch.zeros((), device=logits.device)
-    valid = (flat_labels != ignore_index).to(flat.dtype)
-    return ce_sum, z_multiplier * (flat.logsumexp(-1).square() * valid).sum()
 
 
 @dataclass
@@ -62,7 +43,8 @@ class TrainModule:
     Holds the (wrapped) model, optimizer and scheduler; splits a rank's batch into
     micro-batches, accumulates gradients (syncing them across data-parallel ranks only where
     the config says), clips and steps. The :class:`Trainer` never touches the model directly,
-    so precision, parallelism and the loss live here and nowhere else (OLMo-core's contract).
+    so precision, parallelism and the loss's weighting live here and nowhere else (OLMo-core's
+    contract); the per-token sums come from the model's LM head.
     """
 
     def __init__(
@@ -76,14 +58,11 @@ class TrainModule:
         device: torch.device,
         dp_group: dist.ProcessGroup | None = None,
         dp_size: int = 1,
-        compile_loss: bool = False,
     ):
-        """``compile_loss``: run :func:`lm_loss_sums` compiled (``parallel.compile``)."""
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.cfg, self.seq_len, self.device = cfg, seq_len, device
         self.dp_group, self.dp_size = dp_group, dp_size
         self.autocast_dtype = AUTOCAST_DTYPES.get(cfg.autocast_precision or "")
-        self.loss_fn = torch.compile(lm_loss_sums, fullgraph=True) if compile_loss else lm_loss_sums
 
     # -- the contract -------------------------------------------------------------------------
 
@@ -206,10 +185,13 @@ class TrainModule:
     def _loss_sums(
         self, inputs: torch.Tensor, labels: torch.Tensor, with_z: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        with self._autocast():
-            logits = self.model(inputs)
+        """One micro-batch's summed CE and z-loss, from the model's LM head: under
+        ``parallel.compile`` the head's matmul and the loss run as one compiled graph."""
         z = self.cfg.z_loss_multiplier if with_z else 0.0
-        return self.loss_fn(logits, labels, self.cfg.label_ignore_index, z)
+        with self._autocast():
+            return self.model(
+                inputs, labels, ignore_index=self.cfg.label_ignore_index, z_multiplier=z
+            )
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         if not self.autocast_dtype:

@@ -26,6 +26,7 @@ from trainer_core.checkpoint.listing import (
     listed_files,
     marker_name,
 )
+from trainer_core.checkpoint.renames import RENAMED, rename_parameters
 from trainer_core.checkpoint.rng import restore_rng, rng_state
 from trainer_core.config.sections import CheckpointConfig, KeepRule, ModelConfig, TrainModuleConfig
 from trainer_core.io.run_dir import step_dir
@@ -579,3 +580,33 @@ def test_non_tensor_values_round_trip(tmp_path, caplog):
         ckpt.load(path, state)
     assert state["trainer"] == values
     assert state["rng"] == {} and "no RNG state for rank1" in caplog.text
+
+
+def test_a_checkpoint_saved_before_the_lm_head_rename_resumes(tmp_path):
+    """Runs saved when the final norm and output projection were top-level modules
+    (``norm.weight``, ``head.weight``) resume into today's ``lm_head``: weights, Adam moments
+    and the rest of training continue exactly."""
+    seed_all(5)
+    mos = build(1)
+    train(mos, K)
+    old_names = {new: old for old, new in RENAMED.items()}
+    old_state = app_state(mos, 0, step=K)
+    old_state["train_module"] = rename_parameters(mos.state_dict(), old_names)
+    path = Checkpointer(tmp_path, CheckpointConfig()).save(
+        K, old_state, tokens=K * 32, permanent=False
+    )
+    saved_keys = set(pickle.loads((path / ".metadata").read_bytes()).state_dict_metadata)
+    assert "train_module.model.head.weight" in saved_keys
+    assert "train_module.optim.state.norm.weight.exp_avg" in saved_keys
+    saved = local_tensors(mos)
+    uninterrupted = train(mos, K)
+
+    seed_all(999)
+    fresh = build(1, init_seed=7)
+    state = app_state(fresh, 0)
+    Checkpointer(tmp_path, CheckpointConfig()).load(path, state)
+    restore_rng(state["rng"], 0)
+    assert state["trainer"] == {"step": K, "tokens": K * 32}
+    assert fresh.scheduler.last_epoch == K
+    assert_same(local_tensors(fresh), saved)
+    assert train(fresh, K) == uninterrupted

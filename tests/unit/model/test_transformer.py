@@ -71,7 +71,7 @@ def test_init_is_scaled_for_depth():
     assert wq.std().item() == pytest.approx(0.02, rel=0.05)
     assert wo.std().item() == pytest.approx(0.02 / (2 * cfg.n_layers) ** 0.5, rel=0.05)
     assert wq.abs().max().item() <= 3 * 0.02 + 1e-6
-    assert torch.all(model.norm.weight == 1)
+    assert torch.all(model.lm_head.norm.weight == 1)
 
 
 def test_initial_loss_is_near_uniform():

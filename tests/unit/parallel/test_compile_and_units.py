@@ -1,9 +1,10 @@
-"""How the model is compiled and sharded (issue 25, fixes 5 and 6), on CPU.
+"""How the model is compiled and sharded (issue 25, fixes 3, 5 and 6), on CPU.
 
-Compile: 16 blocks share one compiled graph (a failure to share would hit dynamo's recompile
-limit and leave later blocks eager, unseen with the 2-block test models), and a graph break is
-an error. FSDP2, on 1 and 2 gloo ranks: inputs are not cast (the fp32 RoPE table reaches every
-block as fp32), and the final norm and head are one unit that stays gathered after forward.
+Compile: the LM head's matmul and the loss are one graph; 16 blocks share one compiled graph
+(a failure to share would hit dynamo's recompile limit and leave later blocks eager, unseen with
+the 2-block test models), and a graph break is an error. FSDP2, on 1 and 2 gloo ranks: inputs are not cast (the fp32 RoPE table reaches every
+block as fp32), and the LM head (final norm and output projection) is one unit that stays
+gathered after forward.
 """
 
 from __future__ import annotations
@@ -48,8 +49,36 @@ def test_sixteen_blocks_share_one_compiled_graph(counting_compile):
     tokens = torch.randint(0, 64, (2, 16))
     model(tokens).float().logsumexp(-1).mean().backward()
     model(tokens).float().logsumexp(-1).mean().backward()  # a second step compiles nothing
-    assert len(counting_compile) == 1
+    assert len(counting_compile) == 2  # one graph for all 16 blocks, one for the LM head
     assert all(p.grad is not None for p in model.parameters())
+
+
+@pytest.mark.slow
+def test_the_lm_head_and_its_loss_compile_into_one_graph(counting_compile):
+    """Issue 25, fix 3: the head's matmul and the cross-entropy are in the same compiled graph
+    (bf16 logits upcast inside it), and that graph gives eager's loss and gradients."""
+    torch.manual_seed(0)
+    eager = Transformer(ModelConfig(**SMALL, n_layers=2), 16)
+    compiled = Transformer(ModelConfig(**SMALL, n_layers=2), 16)
+    compiled.load_state_dict(eager.state_dict())
+    apply_compile(compiled)
+    tokens, labels = torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16))
+    labels[0, :5] = -100
+    results = []
+    for model in (eager, compiled):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            ce, z = model(tokens, labels, z_multiplier=1e-2)
+        (ce + z).backward()
+        results.append((ce.detach(), z.detach(), model.lm_head.w_out.weight.grad))
+    ops = [
+        {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+        for gm in counting_compile
+    ]
+    head_graphs = [g for g in ops if any("cross_entropy" in op for op in g)]
+    assert len(counting_compile) == 2 and len(head_graphs) == 1  # one block graph, one head graph
+    assert any("linear" in op for op in head_graphs[0])
+    for got, want in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-3)
 
 
 class Breaks(nn.Module):
@@ -92,17 +121,13 @@ def _units_worker(rank: int, world: int, port: int, out: str) -> None:
             for name, p in model.named_parameters()
             if not isinstance(p, DTensor)  # FSDP2 swaps in the gathered plain tensor
         )
-        groups = {
-            name: module._get_fsdp_state()._fsdp_param_group
-            for name, module in (("head", model.head), ("norm", model.norm))
-            if isinstance(module, FSDPModule)
-        }
+        head = model.lm_head
+        group = head._get_fsdp_state()._fsdp_param_group if isinstance(head, FSDPModule) else None
         unit = {
-            "own_units": sorted(groups),
-            "one_unit": len({id(g) for g in groups.values()}) == 1,
-            "reshards_after_forward": [
-                g.post_forward_mesh_info is not None for g in groups.values()
-            ],
+            "head_unit": sorted(
+                p._module_info.param_name for p in (group.fsdp_params if group else [])
+            ),
+            "head_reshards_after_forward": group and group.post_forward_mesh_info is not None,
         }
         if rank == 0:
             Path(out).write_text(json.dumps({**seen, **unit, "gathered": gathered}))
@@ -120,6 +145,7 @@ def test_fsdp2_units_as_torchtitan_sets_them(spawn_ranks, tmp_path, world):
     spawn_ranks(_units_worker, world, str(out), timeout=240)
     seen = json.loads(out.read_text())
     assert (seen["x"], seen["rope"]) == ("torch.bfloat16", "torch.float32")
-    assert seen["own_units"] == ["head", "norm"] and seen["one_unit"]
-    assert seen["reshards_after_forward"] == [False, False]
-    assert seen["gathered"] == ["embed.weight", "head.weight", "norm.weight"]  # root too
+    assert seen["head_unit"] == ["weight", "weight"]  # the final norm's and w_out's
+    assert seen["head_reshards_after_forward"] is False
+    # the root (embedding) stays gathered too
+    assert seen["gathered"] == ["embed.weight", "lm_head.norm.weight", "lm_head.w_out.weight"]

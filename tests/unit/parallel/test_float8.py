@@ -103,7 +103,7 @@ def test_only_the_block_linears_with_dims_of_16_are_converted():
     model = parallelize_model(Transformer(model_cfg, 16), None, cfg, CPU)
     converted = {n for n, m in model.named_modules() if type(m).__name__ == "Float8Linear"}
     assert converted == {f"blocks.{i}.attn.w{x}" for i in range(2) for x in "qkvo"}
-    assert type(model.head) is nn.Linear and type(model.embed) is nn.Embedding
+    assert type(model.lm_head.w_out) is nn.Linear and type(model.embed) is nn.Embedding
     assert type(model.blocks["0"].mlp.w_up) is nn.Linear
     assert list(model.state_dict()) == list(plain.state_dict())
 

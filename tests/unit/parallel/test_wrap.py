@@ -311,10 +311,10 @@ def _autocast_worker(
     seen = set()
     forward = Transformer.forward
 
-    def spy(self, tokens):
+    def spy(self, tokens, *args, **kwargs):
         autocast = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
         seen.add((str(autocast), str(self.embed.weight.dtype)))
-        return forward(self, tokens)
+        return forward(self, tokens, *args, **kwargs)
 
     Transformer.forward = spy
     _worker(rank, world, port, MODEL, parallel, out, module_cfg)

@@ -17,10 +17,10 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainer_core.config.sections import ModelConfig
+from trainer_core.model.loss import lm_loss_sums
 from trainer_core.model.transformer import Transformer
 from trainer_core.parallel.wrap import clip_grad_norm
 from trainer_core.train.build import build_trainer
-from trainer_core.train.train_module import lm_loss_sums
 
 aten = torch.ops.aten
 SYNC_OPS = {aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default}

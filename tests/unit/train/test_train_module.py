@@ -97,9 +97,9 @@ def test_z_loss_by_hand_masked_in_the_gradient_and_out_of_eval():
     term = make_module(0)
     z = 1e-4 * (term.model(inputs).float().logsumexp(-1)[valid] ** 2).sum()
     (z / valid.sum()).backward()
-    diff = grads(with_z)["head.weight"] - grads(plain)["head.weight"]
-    assert term.model.head.weight.grad.abs().max().item() > 1e-6
-    torch.testing.assert_close(diff, term.model.head.weight.grad, atol=1e-7, rtol=1e-3)
+    diff = grads(with_z)["lm_head.w_out.weight"] - grads(plain)["lm_head.w_out.weight"]
+    assert term.model.lm_head.w_out.weight.grad.abs().max().item() > 1e-6
+    torch.testing.assert_close(diff, term.model.lm_head.w_out.weight.grad, atol=1e-7, rtol=1e-3)
     # and stays out of the eval loss
     torch.testing.assert_close(with_z.eval_batch(batch)[0], plain.eval_batch(batch)[0])
 
@@ -129,8 +129,8 @@ def test_no_weight_decay_on_norms_and_embeddings():
     groups = parameter_groups(model, OptimConfig(weight_decay=0.1))
     decayed = {id(p) for p in groups[0]["params"]}
     assert id(model.embed.weight) not in decayed
-    assert id(model.norm.weight) not in decayed
-    assert id(model.head.weight) in decayed
+    assert id(model.lm_head.norm.weight) not in decayed
+    assert id(model.lm_head.w_out.weight) in decayed
     assert groups[1]["weight_decay"] == 0.0
     groups = parameter_groups(
         model, OptimConfig(decay_embeddings=True, decay_norms_and_biases=True)
