@@ -44,6 +44,7 @@ class Case:
     ranks: int = 1
     reduce_every_micro_batch: bool = False
     z_loss: float | None = None
+    compile: bool = False
 
 
 LOGITS = Case("logits", "5M", 50304, 512, 2)
@@ -72,6 +73,12 @@ CASES = [
     ACTIVATIONS,
     replace(ACTIVATIONS, ac="full"),
     replace(ACTIVATIONS, name="activ.-bf16", autocast="bf16"),
+    replace(LOGITS, name="logits-c", compile=True),
+    replace(LOGITS, name="logits-c-z", compile=True, z_loss=1e-4),
+    replace(LOGITS, name="logits-c-bf16", compile=True, autocast="bf16"),
+    replace(ACTIVATIONS, name="activ.-c", compile=True),
+    replace(ACTIVATIONS, name="activ.-c", compile=True, ac="full"),
+    replace(ACTIVATIONS, name="activ.-c-bf16", compile=True, autocast="bf16"),
     FSDP,
     replace(FSDP, name="fsdp2-every", reduce_every_micro_batch=True),
     replace(FSDP, name="fsdp2-bf16", param_dtype="bfloat16"),
@@ -124,7 +131,9 @@ def measure(case: Case, device_type: str) -> dict:
     info = init_distributed(device_type)
     device = info.device
     cfg = ModelConfig(size=case.size, vocab_size=case.vocab)
-    parallel = ParallelConfig(activation_checkpointing=case.ac, param_dtype=case.param_dtype)
+    parallel = ParallelConfig(
+        activation_checkpointing=case.ac, param_dtype=case.param_dtype, compile=case.compile
+    )
     module_cfg = TrainModuleConfig(
         rank_microbatch_seqs=case.micro,
         autocast_precision=case.autocast,

@@ -12,6 +12,13 @@ an element in fp32. 16-bit compute saves about 0.8x that, not 0.5x, both ways it
 (:mod:`trainer_core.parallel.precision`): under autocast the residual stream stays fp32, and with FSDP's
 bf16 ``param_dtype`` the norms and RoPE still save fp32 copies of their inputs (counted with the
 hooks: 0.76x and 0.77x; measured steps agree, ``benchmarks/RESULTS.md``).
+
+Compiled (``parallel.compile``), inductor's partitioner recomputes the cheap elementwise work
+in backward instead of saving it: per token and layer a block saves 3 MLP-hidden, 3
+key/value-width and 7 model-width vectors in fp32; under 16-bit compute the same at 2 bytes but
+for the model-width part, 16 bytes (two fp32 residual-stream inputs of the norms, four 16-bit
+vectors). Fitted to saved-tensor counts over four shapes (exact to 0.1%); at the 1B dims it
+predicts the per-sequence slope measured on an H100 (``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -32,6 +39,9 @@ Z_LOSS_LOGIT_BYTES = 8
 (measured: 20.0 in all)."""
 BF16_ACTIVATION_RATIO = 0.8
 """Saved activation bytes under 16-bit compute relative to fp32 (see the module doc)."""
+COMPILED_LAYER_BYTES = {False: (12, 12, 28), True: (6, 6, 16)}
+"""Compiled, bytes a block saves per token for each MLP-hidden, key/value-width and model-width
+unit, by whether compute is 16-bit (see the module doc)."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +68,9 @@ class MemoryEstimate:
     activations: float
     """Saved for backward by the transformer blocks, for one micro-batch."""
     logits: float
-    """The loss's fp32 intermediates over the vocabulary at their peak, for one micro-batch."""
+    """The loss's intermediates over the vocabulary at their peak, for one micro-batch: eager,
+    fp32 ones (:data:`LOGIT_BYTES`); compiled with the head (the loss upcasts inside its fused
+    kernels), the head's output saved for backward and its gradient, in the compute dtype."""
 
     @property
     def total(self) -> float:
@@ -85,10 +97,20 @@ def rank_params(model: ModelConfig, tp: int) -> tuple[float, float]:
 
 
 def layer_activation_elements(model: ModelConfig, tp: int) -> float:
-    """Elements one block saves per token (split over tensor-parallel ranks but for the norms)."""
+    """Elements one eager block saves per token (split over tensor-parallel ranks but for the
+    norms)."""
     kv = model.n_kv_heads * model.head_dim
     split = 4 * model.mlp_hidden + 6 * model.d_model + 3 * kv
     return split / tp + 4 * model.d_model
+
+
+def compiled_layer_bytes(model: ModelConfig, tp: int, sixteen_bit: bool) -> float:
+    """Bytes one compiled block saves per token (:data:`COMPILED_LAYER_BYTES`); under tensor
+    parallelism the MLP-hidden and key/value parts split, the model-width part is counted
+    whole (on the safe side: it holds the norms' inputs and outputs, which TP does not split)."""
+    hidden, kv_width, width = COMPILED_LAYER_BYTES[sixteen_bit]
+    kv = model.n_kv_heads * model.head_dim
+    return (hidden * model.mlp_hidden + kv_width * kv) / tp + width * model.d_model
 
 
 def estimate_memory(
@@ -106,7 +128,8 @@ def estimate_memory(
     ``dp_shard`` devices.
 
     With activation checkpointing a checkpointed block keeps only its fp32 input, and backward
-    recomputes one block at a time (its full activations, once).
+    recomputes one block at a time (its full activations, once; counted as eager's even when
+    compiled: the recomputed block's backward runs in one graph, measured 4% above that).
     """
     tp = parallel.tp
     root, block = rank_params(model, tp)
@@ -123,19 +146,24 @@ def estimate_memory(
     if not fsdp and autocast_precision(parallel, train_module, fsdp=False):
         cached = 2 * (local - count_params(model)["embedding"])
     tokens = micro_seqs * seq_len
+    sixteen_bit = computes_in_16_bit(parallel, train_module)
     full = layer_activation_elements(model, tp) * activation_bytes_per_element(
         parallel, train_module
     )
+    saved = compiled_layer_bytes(model, tp, sixteen_bit) if parallel.compile else full
     if parallel.activation_checkpointing == "none":
         checkpointed = 0
     elif parallel.activation_checkpointing == "full":
         checkpointed = model.n_layers
     else:
         checkpointed = -(-model.n_layers // parallel.ac_every_k)
-    per_token = (model.n_layers - checkpointed) * full + checkpointed * 4 * model.d_model
+    per_token = (model.n_layers - checkpointed) * saved + checkpointed * 4 * model.d_model
     if checkpointed:
         per_token += full  # the block being recomputed
-    logit_bytes = LOGIT_BYTES + (Z_LOSS_LOGIT_BYTES if train_module.z_loss_multiplier else 0)
+    if parallel.compile:
+        logit_bytes = 2 * (2 if sixteen_bit else 4)
+    else:
+        logit_bytes = LOGIT_BYTES + (Z_LOSS_LOGIT_BYTES if train_module.z_loss_multiplier else 0)
     return MemoryEstimate(
         params=params,
         grads=params,

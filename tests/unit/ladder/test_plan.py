@@ -188,16 +188,17 @@ def test_the_micro_batch_is_the_largest_that_fits_the_final_mesh():
 
 
 def test_a_rank_batch_with_few_divisors_gives_way_to_one_with_a_larger_micro_batch(repo_root):
-    """The GPU config's 400M at tp=2: the batch nearest its target is 7 sequences per rank, whose
-    only micro-batches are 7 (too big) and 1. Another batch within the 10% drift, 6 per rank,
-    takes micro-batches of 6: the planner uses it rather than leave the GPU mostly idle."""
+    """The GPU config's 400M at tp=2, eager: the batch nearest its target is 7 sequences per
+    rank, whose only micro-batches are 7 (too big) and 1. Another batch within the 10% drift, 6
+    per rank, takes micro-batches of 6: the planner uses it rather than leave the GPU mostly
+    idle."""
     from trainer_core.config.loader import load_config
     from trainer_core.ray.ladder_run import LadderJobConfig
 
     job = load_config(
         LadderJobConfig,
         repo_root / "workflows" / "configs" / "ladder-gpu.yaml",
-        ["--run.parallel.tp=2"],
+        ["--run.parallel.tp=2", "--run.parallel.compile=false"],
     )
     (p,) = plan_ladder(job, ["400M"])
     target_seqs = round(p.target_batch_tokens / job.seq_len)
