@@ -82,6 +82,7 @@ CASES = [
     FSDP,
     replace(FSDP, name="fsdp2-every", reduce_every_micro_batch=True),
     replace(FSDP, name="fsdp2-bf16", param_dtype="bfloat16"),
+    replace(FSDP, name="fsdp2-c-bf16", param_dtype="bfloat16", compile=True),
     replace(LOGITS, name="fsdp2-vocab", seq=256, ranks=2, reduce_every_micro_batch=True),
 ]
 

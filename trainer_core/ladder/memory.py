@@ -17,8 +17,9 @@ Compiled (``parallel.compile``), inductor's partitioner recomputes the cheap ele
 in backward instead of saving it: per token and layer a block saves 3 MLP-hidden, 3
 key/value-width and 7 model-width vectors in fp32; under 16-bit compute the same at 2 bytes but
 for the model-width part, 16 bytes (two fp32 residual-stream inputs of the norms, four 16-bit
-vectors). Fitted to saved-tensor counts over four shapes (exact to 0.1%); at the 1B dims it
-predicts the per-sequence slope measured on an H100 (``benchmarks/RESULTS.md``).
+vectors). Fitted to saved-tensor counts on three shapes, a fourth reproduced to 0.03%; at the
+1B dims the estimate is within -0.9% to +6.1% of the peaks measured on an H100 and an H200
+(``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ def estimate_memory(
 
     With activation checkpointing a checkpointed block keeps only its fp32 input, and backward
     recomputes one block at a time (its full activations, once; counted as eager's even when
-    compiled: the recomputed block's backward runs in one graph, measured 4% above that).
+    compiled, which puts a compiled full-AC step 3.8% above its measured peak, where the
+    compiled count put it 9% below).
     """
     tp = parallel.tp
     root, block = rank_params(model, tp)

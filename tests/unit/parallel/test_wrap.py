@@ -151,8 +151,10 @@ def single():
             ParallelConfig(dp_replicate=2, dp_shard=1, tp=2, activation_checkpointing="full"),
         ),
         (2, TIED, ParallelConfig(activation_checkpointing="every_k", ac_every_k=2)),
+        # compiled blocks and LM head (with its loss) as FSDP2 units
+        (2, MODEL, ParallelConfig(compile=True)),
     ],
-    ids=["fsdp2", "tp2", "fsdp2xtp2", "hsdp2x1xtp2-ac", "fsdp2-tied-ac_every2"],
+    ids=["fsdp2", "tp2", "fsdp2xtp2", "hsdp2x1xtp2-ac", "fsdp2-tied-ac_every2", "fsdp2-compile"],
 )
 def test_distributed_matches_single_process(
     single, spawn_ranks, tmp_path, world, model_cfg, parallel
@@ -221,6 +223,7 @@ def test_activation_checkpointing_and_compile_keep_checkpoint_names():
         CPU,
     )
     assert type(wrapped.blocks["0"]).__name__ == "OptimizedModule"
+    assert type(wrapped.lm_head).__name__ == "OptimizedModule"
     assert sorted(get_model_state_dict(wrapped)) == sorted(get_model_state_dict(plain))
 
 
