@@ -41,6 +41,7 @@ bench: setup
 	$(BIN)/python benchmarks/checkpoint.py
 	$(BIN)/python benchmarks/ray_overhead.py
 	$(BIN)/python benchmarks/fit_coverage.py
+	$(BIN)/python benchmarks/chinchilla_refit.py
 	$(BIN)/python benchmarks/memory.py
 	$(BIN)/python benchmarks/object_storage.py
 

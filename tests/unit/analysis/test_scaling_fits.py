@@ -14,6 +14,7 @@ from trainer_core.analysis import (
     ChinchillaFit,
     PowerLawFit,
     extrapolation_check,
+    fit_chinchilla,
     fit_flags,
     fit_frontier,
     fit_isoflop,
@@ -230,3 +231,18 @@ def test_analyze_prints_approaches_side_by_side_and_both_held_out_predictions(
     assert "DEGENERATE" not in text and "UNRESOLVED" not in text
     assert (exp / "analysis" / "isoflops.png").is_file()
     assert (exp / "analysis" / "loss_vs_compute.png").is_file()
+
+
+def test_chinchillas_points_refit_to_epochs_published_law(repo_root: Path):
+    """The check no synthetic test can fake: Hoffmann et al.'s approach-3 points, as Epoch AI
+    extracted them (benchmarks/data/chinchilla), fitted the way Besiroglu et al. 2024 fitted them
+    (D = C / 6N, the five highest losses out), give their published law: E 1.817, A 482.0,
+    B 2085.4, alpha 0.3478, beta 0.3658 (benchmarks/chinchilla_refit.py prints the comparison)."""
+    points = pd.read_csv(repo_root / "benchmarks" / "data" / "chinchilla" / "points.csv")
+    points = points[points["loss"] < points["loss"].nlargest(5).min()]
+    fit = fit_chinchilla(points["N"], points["C"] / (6 * points["N"]), points["loss"], 0)
+    assert len(points) == 240
+    assert pytest.approx(1.817, abs=0.005) == fit.E
+    assert fit.alpha == pytest.approx(0.3478, abs=0.005)
+    assert fit.beta == pytest.approx(0.3658, abs=0.005)
+    assert pytest.approx(482.0, rel=0.05) == fit.A and pytest.approx(2085.4, rel=0.05) == fit.B

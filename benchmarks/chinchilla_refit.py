@@ -1,0 +1,95 @@
+"""Refit Chinchilla's approach 3 on the points Epoch AI extracted, beside the published fits.
+
+    python benchmarks/chinchilla_refit.py [--bootstrap 200]
+
+Data: ``benchmarks/data/chinchilla/`` (see its README): 245 (N, C, loss) points from Hoffmann
+et al. 2022's Figure 4. As Besiroglu et al. 2024 (Epoch AI) do: D = C / (6 N), the five points of
+highest loss left out, Huber loss (delta 1e-3) on log loss. Our fit is
+:func:`trainer_core.analysis.fits.fit_chinchilla`, the one every ladder's analysis runs; its
+intervals come from residual resamples, once with every point its own group and once with the
+points of one model size (one colour in the figure) sharing an offset. Epoch's intervals come
+from resampling points, which also varies the design.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from trainer_core.analysis import ChinchillaFit, fit_chinchilla
+
+DATA = Path(__file__).parent / "data" / "chinchilla" / "points.csv"
+OUTLIERS = 5
+"""Points of highest loss that Epoch's fit leaves out."""
+EPOCH = {
+    "E": (1.817, 1.769, 1.871),
+    "A": (482.01, 285.2, 743.6),
+    "B": (2085.43, 1042.4, 5810.3),
+    "alpha": (0.3478, 0.317, 0.373),
+    "beta": (0.3658, 0.331, 0.415),
+}
+"""Besiroglu et al. 2024: estimate and 95% interval (4,000 point resamples), from their
+repository's ``data_analysis.ipynb``."""
+HOFFMANN = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
+"""Hoffmann et al. 2022, equation 10."""
+CHINCHILLA_FLOPS = 6 * 70e9 * 1.4e12
+"""Chinchilla's own training compute (70B parameters, 1.4T tokens)."""
+
+
+def load_points() -> pd.DataFrame:
+    """The 240 points Epoch fits: tokens from compute, the five highest losses left out."""
+    df = pd.read_csv(DATA)
+    df["D"] = df["C"] / (6 * df["N"])
+    return df[df["loss"] < df["loss"].nlargest(OUTLIERS).min()]
+
+
+def optimum(params: dict[str, float], flops: float) -> tuple[float, float]:
+    """(N_opt, D_opt) of L(N, D) with these parameters at ``flops`` = 6 N D."""
+    return ChinchillaFit(**params, n_points=0, objective=math.nan).compute_optimal(flops)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    ap.add_argument("--bootstrap", type=int, default=200)
+    args = ap.parse_args()
+    points = load_points()
+    started = time.time()
+    fits = {
+        "ours": fit_chinchilla(points["N"], points["D"], points["loss"], args.bootstrap),
+        "ours, by size": fit_chinchilla(
+            points["N"], points["D"], points["loss"], args.bootstrap, groups=points["colour"]
+        ),
+    }
+    print(
+        f"{len(points)} points, 2 fits with {args.bootstrap} resamples: {time.time() - started:.0f} s"
+    )
+    print(
+        f"\n{'':<6} {'ours [95%]':>26} {'ours, by size [95%]':>26} {'Epoch [95%]':>26} {'Hoffmann':>9}"
+    )
+    for name, (value, lo, hi) in EPOCH.items():
+        cells = []
+        for fit in fits.values():
+            low, high = fit.ci[name]
+            cells.append(f"{fit.params()[name]:.4g} [{low:.4g}, {high:.4g}]")
+        cells.append(f"{value:.4g} [{lo:.4g}, {hi:.4g}]")
+        print(f"{name:<6} {cells[0]:>26} {cells[1]:>26} {cells[2]:>26} {HOFFMANN[name]:>9.4g}")
+    epoch = {k: v[0] for k, v in EPOCH.items()}
+    ours = fits["ours"]
+    print(
+        f"\nN_opt ~ C^a: a = {ours.a:.3f} (ours), {epoch['beta'] / (epoch['alpha'] + epoch['beta']):.3f} (Epoch), "
+        f"{HOFFMANN['beta'] / (HOFFMANN['alpha'] + HOFFMANN['beta']):.3f} (Hoffmann's law)"
+    )
+    print(f"at Chinchilla's compute ({CHINCHILLA_FLOPS:.3g} FLOPs):")
+    for label, params in (("ours", ours.params()), ("Epoch", epoch), ("Hoffmann", HOFFMANN)):
+        n_opt, d_opt = optimum(params, CHINCHILLA_FLOPS)
+        print(
+            f"  {label:<9} N_opt {n_opt:.3g}, D_opt {d_opt:.3g} ({d_opt / n_opt:.1f} tokens per parameter)"
+        )
+
+
+if __name__ == "__main__":
+    main()
