@@ -8,6 +8,7 @@ classification), and the 7B (4T tokens, annealed) and 13B (5T tokens) final eval
 are fitted on the ladder alone, as Bhagia et al. 2024 do: step 1 on each run's final point,
 step 2 on every checkpoint past the first 10% of its run (the warm-up's evals are noise).
 For the 13B target it then sets each step's error beside the paper's own (``paper_13b.csv``).
+First, the targets' C4 loss from L(N, D) on the ladder runs' final checkpoints.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from trainer_core.analysis import fit_chinchilla, unresolved
 from trainer_core.analysis.ladder_table import TASK_LOSS_SUFFIX, read_ladder_table
 from trainer_core.analysis.tasks import STEP1_ND, TABLE_HEADER, TaskPrediction, fit_task
 
@@ -68,6 +70,25 @@ def compare_with_paper(ours: dict[str, TaskPrediction]) -> None:
     )
 
 
+def predict_loss(ladder: pd.DataFrame, targets: pd.DataFrame, bootstrap: int) -> None:
+    """The targets' C4 validation loss from L(N, D) fitted on each ladder run's final checkpoint
+    (the runs of one size sharing a bootstrap offset, as in a ladder's own analysis)."""
+    final = ladder.loc[ladder.groupby("name")["tokens"].idxmax()]
+    law = fit_chinchilla(
+        final["N"], final["tokens"], final["eval_loss"], bootstrap, groups=final["N"]
+    )
+    print(f"C4 loss, L(N, D) on the {len(final)} runs' final checkpoints: {law}")
+    for flag in unresolved(law, float(final["eval_loss"].min())):
+        print(f"  UNRESOLVED: {flag}")
+    for _, row in targets.iterrows():
+        predicted = law.predict(row["N"], row["tokens"])
+        lo, hi = law.predict_interval(row["N"], row["tokens"])
+        print(
+            f"  {row['name']:<13} predicted {predicted:.4f} [{lo:.4f}, {hi:.4f}], measured "
+            f"{row['eval_loss']:.4f} ({100 * (predicted / row['eval_loss'] - 1):+.2f}%)"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bootstrap", type=int, default=200)
@@ -76,6 +97,7 @@ def main() -> None:
     start = time.time()
     ladder = read_ladder_table(DATA / "ladder.csv")
     targets = read_ladder_table(DATA / "targets.csv")
+    predict_loss(ladder, targets, args.bootstrap)
     final_tokens = ladder.groupby("name")["tokens"].transform("max")
     ladder = ladder[ladder["tokens"] >= SKIP_FRACTION * final_tokens]
     print(
