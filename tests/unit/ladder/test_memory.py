@@ -138,7 +138,7 @@ def test_compiled_blocks_and_head_save_what_inductor_keeps():
     (16-bit: 2 bytes each but 16 bytes of model width); the head's output and its gradient in
     the compute dtype, z-loss adding nothing; the recomputed block under AC counted as eager."""
     compiled = ParallelConfig(compile=True)
-    tokens, d, h, kv = 2 * 4096, MODEL.d_model, MODEL.mlp_hidden, MODEL.n_kv_heads * 128
+    tokens, d, h, kv = 2 * 4096, MODEL.d_model, MODEL.mlp_hidden, MODEL.n_kv_heads * MODEL.head_dim
     fp32 = estimate(parallel=compiled)
     per_layer = 4 * (3 * h + 3 * kv + 7 * d)
     assert fp32.activations == pytest.approx(tokens * MODEL.n_layers * per_layer)
