@@ -151,10 +151,22 @@ def single():
             ParallelConfig(dp_replicate=2, dp_shard=1, tp=2, activation_checkpointing="full"),
         ),
         (2, TIED, ParallelConfig(activation_checkpointing="every_k", ac_every_k=2)),
-        # compiled blocks and LM head (with its loss) as FSDP2 units
+        # compiled blocks and LM head (with its loss): FSDP2 units, the tied head in the root
+        # unit, and TP
         (2, MODEL, ParallelConfig(compile=True)),
+        (2, TIED, ParallelConfig(compile=True)),
+        (2, MODEL, ParallelConfig(tp=2, compile=True)),
     ],
-    ids=["fsdp2", "tp2", "fsdp2xtp2", "hsdp2x1xtp2-ac", "fsdp2-tied-ac_every2", "fsdp2-compile"],
+    ids=[
+        "fsdp2",
+        "tp2",
+        "fsdp2xtp2",
+        "hsdp2x1xtp2-ac",
+        "fsdp2-tied-ac_every2",
+        "fsdp2-compile",
+        "fsdp2-tied-compile",
+        "tp2-compile",
+    ],
 )
 def test_distributed_matches_single_process(
     single, spawn_ranks, tmp_path, world, model_cfg, parallel
