@@ -586,31 +586,44 @@ def test_non_tensor_values_round_trip(tmp_path, caplog):
     assert state["rng"] == {} and "no RNG state for rank1" in caplog.text
 
 
-def test_a_checkpoint_saved_before_the_lm_head_rename_resumes(tmp_path):
-    """Runs saved when the final norm and output projection were top-level modules
-    (``norm.weight``, ``head.weight``) resume into today's ``lm_head``: weights, Adam moments
-    and the rest of training continue exactly."""
-    seed_all(5)
-    mos = build(1)
+def legacy_names_resume(run_dir: Path, rank: int, world: int) -> None:
+    """Save this rank's state (its shard under FSDP2) under the parameter names used before the
+    LM head became one module (``norm.weight``, ``head.weight``); a fresh model loads it into
+    today's ``lm_head``: weights, Adam moments, step and schedule, and training goes on exactly
+    (the same ops in the same order in this process: bit for bit)."""
+    seed_all(5 + rank)
+    mos = build(world)
     train(mos, K)
+    ckpt = Checkpointer(run_dir, CheckpointConfig(), rank=rank, world_size=world)
+    old_state = app_state(mos, rank, step=K)
     old_names = {new: old for old, new in RENAMED.items()}
-    old_state = app_state(mos, 0, step=K)
     old_state["train_module"] = rename_parameters(mos.state_dict(), old_names)
-    path = Checkpointer(tmp_path, CheckpointConfig()).save(
-        K, old_state, tokens=K * 32, permanent=False
-    )
-    saved_keys = set(pickle.loads((path / ".metadata").read_bytes()).state_dict_metadata)
-    assert "train_module.model.head.weight" in saved_keys
-    assert "train_module.optim.state.norm.weight.exp_avg" in saved_keys
+    path = ckpt.save(K, old_state, tokens=K * 32, permanent=False)
+    if rank == 0:
+        saved_keys = set(pickle.loads((path / ".metadata").read_bytes()).state_dict_metadata)
+        assert "train_module.model.head.weight" in saved_keys
+        assert "train_module.optim.state.norm.weight.exp_avg" in saved_keys
     saved = local_tensors(mos)
     uninterrupted = train(mos, K)
 
     seed_all(999)
-    fresh = build(1, init_seed=7)
-    state = app_state(fresh, 0)
-    Checkpointer(tmp_path, CheckpointConfig()).load(path, state)
-    restore_rng(state["rng"], 0)
+    fresh = build(world, init_seed=7)
+    state = app_state(fresh, rank)
+    ckpt.load(path, state)
+    restore_rng(state["rng"], rank)
     assert state["trainer"] == {"step": K, "tokens": K * 32}
     assert fresh.scheduler.last_epoch == K
     assert_same(local_tensors(fresh), saved)
     assert train(fresh, K) == uninterrupted
+
+
+def test_a_checkpoint_saved_before_the_lm_head_rename_resumes(tmp_path):
+    legacy_names_resume(tmp_path, 0, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_checkpoint_saved_before_the_lm_head_rename_resumes_on_two_fsdp2_ranks(
+    spawn_ranks, tmp_path
+):
+    spawn_ranks(_rank_main, 2, "legacy_names_resume", tmp_path)
