@@ -238,8 +238,10 @@ def main() -> None:
     ap.add_argument("--measure", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure:
+        from trainer_core.parallel.process_group import exit_rank
+
         print(json.dumps(measure(Case(**json.loads(args.measure)), args.device)))
-        return
+        exit_rank(0)
     names = set(args.cases.split(","))
     mib = 2**20
     print(f"peak memory per step and device, {args.device} (allocator bytes; RSS beside it)")

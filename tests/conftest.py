@@ -281,13 +281,20 @@ def processes():
 def spawn_ranks(free_port):
     """``spawn_ranks(fn, world, *args, timeout=240)``: runs ``fn(rank, world, port, *args)`` in
     ``world`` fresh processes (``fn`` at a test module's top level; ``port`` free for the
-    process group's rendezvous) and returns when all succeeded. A rank's exception fails the
+    process group's rendezvous), each ending as a torchrun rank does (``ranks.run_rank``), and
+    returns when all succeeded. A rank's exception fails the
     test with its traceback; ranks still running at the timeout are killed, and the test fails."""
     import torch.multiprocessing as mp
 
     def spawn(fn, world: int, *args, timeout: float = 240) -> None:
+        from ranks import run_rank
+
         ctx = mp.start_processes(
-            fn, args=(world, free_port(), *args), nprocs=world, join=False, start_method="spawn"
+            run_rank,
+            args=(fn, world, free_port(), *args),
+            nprocs=world,
+            join=False,
+            start_method="spawn",
         )
         deadline = time.monotonic() + timeout
         while not ctx.join(timeout=5):

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import pytest
 
 
@@ -48,3 +52,30 @@ def test_analysis_errors_print_in_one_line_too(run_script, tmp_path):
     code, _, err = run_script("workflows/analyze.py", str(tmp_path / "missing"))
     assert code == 2 and err.startswith(f"error: {tmp_path / 'missing'}") and err.count("\n") == 1
     assert "missing: no such directory" in err
+
+
+@pytest.mark.slow
+def test_torchrun_runs_two_ranks_that_train_together_and_both_exit_0(
+    processes, tiny_args, tmp_path
+):
+    """The README's ``torchrun`` line: two gloo ranks train one run (one metrics log, both
+    ranks in its run info) and each rank's process exits 0 (see ``exit_rank``)."""
+    run_dir = tmp_path / "run"
+    args = tiny_args(run_dir, "--trainer.device=cpu", "--trainer.max_steps=10")
+    torchrun = Path(sys.executable).with_name("torchrun")
+    done = processes.run(
+        torchrun,
+        "--standalone",
+        "--nproc-per-node=2",
+        "-m",
+        "trainer_core.train",
+        *args,
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in records if "train/loss" in r]
+    assert steps == [5, 10]
+    assert records[-1]["eval/loss"] < records[0]["train/loss"]
+    run = json.loads((run_dir / "run.json").read_text())
+    assert (run["status"], run["last_step"], len(run["workers"][0]["ranks"])) == ("finished", 10, 2)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import torch
+
+from trainer_core.parallel.process_group import exit_rank
 
 
 def join_as_rank(rank: int, world: int, port: int) -> None:
@@ -18,3 +21,10 @@ def join_as_rank(rank: int, world: int, port: int) -> None:
         WORLD_SIZE=str(world),
     )
     torch.set_num_threads(1)
+
+
+def run_rank(rank: int, fn: Callable[..., None], *args) -> None:
+    """``fn(rank, *args)``, then the rank's process ends as a torchrun rank's does
+    (:func:`~trainer_core.parallel.process_group.exit_rank`); an exception still fails it."""
+    fn(rank, *args)
+    exit_rank(0)

@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from draccus.argparsing import ArgumentParser
 from draccus.utils import CONFIG_ARG
@@ -70,14 +70,18 @@ def help_text(usage: str, cls: type) -> str:
     return parser.format_help()
 
 
-def exit_on_error(main: Callable[[], int | None]) -> None:
+def exit_on_error(
+    main: Callable[[], int | None], exit_with: Callable[[int], NoReturn] = sys.exit
+) -> NoReturn:
     """Run ``main``; a user error (bad config, data, dir, checkpoint, a failed run) prints one
-    line and exits 2. Every entry point ends with this, so they all fail the same way."""
+    line and exits 2. Every entry point ends with this, so they all fail the same way.
+    ``exit_with``: how the process ends (a distributed rank's entry point passes ``exit_rank``)."""
     try:
-        sys.exit(main() or 0)
+        code = main() or 0
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        code = 2
+    exit_with(code)
 
 
 def parse_command(

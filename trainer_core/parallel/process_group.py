@@ -7,9 +7,11 @@ a no-op without a process group, so callers never branch on "am I distributed?".
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -115,6 +117,23 @@ def teardown() -> None:
     if _created_group and dist.is_initialized():
         dist.destroy_process_group()
     _created_group = False
+
+
+def exit_rank(code: int) -> NoReturn:
+    """End a rank's process with ``code`` once its work is done and flushed, skipping the
+    interpreter's finalization (and so ``atexit`` handlers: finish what matters before).
+
+    A rank that was in a gloo group must not finalize: the groups outlive
+    ``destroy_process_group`` (DTensor's sharding caches keep device meshes, and so their
+    groups, alive), and a gloo worker thread may still be dropping a finished collective's
+    tensors, a drop that needs the GIL, when finalization begins; finalization refuses it the
+    GIL and the process aborts (SIGABRT) after a run that succeeded. Measured: about 1 two-rank
+    FSDP2 run in 100 on a busy 2-core machine.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 def all_gather_object(obj: Any) -> list[Any]:

@@ -7,12 +7,13 @@ standard library, byte-level tokens, CPU-friendly).
 
 from __future__ import annotations
 
+import os
 import sys
 
 from trainer_core.config.cli import exit_on_error, parse_command
 from trainer_core.config.sections import TrainConfig
 from trainer_core.io.output_dir import check_output_dir
-from trainer_core.parallel.process_group import teardown
+from trainer_core.parallel.process_group import exit_rank, teardown
 from trainer_core.train.build import build_trainer
 
 
@@ -30,4 +31,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_on_error(main)
+    # Under torchrun each rank ends without finalizing (see exit_rank), so a finished run's
+    # ranks all exit 0.
+    exit_on_error(main, exit_rank if int(os.environ.get("WORLD_SIZE", "1")) > 1 else sys.exit)
