@@ -47,9 +47,9 @@ def load_points() -> pd.DataFrame:
     return df[df["loss"] < df["loss"].nlargest(OUTLIERS).min()]
 
 
-def optimum(params: dict[str, float], flops: float) -> tuple[float, float]:
-    """(N_opt, D_opt) of L(N, D) with these parameters at ``flops`` = 6 N D."""
-    return ChinchillaFit(**params, n_points=0, objective=math.nan).compute_optimal(flops)
+def published(params: dict[str, float]) -> ChinchillaFit:
+    """A published L(N, D) as our fit's type, for its exponent ``a`` and compute-optimal split."""
+    return ChinchillaFit(**params, n_points=0, objective=math.nan)
 
 
 def main() -> None:
@@ -64,12 +64,10 @@ def main() -> None:
             points["N"], points["D"], points["loss"], args.bootstrap, groups=points["colour"]
         ),
     }
-    print(
-        f"{len(points)} points, 2 fits with {args.bootstrap} resamples: {time.time() - started:.0f} s"
-    )
-    print(
-        f"\n{'':<6} {'ours [95%]':>26} {'ours, by size [95%]':>26} {'Epoch [95%]':>26} {'Hoffmann':>9}"
-    )
+    elapsed = time.time() - started
+    print(f"{len(points)} points, 2 fits with {args.bootstrap} resamples: {elapsed:.0f} s\n")
+    header = ("ours [95%]", "ours, by size [95%]", "Epoch [95%]")
+    print(f"{'':<6} " + " ".join(f"{h:>26}" for h in header) + f" {'Hoffmann':>9}")
     for name, (value, lo, hi) in EPOCH.items():
         cells = []
         for fit in fits.values():
@@ -77,17 +75,20 @@ def main() -> None:
             cells.append(f"{fit.params()[name]:.4g} [{low:.4g}, {high:.4g}]")
         cells.append(f"{value:.4g} [{lo:.4g}, {hi:.4g}]")
         print(f"{name:<6} {cells[0]:>26} {cells[1]:>26} {cells[2]:>26} {HOFFMANN[name]:>9.4g}")
-    epoch = {k: v[0] for k, v in EPOCH.items()}
-    ours = fits["ours"]
+    laws = {
+        "ours": fits["ours"],
+        "Epoch": published({k: v[0] for k, v in EPOCH.items()}),
+        "Hoffmann": published(HOFFMANN),
+    }
     print(
-        f"\nN_opt ~ C^a: a = {ours.a:.3f} (ours), {epoch['beta'] / (epoch['alpha'] + epoch['beta']):.3f} (Epoch), "
-        f"{HOFFMANN['beta'] / (HOFFMANN['alpha'] + HOFFMANN['beta']):.3f} (Hoffmann's law)"
+        "\nN_opt ~ C^a: " + ", ".join(f"a = {law.a:.3f} ({label})" for label, law in laws.items())
     )
     print(f"at Chinchilla's compute ({CHINCHILLA_FLOPS:.3g} FLOPs):")
-    for label, params in (("ours", ours.params()), ("Epoch", epoch), ("Hoffmann", HOFFMANN)):
-        n_opt, d_opt = optimum(params, CHINCHILLA_FLOPS)
+    for label, law in laws.items():
+        n_opt, d_opt = law.compute_optimal(CHINCHILLA_FLOPS)
+        ratio = d_opt / n_opt
         print(
-            f"  {label:<9} N_opt {n_opt:.3g}, D_opt {d_opt:.3g} ({d_opt / n_opt:.1f} tokens per parameter)"
+            f"  {label:<9} N_opt {n_opt:.3g}, D_opt {d_opt:.3g} ({ratio:.1f} tokens per parameter)"
         )
 
 

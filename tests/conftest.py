@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib.util
 import os
 import signal
 import socket
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from scripts import load_script
 from synthetic_experiments import make_ladder, make_sweep
 
 from trainer_core.data.demo_corpus import CACHE_ENV
@@ -394,12 +394,9 @@ def run_script(monkeypatch, capsys):
     from trainer_core.config.cli import exit_on_error
 
     def run(script: str, *args: str) -> tuple[int, str, str]:
-        path = ROOT / script
         monkeypatch.setattr(sys, "path", list(sys.path))
-        monkeypatch.setattr(sys, "argv", [str(path), *args])
-        spec = importlib.util.spec_from_file_location(f"_script_{path.stem}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        monkeypatch.setattr(sys, "argv", [str(ROOT / script), *args])
+        module = load_script(script)
         with pytest.raises(SystemExit) as done:
             exit_on_error(module.main)
         out = capsys.readouterr()

@@ -5,13 +5,13 @@ on a bare GPU machine's Python, which lacks Ray, torchao, zstandard and draccus.
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import json
 import re
 import zipfile
 
 import pytest
 import torch
+from scripts import load_script
 
 from trainer_core.config.loader import load_config
 from trainer_core.ladder.plan import plan_ladder
@@ -32,13 +32,9 @@ GPU_TESTS = {
 
 
 @pytest.fixture
-def gpu_check(repo_root):
-    """benchmarks/gpu_check.py as a module (scripts are not a package)."""
-    path = repo_root / "benchmarks" / "gpu_check.py"
-    spec = importlib.util.spec_from_file_location("gpu_check", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def gpu_check():
+    """benchmarks/gpu_check.py as a module."""
+    return load_script("benchmarks/gpu_check.py")
 
 
 def test_without_cuda_it_says_so_in_one_line_and_fails(run_script, monkeypatch):

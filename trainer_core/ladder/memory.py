@@ -40,6 +40,9 @@ Z_LOSS_LOGIT_BYTES = 8
 (measured: 20.0 in all)."""
 BF16_ACTIVATION_RATIO = 0.8
 """Saved activation bytes under 16-bit compute relative to fp32 (see the module doc)."""
+COMPILED_LOGIT_COPIES = 2
+"""Compiled with the head, vocabulary-wide tensors at the loss's peak: the head's output saved
+for backward and its gradient, in the compute dtype (z-loss adds none; module doc)."""
 COMPILED_LAYER_BYTES = {False: (12, 12, 28), True: (6, 6, 16)}
 """Compiled, bytes a block saves per token for each MLP-hidden, key/value-width and model-width
 unit, by whether compute is 16-bit (see the module doc)."""
@@ -163,7 +166,7 @@ def estimate_memory(
     if checkpointed:
         per_token += full  # the block being recomputed
     if parallel.compile:
-        logit_bytes = 2 * (2 if sixteen_bit else 4)
+        logit_bytes = COMPILED_LOGIT_COPIES * (2 if sixteen_bit else 4)
     else:
         logit_bytes = LOGIT_BYTES + (Z_LOSS_LOGIT_BYTES if train_module.z_loss_multiplier else 0)
     return MemoryEstimate(

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scripts import load_script
 
 from trainer_core.analysis import (
     ChinchillaFit,
@@ -233,16 +234,19 @@ def test_analyze_prints_approaches_side_by_side_and_both_held_out_predictions(
     assert (exp / "analysis" / "loss_vs_compute.png").is_file()
 
 
-def test_chinchillas_points_refit_to_epochs_published_law(repo_root: Path):
+def test_chinchillas_points_refit_to_epochs_published_law():
     """The check no synthetic test can fake: Hoffmann et al.'s approach-3 points, as Epoch AI
     extracted them (benchmarks/data/chinchilla), fitted the way Besiroglu et al. 2024 fitted them
     (D = C / 6N, the five highest losses out), give their published law: E 1.817, A 482.0,
     B 2085.4, alpha 0.3478, beta 0.3658 (benchmarks/chinchilla_refit.py prints the comparison)."""
-    points = pd.read_csv(repo_root / "benchmarks" / "data" / "chinchilla" / "points.csv")
-    points = points[points["loss"] < points["loss"].nlargest(5).min()]
-    fit = fit_chinchilla(points["N"], points["C"] / (6 * points["N"]), points["loss"], 0)
+    refit = load_script("benchmarks/chinchilla_refit.py")
+    points = refit.load_points()
+    fit = fit_chinchilla(points["N"], points["D"], points["loss"], 0)
+    published = {name: value for name, (value, _, _) in refit.EPOCH.items()}
     assert len(points) == 240
-    assert pytest.approx(1.817, abs=0.005) == fit.E
-    assert fit.alpha == pytest.approx(0.3478, abs=0.005)
-    assert fit.beta == pytest.approx(0.3658, abs=0.005)
-    assert pytest.approx(482.0, rel=0.05) == fit.A and pytest.approx(2085.4, rel=0.05) == fit.B
+    assert published == {"E": 1.817, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3658}
+    assert pytest.approx(published["E"], abs=0.005) == fit.E
+    assert fit.alpha == pytest.approx(published["alpha"], abs=0.005)
+    assert fit.beta == pytest.approx(published["beta"], abs=0.005)
+    assert pytest.approx(published["A"], rel=0.05) == fit.A
+    assert pytest.approx(published["B"], rel=0.05) == fit.B

@@ -2,9 +2,9 @@
 
 Compile: the LM head's matmul and the loss are one graph; 16 blocks share one compiled graph
 (a failure to share would hit dynamo's recompile limit and leave later blocks eager, unseen with
-the 2-block test models), and a graph break is an error. FSDP2, on 1 and 2 gloo ranks: inputs are not cast (the fp32 RoPE table reaches every
-block as fp32), and the LM head (final norm and output projection) is one unit that stays
-gathered after forward.
+the 2-block test models), and a graph break is an error. FSDP2, on 1 and 2 gloo ranks: inputs
+are not cast (the fp32 RoPE table reaches every block as fp32), and the LM head (final norm and
+output projection) is one unit that stays gathered after forward.
 """
 
 from __future__ import annotations
