@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from trainer_core.config.arg_types import positive_int, split_fraction
 from trainer_core.config.cli import exit_on_error
 from trainer_core.config.loader import ConfigError
 from trainer_core.data.shards import (
@@ -58,24 +59,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--train-bpe",
-        type=int,
+        type=positive_int,
         metavar="VOCAB",
         help="train a byte-level BPE of this vocab size here",
     )
     p.add_argument(
         "--bpe-sample-mb",
-        type=int,
+        type=positive_int,
         default=BPE_SAMPLE_BYTES >> 20,
         help="text sampled for --train-bpe",
     )
     p.add_argument("--text-field", default="text", help="JSONL field holding the text")
     p.add_argument("--parquet-column", default="text", help="parquet column holding the text")
     p.add_argument(
-        "--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens per output file"
+        "--shard-tokens",
+        type=positive_int,
+        default=DEFAULT_SHARD_TOKENS,
+        help="tokens per output file",
     )
     p.add_argument(
         "--val-fraction",
-        type=float,
+        type=split_fraction,
         default=DEFAULT_VAL_FRACTION,
         help="share of documents for validation",
     )
@@ -85,7 +89,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="strict",
         help="non-UTF-8 / unreadable input",
     )
-    p.add_argument("--num-cpus", type=int, help="CPUs of the local Ray (default: all)")
+    p.add_argument("--num-cpus", type=positive_int, help="CPUs of the local Ray (default: all)")
     return p.parse_args(argv)
 
 

@@ -14,6 +14,7 @@ import argparse
 
 from trainer_core.analysis import TargetSettings, report_experiment
 from trainer_core.analysis.ladder_table import ACCURACIES, AUTO
+from trainer_core.config.arg_types import fraction, non_negative_int, positive_number
 from trainer_core.config.cli import exit_on_error
 from trainer_core.io import storage
 from trainer_core.io.output_dir import check_output_dir
@@ -29,13 +30,13 @@ def main() -> int:
         "--out", help="where the PNGs go (default <exp_dir>/analysis); a URL is uploaded to"
     )
     parser.add_argument(
-        "--target-params", type=float, help="predict the loss of a model this size (N)"
+        "--target-params", type=positive_number, help="predict the loss of a model this size (N)"
     )
     parser.add_argument(
-        "--target-flops", type=float, help="predict the loss at this compute budget"
+        "--target-flops", type=positive_number, help="predict the loss at this compute budget"
     )
     parser.add_argument(
-        "--bootstrap", type=int, default=200, help="bootstrap resamples for the CIs"
+        "--bootstrap", type=non_negative_int, default=200, help="bootstrap resamples for the CIs"
     )
     parser.add_argument(
         "--hparam-sweep",
@@ -49,7 +50,7 @@ def main() -> int:
         help="price the target in hours of this device (default: the experiment's device_type)",
     )
     parser.add_argument(
-        "--mfu", type=float, help="assumed MFU for the device-hours (default: assumed_mfu, 0.4)"
+        "--mfu", type=fraction, help="assumed MFU for the device-hours (default: assumed_mfu, 0.4)"
     )
     parser.add_argument(
         "--task-accuracy",

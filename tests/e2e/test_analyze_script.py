@@ -53,3 +53,36 @@ def test_analyze_script_fits_the_task_accuracy_it_is_told_to(run_script, tmp_pat
     code, stdout, stderr = run_script("workflows/analyze.py", *args, "--task-accuracy", "acc_raw")
     assert code == 2 and stdout == ""
     assert "--task-accuracy: invalid choice: 'acc_raw'" in stderr and "'acc_pmi'" in stderr
+
+
+@pytest.mark.parametrize(
+    "flag, value, why",
+    [
+        ("--target-flops", "-5", "must be > 0, got -5"),
+        ("--target-flops", "0", "must be > 0, got 0"),
+        ("--target-params", "inf", "must be a finite number, got 'inf'"),
+        ("--bootstrap", "-1", "must be >= 0, got -1"),
+        ("--mfu", "0", "must be in (0, 1], got 0"),
+    ],
+)
+def test_analyze_script_refuses_a_bad_number_naming_the_flag_before_any_fit(
+    run_script, tmp_path: Path, flag, value, why
+):
+    """A negative target once reached a power law as a complex number and a negative bootstrap
+    count reached NumPy, each a trace after the fits; now argparse names the flag, and no plot
+    is written."""
+    out = tmp_path / "plots"
+    code, stdout, stderr = run_script(
+        "workflows/analyze.py", str(tmp_path / "no-such-exp"), "--out", str(out), flag, value
+    )
+    assert (code, stdout) == (2, "")
+    assert f"error: argument {flag}: {why}\n" in stderr
+    assert not out.exists()
+
+
+def test_analyze_script_checks_the_device_before_fitting(run_script, ladder_dir, tmp_path):
+    code, stdout, stderr = run_script(
+        "workflows/analyze.py", str(ladder_dir), "--out", str(tmp_path / "p"), "--device", "Z80"
+    )
+    assert (code, stdout) == (2, "")
+    assert stderr.startswith("error: device 'Z80': no peak FLOP/s known; use cpu or one of H100")

@@ -22,6 +22,8 @@ from typing import TypeVar
 import numpy as np
 from joblib import Parallel, delayed
 
+from trainer_core.analysis.load import AnalysisError
+
 CI_LEVEL = 0.95
 MIN_PARALLEL_ROWS = 8
 """Fewer rows than this run in-process: the pool's start-up (~1 s, once per process) costs more."""
@@ -48,6 +50,8 @@ def residual_resamples(
     sizes they absorb 3 of the 4 offsets), the scatter by the rest. Default g: all of them (every
     point its own group, one layer).
     """
+    if n_resamples < 0:
+        raise AnalysisError(f"n_bootstrap = {n_resamples}: must be >= 0 (0: no intervals)")
     resid = log_loss - log_fitted
     n = resid.size
     labels, index = np.unique(groups, return_inverse=True)

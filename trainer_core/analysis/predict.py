@@ -16,6 +16,17 @@ LAW_CHINCHILLA = "L(N, D)"
 LAW_FRONTIER = "frontier L(C)"
 
 
+def require_positive(what: str, value: float) -> None:
+    """A size, token count or compute budget must be a positive finite number: a law's powers of
+    anything else are complex or meaningless, and fail far from the value that caused them."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (math.isfinite(number) and number > 0):
+        raise AnalysisError(f"{what} = {value!r}: must be a positive finite number")
+
+
 def chinchilla_from_points(
     points: pd.DataFrame, n_bootstrap: int = 0, seed: int = 0
 ) -> ChinchillaFit:
@@ -176,6 +187,8 @@ def predict_loss(
     given = {k: v for k, v in (("N", N), ("D", D), ("C", C)) if v is not None}
     if not given:
         raise AnalysisError("predict_loss: give N, D and/or C")
+    for name, value in given.items():
+        require_positive(f"predict_loss: {name}", value)
     if isinstance(fit, PowerLawFit):
         if C is None:
             raise AnalysisError("predict_loss: the L(C) power law needs a compute budget C")

@@ -76,7 +76,7 @@ def ladder_section(
             if report.unresolved[name]:
                 console.print(format_flags(report.unresolved[name], "UNRESOLVED"), style="yellow")
 
-    if target_flops:
+    if target_flops is not None:
         report.target_flops = target_flops
         console.print(f"target compute {target_flops:.3g} FLOPs (--target-flops)")
     else:
@@ -102,7 +102,7 @@ def ladder_section(
         for law, why in report.extrapolation.skipped:
             report.skipped.append(f"held-out {law}: {why}")
 
-    if report.chinchilla is not None and target_params:
+    if report.chinchilla is not None and target_params is not None:
         prediction = report.attempt(
             f"prediction at N={target_params:.3g}",
             lambda: predict_loss(report.chinchilla, N=target_params),

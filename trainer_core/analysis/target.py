@@ -21,6 +21,7 @@ from trainer_core.analysis.hparam_laws import HparamLaws, fit_hparam_laws
 from trainer_core.analysis.hparam_table import hparam_table
 from trainer_core.analysis.isoflop import IsoFLOPFit
 from trainer_core.analysis.load import AnalysisError, load
+from trainer_core.analysis.predict import require_positive
 from trainer_core.devices import (
     CPU_NOMINAL_FLOPS,
     PEAK_BF16_FLOPS,
@@ -81,6 +82,11 @@ class TargetSettings:
     mfu: float | None = None
     hparam_sweep: Location = ""
     """A sweep dir whose LR*(N, D) and B* laws fill the LR* and B* rows."""
+
+    def __post_init__(self) -> None:
+        """A device or MFU given is checked now, before any fit runs, not when the table is priced."""
+        if self.device or self.mfu is not None:
+            device_cost(self.device or "cpu", DEFAULT_MFU if self.mfu is None else self.mfu)
 
     def resolve(self, exp_dir: Location) -> tuple[DeviceCost, Location]:
         """(the cost model, the sweep dir or "") with the experiment's record filling the gaps."""
@@ -255,6 +261,7 @@ def target_answer(
 ) -> TargetAnswer:
     """The table at C from whichever fits there are; each column with an N_opt and D_opt gets
     LR* and B* from ``laws`` there and its cost on ``cost``'s device."""
+    require_positive("target compute C", C)
     columns = [
         build(fit, C)
         for fit, build in (

@@ -57,8 +57,9 @@ class ModelConfig:
             for name in SIZE_DIMS:
                 if getattr(self, name) == 0:
                     setattr(self, name, getattr(spec, name))
-        for name in ("d_model", "n_layers", "n_heads", "mlp_hidden", "vocab_size"):
+        for name in ("d_model", "n_layers", "n_heads", "mlp_hidden"):
             require(getattr(self, name) > 0, name, getattr(self, name), "must be > 0 (or set size)")
+        require(self.vocab_size > 0, "vocab_size", self.vocab_size, "must be > 0")
         if self.n_kv_heads == 0:
             self.n_kv_heads = self.n_heads
         require(

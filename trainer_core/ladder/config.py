@@ -120,6 +120,27 @@ class LadderConfig:
             self.memory_fraction,
             "must be in (0, 1]",
         )
+        require(
+            self.device_memory_gb is None or self.device_memory_gb > 0,
+            "device_memory_gb",
+            self.device_memory_gb,
+            "must be > 0 (or left unset: the device table's size)",
+        )
+        require(0 < self.assumed_mfu <= 1, "assumed_mfu", self.assumed_mfu, "must be in (0, 1]")
+        require(
+            self.max_micro_batch_seqs >= 1,
+            "max_micro_batch_seqs",
+            self.max_micro_batch_seqs,
+            "must be >= 1",
+        )
+        require(self.seq_len >= 2, "seq_len", self.seq_len, "must be >= 2")
+        require(self.vocab_size >= 1, "vocab_size", self.vocab_size, "must be >= 1")
+        require(
+            self.eval_tokens >= 0,
+            "eval_tokens",
+            self.eval_tokens,
+            "must be >= 0 (0: the run template's trainer.eval_batches)",
+        )
         planned = dict(PLANNED)
         if self.eval_tokens:
             planned["trainer.eval_batches"] = "eval_tokens"

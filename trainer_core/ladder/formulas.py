@@ -20,6 +20,13 @@ BATCH_SWEEP_LAWS = {"D": ("D",), "N,D": ("N", "D")}
 """``batch.sweep_law`` -> the factors of the fitted B* law."""
 
 
+def require_power_law(formula: BatchFormula | LRFormula) -> None:
+    """``coef * (N / ref_params) ** exponent`` is a batch or an LR only with both positive."""
+    for name in ("coef", "ref_params"):
+        value = getattr(formula, name)
+        require(value > 0, name, value, "must be > 0")
+
+
 @dataclass
 class BatchFormula:
     """Target global batch in tokens: ``coef * (N / ref_params) ** exponent``, or fitted by a
@@ -35,6 +42,7 @@ class BatchFormula:
     """'D': B*(D), independent of N (Power Lines, Step Law); 'N,D': B*(N, D)."""
 
     def __post_init__(self) -> None:
+        require_power_law(self)
         require(
             self.sweep_law in BATCH_SWEEP_LAWS,
             "sweep_law",
@@ -57,6 +65,9 @@ class LRFormula:
     from_sweep: str = ""
     """A sweep dir: each size's peak LR is the fitted LR*(N, D) at the size's final horizon D
     (LR*(N) when the sweep has one horizon per size)."""
+
+    def __post_init__(self) -> None:
+        require_power_law(self)
 
 
 @dataclass
@@ -99,6 +110,14 @@ class DurationFormula:
         require(
             0 < self.decay_fraction < 1, "decay_fraction", self.decay_fraction, "must be in (0, 1)"
         )
+        require(self.tokens_per_param > 0, "tokens_per_param", self.tokens_per_param, "must be > 0")
+        require(
+            self.warmup_tokens_per_param >= 0,
+            "warmup_tokens_per_param",
+            self.warmup_tokens_per_param,
+            "must be >= 0",
+        )
+        require(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", self.min_lr_ratio, "must be in [0, 1]")
 
 
 @dataclass
@@ -108,6 +127,17 @@ class Beta2Formula:
     large_batch: float = 0.95
     small_batch: float = 0.99
     large_batch_tokens: int = 524_288
+
+    def __post_init__(self) -> None:
+        for name in ("large_batch", "small_batch"):
+            value = getattr(self, name)
+            require(0 <= value < 1, name, value, "must be in [0, 1)")
+        require(
+            self.large_batch_tokens >= 1,
+            "large_batch_tokens",
+            self.large_batch_tokens,
+            "must be >= 1",
+        )
 
 
 def target_batch_tokens(n: int, f: BatchFormula) -> int:

@@ -64,6 +64,12 @@ class SweepConfig:
             values = getattr(self, name)
             require(bool(values) and min(values) > 0, name, values, "must be positive")
         require(
+            self.duration_multiple > 0 and math.log2(self.duration_multiple).is_integer(),
+            "duration_multiple",
+            self.duration_multiple,
+            "must be a power of two (a Chinchilla multiple, e.g. 0.25)",
+        )
+        require(
             all(h > 0 and math.log2(h).is_integer() for h in self.horizons),
             "horizons",
             self.horizons,

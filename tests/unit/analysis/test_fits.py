@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +120,30 @@ def test_predict_loss_modes():
     for at in ({"C": 1e21}, {"N": 1e9}, {"D": 1e10}):
         with pytest.raises(AnalysisError, match="alpha=0: .* no compute-optimal N, D"):
             predict_loss(flat, **at)
+
+
+@pytest.mark.parametrize(
+    "at, message",
+    [
+        ({"N": -5.0}, "predict_loss: N = -5.0: must be a positive finite number"),
+        ({"C": 0}, "predict_loss: C = 0: must be a positive finite number"),
+        ({"N": 1e9, "D": math.inf}, "predict_loss: D = inf: must be a positive finite number"),
+    ],
+)
+def test_predict_loss_refuses_what_no_law_can_be_read_at(at, message):
+    """A negative N once came back from the frontier's fractional powers as a complex number,
+    and float() of it failed with no word of N."""
+    fit = ChinchillaFit(**TRUE, n_points=0, objective=0.0)
+    with pytest.raises(AnalysisError) as err:
+        predict_loss(fit, **at)
+    assert str(err.value) == message
+
+
+def test_a_negative_bootstrap_count_is_an_error_naming_it():
+    n = np.array([1e7, 2e7, 4e7, 8e7, 1e7, 2e7])
+    d = np.array([2e8, 4e8, 8e8, 2e9, 4e9, 8e9])
+    with pytest.raises(AnalysisError, match=r"^n_bootstrap = -1: must be >= 0"):
+        fit_chinchilla(n, d, chinchilla_loss(n, d), n_bootstrap=-1)
 
 
 # -- LR sweeps -----------------------------------------------------------------------------------

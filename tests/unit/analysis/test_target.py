@@ -75,6 +75,17 @@ def test_settings_default_to_the_experiment_record(tmp_path: Path):
     assert (cost.device, cost.mfu, sweep) == ("H100", 0.5, "/other")
 
 
+def test_a_bad_device_mfu_or_compute_is_refused_before_any_fit():
+    """Settings are checked where they are made (analyze.py makes them before loading anything);
+    a compute budget of 0 once fell back to the default target without a word."""
+    with pytest.raises(AnalysisError, match="device 'TPU9': no peak FLOP/s known"):
+        TargetSettings("TPU9")
+    with pytest.raises(AnalysisError, match=r"MFU 1.5: must be in \(0, 1\]"):
+        TargetSettings(mfu=1.5)
+    with pytest.raises(AnalysisError, match="target compute C = 0.0: must be a positive finite"):
+        target_answer(0.0, device_cost("cpu"), chinchilla=symmetric_law())
+
+
 def test_analysis_imports_neither_torch_nor_ray():
     code = "import sys, trainer_core.analysis; print('torch' in sys.modules, 'ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -390,3 +390,25 @@ def test_tokenize_reports_unmatched_input_in_one_line(run_script, tmp_path):
     assert (code, out) == (2, "")
     assert err.startswith(f"error: no input matched '{pattern}'") and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "flag, value, why",
+    [
+        ("--num-cpus", "0", "must be >= 1, got 0"),
+        ("--shard-tokens", "-5", "must be >= 1, got -5"),
+        ("--train-bpe", "0", "must be >= 1, got 0"),
+        ("--val-fraction", "1", "must be in [0, 1), got 1"),
+    ],
+)
+def test_tokenize_refuses_a_bad_number_naming_the_flag(run_script, tmp_path, flag, value, why):
+    """--num-cpus 0 once reached Ray, which aborted with a C++ trace; --train-bpe 0 silently
+    fell back to bytes."""
+    (tmp_path / "doc.txt").write_text("text")
+    out = tmp_path / "o"
+    code, stdout, stderr = run_script(
+        "datasets/tokenize_corpus.py", "--input", str(tmp_path), "--out", str(out), flag, value
+    )
+    assert (code, stdout) == (2, "")
+    assert stderr.endswith(f"error: argument {flag}: {why}\n")
+    assert not out.exists()

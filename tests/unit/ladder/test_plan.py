@@ -274,6 +274,46 @@ def test_bad_size_name():
         from_dict(LadderConfig, {"sizes": ["1M", "30M"]})
 
 
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"seq_len": 0}, "seq_len: 0 is not allowed; must be >= 2"),
+        ({"vocab_size": 0}, "vocab_size: 0 is not allowed; must be >= 1"),
+        ({"eval_tokens": -1}, "eval_tokens: -1 is not allowed; must be >= 0"),
+        ({"max_micro_batch_seqs": 0}, "max_micro_batch_seqs: 0 is not allowed; must be >= 1"),
+        ({"assumed_mfu": 0.0}, "assumed_mfu: 0.0 is not allowed; must be in (0, 1]"),
+        ({"device_memory_gb": 0.0}, "device_memory_gb: 0.0 is not allowed; must be > 0"),
+        ({"batch": {"coef": 0.0}}, "batch.coef: 0.0 is not allowed; must be > 0"),
+        ({"lr": {"coef": -1.0}}, "lr.coef: -1.0 is not allowed; must be > 0"),
+        ({"lr": {"ref_params": 0.0}}, "lr.ref_params: 0.0 is not allowed; must be > 0"),
+        (
+            {"duration": {"tokens_per_param": 0.0}},
+            "duration.tokens_per_param: 0.0 is not allowed; must be > 0",
+        ),
+        (
+            {"duration": {"warmup_tokens_per_param": -1.0}},
+            "duration.warmup_tokens_per_param: -1.0 is not allowed; must be >= 0",
+        ),
+        (
+            {"duration": {"min_lr_ratio": 2.0}},
+            "duration.min_lr_ratio: 2.0 is not allowed; must be in [0, 1]",
+        ),
+        ({"beta2": {"large_batch": 1.0}}, "beta2.large_batch: 1.0 is not allowed; must be in"),
+        (
+            {"beta2": {"large_batch_tokens": 0}},
+            "beta2.large_batch_tokens: 0 is not allowed; must be >= 1",
+        ),
+    ],
+)
+def test_a_ladder_number_out_of_range_is_an_error_naming_its_key(data, message):
+    """Each of these once planned on: a zero seq_len, batch coefficient or MFU divided by zero
+    deep in the planner, a negative LR coefficient was reported as the LR it produced, and the
+    rest were taken silently."""
+    with pytest.raises(ConfigError) as err:
+        from_dict(LadderConfig, data)
+    assert str(err.value).startswith(message)
+
+
 def test_the_plan_fills_the_run_template(tmp_path):
     ladder = from_dict(
         LadderConfig,

@@ -231,6 +231,7 @@ def test_a_batch_beyond_the_grid_is_replanned_to_a_valid_batch(demo):
         ("factors", [0.5, -1.0], "factors"),
         ("batch_factors", [0.0], "batch_factors"),
         ("horizons", [0.3], "horizons"),
+        ("duration_multiple", 0.3, "duration_multiple: 0.3 is not allowed; must be a power of two"),
         ("grace_fraction", 0.0, "grace_fraction"),
         ("reduction_factor", 1, "reduction_factor"),
         ("widen_rounds", -1, "widen_rounds"),
