@@ -1,7 +1,7 @@
 """``python workflows/ladder.py [--config FILE] [--dry-run] [--resume] [--sizes 1M,3M] [--benchmark SIZE] [overrides]``
 
 Runs a model ladder on Ray Tune, one trial per size, then fits scaling laws to the results.
-No ``--config``: the embedded CPU demo, workflows/configs/ladder-demo.yaml (three small models
+No ``--config``: the embedded CPU demo, workflows/configs/ladder-demo.yaml (five tiny models
 on the Python standard library).
 Submit to a cluster with ``ray job submit --working-dir . -- python workflows/ladder.py ...``.
 The analysis (pandas, SciPy, matplotlib) is imported only after the runs, not for a dry run.

@@ -60,6 +60,10 @@ class ModelConfig:
         for name in ("d_model", "n_layers", "n_heads", "mlp_hidden"):
             require(getattr(self, name) > 0, name, getattr(self, name), "must be > 0 (or set size)")
         require(self.vocab_size > 0, "vocab_size", self.vocab_size, "must be > 0")
+        require(self.n_kv_heads >= 0, "n_kv_heads", self.n_kv_heads, "must be >= 0 (0 = n_heads)")
+        for name in ("rope_theta", "init_std"):
+            require(getattr(self, name) > 0, name, getattr(self, name), "must be > 0")
+        require(self.norm_eps >= 0, "norm_eps", self.norm_eps, "must be >= 0")
         if self.n_kv_heads == 0:
             self.n_kv_heads = self.n_heads
         require(
@@ -168,6 +172,12 @@ class TrainModuleConfig:
             "max_grad_norm",
             self.max_grad_norm,
             "must be > 0 or null",
+        )
+        require(
+            self.z_loss_multiplier is None or self.z_loss_multiplier >= 0,
+            "z_loss_multiplier",
+            self.z_loss_multiplier,
+            "must be >= 0 or null",
         )
 
 
@@ -333,6 +343,12 @@ class TrainerConfig:
             require(getattr(self, name) >= 1, name, getattr(self, name), "must be >= 1")
         require(
             self.eval_batches >= 0, "eval_batches", self.eval_batches, "must be >= 0 (0 = no evals)"
+        )
+        require(
+            self.peak_flops_per_device is None or self.peak_flops_per_device > 0,
+            "peak_flops_per_device",
+            self.peak_flops_per_device,
+            "must be > 0 or null (null: the device table's figure)",
         )
 
     @property

@@ -98,11 +98,14 @@ class ConsoleProgress(BaseCallback):
         self._print(" | ".join(parts))
 
     def on_end(self, summary: dict[str, Any]) -> None:
+        losses = [
+            f"{label} {summary[key]:.4f}"
+            for key, label in (("train/loss", "final train loss"), ("eval/loss", "eval loss"))
+            if key in summary
+        ]
         self._print(
             f"done {summary['name']}: {summary['steps']} steps in "
-            f"{format_duration(summary['elapsed_s'])}, final train loss "
-            f"{summary.get('train/loss', float('nan')):.4f}, eval loss "
-            f"{summary.get('eval/loss', float('nan')):.4f}"
+            f"{format_duration(summary['elapsed_s'])}" + "".join(f", {x}" for x in losses)
         )
 
     def _print(self, line: str) -> None:
