@@ -108,9 +108,18 @@ def convert_to_float8(model: nn.Module, cfg: ParallelConfig, *, fsdp: bool) -> N
     convert_to_float8_training(model, module_filter_fn=float8_filter(cfg), config=config)
 
 
-def precompute_scales_after_step(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+def keep_scales_current(model: nn.Module, optimizer: torch.optim.Optimizer) -> Callable[[], None]:
     """With float8 all-gather: each step's new weights get their scales from one all-reduce
-    over every layer, instead of one per layer inside the next forward's all-gathers."""
+    over every layer, instead of one per layer inside the next forward's all-gathers.
+
+    FSDP casts with the stored scale until the next recompute, so any other change of the
+    weights needs one too; returned for the caller to run after loading a checkpoint (reading the
+    optimizer's state for the load runs a zero step, which stores the initial weights' scales).
+    """
     from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
 
-    optimizer.register_step_post_hook(lambda *_: precompute_float8_dynamic_scale_for_fsdp(model))
+    def refresh() -> None:
+        precompute_float8_dynamic_scale_for_fsdp(model)
+
+    optimizer.register_step_post_hook(lambda *_: refresh())
+    return refresh

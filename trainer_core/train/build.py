@@ -20,7 +20,7 @@ from trainer_core.io.run_dir import RunInfo
 from trainer_core.model.attention import check_attention_backend
 from trainer_core.model.counts import count_params, num_flops_per_token
 from trainer_core.model.transformer import Transformer
-from trainer_core.parallel.float8 import float8_all_gather, precompute_scales_after_step
+from trainer_core.parallel.float8 import float8_all_gather, keep_scales_current
 from trainer_core.parallel.mesh import dp_layout
 from trainer_core.parallel.precision import autocast_precision, computes_in_16_bit
 from trainer_core.parallel.process_group import init_distributed, resolve_device
@@ -64,8 +64,9 @@ def build_train_module(
     model = Transformer(cfg.model, max_seq_len=cfg.data.seq_len)
     model = parallelize_model(model, mesh, cfg.parallel, device)
     optimizer = build_optimizer(model, cfg.optim, device)
+    after_load = None
     if float8_all_gather(cfg.parallel, fsdp):
-        precompute_scales_after_step(model, optimizer)
+        after_load = keep_scales_current(model, optimizer)
     scheduler = build_scheduler(optimizer, cfg.schedule, cfg.total_steps)
     autocast = autocast_precision(cfg.parallel, cfg.train_module, fsdp=fsdp)
     return TrainModule(
@@ -77,6 +78,7 @@ def build_train_module(
         device=device,
         dp_group=dp_mesh(mesh).get_group() if mesh is not None else None,
         dp_size=dp_size,
+        after_load=after_load,
     )
 
 

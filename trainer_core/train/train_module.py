@@ -13,6 +13,7 @@ code that never checkpoints a module does not pay for them.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -58,10 +59,13 @@ class TrainModule:
         device: torch.device,
         dp_group: dist.ProcessGroup | None = None,
         dp_size: int = 1,
+        after_load: Callable[[], None] | None = None,
     ):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.cfg, self.seq_len, self.device = cfg, seq_len, device
         self.dp_group, self.dp_size = dp_group, dp_size
+        self.after_load = after_load
+        """Run once a checkpoint is in the weights: state derived from them (float8 scales)."""
         self.autocast_dtype = AUTOCAST_DTYPES.get(cfg.autocast_precision or "")
 
     # -- the contract -------------------------------------------------------------------------
@@ -159,6 +163,8 @@ class TrainModule:
         )
         if has_optim:
             self.scheduler.load_state_dict(state["scheduler"])
+        if self.after_load is not None:
+            self.after_load()
 
     # -- helpers ------------------------------------------------------------------------------
 

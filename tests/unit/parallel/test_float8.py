@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
-from spawned_build import SHORT, observe, rank_worker
+from ranks import join_as_rank
+from spawned_build import SHORT, TINY, observe, rank_worker
 from torch import nn
 
 from trainer_core.config.loader import ConfigError, load_config
@@ -17,7 +19,9 @@ from trainer_core.config.sections import ModelConfig, ParallelConfig, TrainConfi
 from trainer_core.model.transformer import Transformer
 from trainer_core.parallel import float8
 from trainer_core.parallel.float8 import check_float8, convert_to_float8, converts, float8_filter
+from trainer_core.parallel.process_group import teardown
 from trainer_core.parallel.wrap import parallelize_model
+from trainer_core.train.build import build_trainer
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda")
 BF16 = ("--parallel.param_dtype=bfloat16",)
@@ -203,3 +207,46 @@ def test_fsdp2_all_gathers_tensorwise_float8_weights(spawn_ranks, tmp_path, bf16
     assert seen["float8_weight_types"] == ["WeightWithDynamicFloat8CastTensor"]
     assert seen["precomputed_scales"] == 2 * 7
     assert_trains_like(seen, bf16_run)
+
+
+def _precomputed_scales(model: nn.Module) -> list[float]:
+    """This rank's stored float8 scale of every sharded block weight, in module order."""
+    weights = [
+        getattr(m.weight, "_local_tensor", None) for m in model.modules() if hasattr(m, "weight")
+    ]
+    return [float(w._precomputed_scale) for w in weights if hasattr(w, "_precomputed_scale")]
+
+
+def _resume_worker(rank: int, world: int, port: int, run_dir: str, out: str) -> None:
+    join_as_rank(rank, world, port)
+    try:
+        overrides = [*TINY, *BF16, *SHORT, *FLOAT8, "--parallel.float8=tensorwise"]
+        overrides += ["--checkpoint.enabled=true", f"--trainer.run_dir={run_dir}"]
+        first = build_trainer(load_config(TrainConfig, None, overrides))
+        first.fit()
+        resumed = build_trainer(load_config(TrainConfig, None, overrides))
+        step = resumed.restore()
+        if rank == 0:
+            result = {
+                "step": step,
+                "trained": _precomputed_scales(first.module.model),
+                "resumed": _precomputed_scales(resumed.module.model),
+            }
+            Path(out).write_text(json.dumps(result))
+    finally:
+        teardown()
+
+
+@pytest.mark.slow
+def test_resumed_fsdp2_float8_weights_are_cast_with_the_loaded_weights_scales(
+    spawn_ranks, tmp_path
+):
+    """FSDP casts each weight for its all-gather with the scale stored after the last optimizer
+    step. Loading a checkpoint first reads the fresh optimizer's state, a zero step that stores
+    the *initial* weights' scales; without a recompute after the load, the first resumed forward
+    cast the trained weights with those (up to 17% off here) and clipped what exceeded them."""
+    out = tmp_path / "result.json"
+    spawn_ranks(_resume_worker, 2, str(tmp_path / "run"), str(out))
+    seen = json.loads(out.read_text())
+    assert seen["step"] == 4 and len(seen["trained"]) == 2 * 7
+    assert seen["resumed"] == pytest.approx(seen["trained"], rel=1e-6)
