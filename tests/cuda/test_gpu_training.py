@@ -96,11 +96,13 @@ def test_float8_tracks_bf16_over_50_steps(tmp_path, tiny_config, recipe, monkeyp
     assert low["eval/loss"] == pytest.approx(bf16["eval/loss"], abs=0.05)
 
 
+@pytest.mark.parametrize("kv_heads", [4, 2])
 @pytest.mark.parametrize("backend", [*SDPA_BACKENDS, "auto"])
-def test_the_attention_backend_that_ran(backend):
-    """A named backend is the one whose kernel ran (forward and backward, bf16 autocast); left
-    to torch, a fused kernel (flash or cuDNN) runs, never the math fallback."""
-    cfg = ModelConfig(size="1M", n_layers=2, attention_backend=backend)
+def test_the_attention_backend_that_ran(backend, kv_heads):
+    """A named backend is the one whose kernel ran (forward and backward, bf16 autocast), with
+    grouped-query heads too (as 3B and 7B have); left to torch, a fused kernel (flash or cuDNN)
+    runs, never the math fallback."""
+    cfg = ModelConfig(size="1M", n_layers=2, n_kv_heads=kv_heads, attention_backend=backend)
     model = Transformer(cfg, 128).cuda()
     tokens = torch.randint(0, cfg.vocab_size, (4, 128), device="cuda")
 

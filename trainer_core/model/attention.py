@@ -31,6 +31,11 @@ CPU_BACKENDS = ("auto", "flash", "math")
 SIXTEEN_BIT_BACKENDS = ("flash", "cudnn")
 """GPU kernels that take only fp16/bf16 inputs."""
 
+REPEATS_KV_HEADS = ("efficient",)
+"""Backends given every key/value head repeated for its query heads: the memory-efficient kernel
+takes no grouped-query inputs (``enable_gqa``), so forcing it on a GQA model would fail with
+"No available kernel". The others group the heads themselves, without the copies."""
+
 ATEN_OPS = {
     "flash": "aten::_scaled_dot_product_flash_attention",
     "cudnn": "aten::_scaled_dot_product_cudnn_attention",
@@ -46,6 +51,20 @@ def sdpa_context(backend: str) -> contextlib.AbstractContextManager:
     if backend == "auto":
         return contextlib.nullcontext()
     return sdpa_kernel([SDPA_BACKENDS[backend]])
+
+
+def grouped_kv(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str
+) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """``(k, v, enable_gqa)`` for ``scaled_dot_product_attention`` on ``[batch, heads, seq,
+    dim]`` inputs: as they are where ``backend`` groups heads itself, else each key/value head
+    repeated for the query heads that share it (the order ``enable_gqa`` uses)."""
+    groups = q.shape[-3] // k.shape[-3]
+    if groups == 1:
+        return k, v, False
+    if backend not in REPEATS_KV_HEADS:
+        return k, v, True
+    return k.repeat_interleave(groups, dim=-3), v.repeat_interleave(groups, dim=-3), False
 
 
 def check_attention_backend(backend: str, device: torch.device, sixteen_bit: bool) -> None:

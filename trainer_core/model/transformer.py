@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer_core.config.sections import ModelConfig
-from trainer_core.model.attention import sdpa_context
+from trainer_core.model.attention import grouped_kv, sdpa_context
 from trainer_core.model.counts import num_flops_per_token
 from trainer_core.model.loss import lm_loss_sums
 
@@ -77,7 +77,7 @@ def apply_rope(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.head_dim = cfg.head_dim
         self.backend = cfg.attention_backend
         self.wq = nn.Linear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=False)
         self.wk = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
@@ -96,10 +96,9 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, rotations), apply_rope(k, rotations)
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))
+        k, v, gqa = grouped_kv(q, k, v, self.backend)
         with sdpa_context(self.backend):
-            out = F.scaled_dot_product_attention(
-                q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads
-            )
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         return self.wo(out.transpose(1, 2).reshape(b, t, -1))
 
 

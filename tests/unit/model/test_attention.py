@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from trainer_core.config.loader import ConfigError
 from trainer_core.config.sections import ModelConfig
-from trainer_core.model.attention import attention_backends_run, check_attention_backend
+from trainer_core.model.attention import (
+    attention_backends_run,
+    check_attention_backend,
+    grouped_kv,
+    sdpa_context,
+)
 from trainer_core.model.transformer import Transformer
 from trainer_core.train.build import build_trainer
 
@@ -35,6 +41,22 @@ def test_backends_give_the_same_attention():
     math.load_state_dict(flash.state_dict())
     tokens = torch.randint(0, 320, (2, SEQ))
     torch.testing.assert_close(flash(tokens), math(tokens), atol=1e-5, rtol=1e-5)
+
+
+def test_grouped_heads_repeated_for_the_efficient_kernel_give_the_same_attention():
+    """The memory-efficient kernel takes no ``enable_gqa`` (torch refuses it: "No available
+    kernel"), so a GQA model forcing it gets each key/value head repeated for its query heads,
+    in the order ``enable_gqa`` pairs them; on CPU both forms go through the math kernel."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, SEQ, 16), torch.randn(2, 2, SEQ, 16), torch.randn(2, 2, SEQ, 16)
+    assert grouped_kv(q, k, v, "flash") == (k, v, True)
+    assert grouped_kv(q, q, q, "efficient") == (q, q, False)
+    k4, v4, gqa = grouped_kv(q, k, v, "efficient")
+    assert (k4.shape, gqa) == ((2, 4, SEQ, 16), False)
+    with sdpa_context("math"):
+        grouped = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        repeated = F.scaled_dot_product_attention(q, k4, v4, is_causal=True)
+    torch.testing.assert_close(repeated, grouped)
 
 
 @pytest.mark.parametrize("backend", ["cudnn", "efficient"])
