@@ -59,7 +59,9 @@ def residual_resamples(
     g = n_params if group_params is None else group_params
     offsets = np.array([resid[index == i].mean() for i in range(k)])
     scatter = resid - offsets[index]
-    offsets = offsets * math.sqrt(k / max(k - g, 1))
+    # Centred: a robust (Huber) fit leaves the offsets' mean off zero, and drawing them as they
+    # are would shift every resample by it, and the intervals with it.
+    offsets = (offsets - offsets.mean()) * math.sqrt(k / max(k - g, 1))
     if n > k:
         scatter = scatter * math.sqrt((n - k) / max(n - k - (n_params - g), 1))
     drawn_offsets = offsets[rng.integers(0, labels.size, size=(n_resamples, labels.size))]

@@ -92,6 +92,8 @@ class FitStats:
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)
     n_bootstrap: int = 0
     samples: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    n_sizes: int = 0
+    """Sizes whose points shared a resampled offset in the bootstrap (0: none grouped)."""
 
 
 def _fit_stats(named: dict[str, np.ndarray], n_points: int, objective: float) -> dict:
@@ -248,9 +250,10 @@ class ChinchillaFit(FitStats):
         Refits without a frontier (an exponent or coefficient at zero) give no value and are
         left out of the intervals.
         """
-        s = self.samples
-        if not s:
+        if not self.samples:
             return {k: (math.nan, math.nan) for k in ("a", "b", "N", "D", "loss")}
+        frontier = np.all([self.samples[k] > FRONTIER_MIN for k in ("A", "alpha", "B", "beta")], 0)
+        s = {name: values[frontier] for name, values in self.samples.items()}
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             total = s["alpha"] + s["beta"]
             g = (s["alpha"] * s["A"] / (s["beta"] * s["B"])) ** (1 / total)
@@ -361,4 +364,5 @@ def fit_chinchilla(
         "beta": s[:, 4],
     }
     stats = _fit_stats(named, n.size, fit.objective)
+    stats["n_sizes"] = 0 if groups is None else np.unique(groups).size
     return ChinchillaFit(math.exp(e), math.exp(a), math.exp(b), float(alpha), float(beta), **stats)

@@ -86,7 +86,9 @@ def fit_frontier(
         smoother = smoother or chinchilla_smoother(points)
         if smoother is not None:
             samples = _bootstrap(points, smoother, trimmed, n_bootstrap, seed)
-    return PowerLawFit.from_samples(theta, samples, len(front), full.objective, title)
+    fit = PowerLawFit.from_samples(theta, samples, len(front), full.objective, title)
+    fit.n_sizes = points["size"].nunique() if len(samples) else 0
+    return fit
 
 
 def chinchilla_smoother(points: pd.DataFrame) -> ChinchillaFit | None:

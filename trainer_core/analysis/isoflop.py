@@ -65,9 +65,10 @@ def isoflop_parabolas(
 
 
 def _slope(parabolas: list[IsoFLOPParabola]) -> tuple[float, float]:
-    """(a, ln k) of ln N_opt = a ln C + ln k over the valid budgets (NaNs with fewer than 2)."""
+    """(a, ln k) of ln N_opt = a ln C + ln k over the valid budgets (NaNs with fewer than
+    MIN_BUDGETS: a bootstrap refit needs as many as the fit itself)."""
     ok = [p for p in parabolas if p.valid]
-    if len(ok) < 2:
+    if len(ok) < MIN_BUDGETS:
         return math.nan, math.nan
     a, log_k = np.polyfit(np.log([p.flops for p in ok]), np.log([p.n_opt for p in ok]), 1)
     return float(a), float(log_k)
@@ -87,6 +88,8 @@ class IsoFLOPFit:
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)
     samples: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     n_bootstrap: int = 0
+    n_sizes: int = 0
+    """Sizes whose points shared a resampled offset in the bootstrap (0: no bootstrap)."""
 
     @property
     def b(self) -> float:
@@ -151,4 +154,5 @@ def fit_isoflop(
         fit.samples = {"a": slopes[:, 0], "b": 1 - slopes[:, 0], "log_k": slopes[:, 1]}
         fit.ci = {name: percentile_interval(fit.samples[name]) for name in ("a", "b")}
         fit.n_bootstrap = n_bootstrap
+        fit.n_sizes = points["size"].nunique()
     return fit

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from trainer_core.analysis.load import AnalysisError
+from trainer_core.analysis.load import AnalysisError, analysis_flops
 
 TASK_LOSS_SUFFIX = "/bpb"
 TASK_ACC_SUFFIX = "/acc"
@@ -49,7 +49,9 @@ def read_ladder_table(path: str | Path, loss: str | None = "loss") -> pd.DataFra
         )
     n = _positive(table, "N", path)
     tokens = (
-        _positive(table, "D", path) if "D" in table else _positive(table, "FLOPs", path) / (6 * n)
+        _positive(table, "D", path)
+        if "D" in table
+        else _positive(table, "FLOPs", path) / analysis_flops(n, 1.0)
     )
     out = pd.DataFrame(
         {
@@ -57,7 +59,7 @@ def read_ladder_table(path: str | Path, loss: str | None = "loss") -> pd.DataFra
             "name": table["run"].astype(str),
             "N": n,
             "tokens": tokens,
-            "flops": 6 * n * tokens,
+            "flops": analysis_flops(n, tokens),
         }
     )
     if loss:

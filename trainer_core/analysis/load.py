@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from trainer_core.checkpoint.listing import list_checkpoints
@@ -32,6 +33,18 @@ from trainer_core.io.run_dir import (
     recorded_experiment_kind,
     run_json_path,
 )
+
+
+def analysis_flops(n: float | np.ndarray, tokens: float | np.ndarray) -> float | np.ndarray:
+    """The compute every fit, plot and target of the analysis is in: C = 6 N D (N non-embedding
+    parameters, D tokens), as in Chinchilla's approach 3 and the target table's price.
+
+    The planner and MFU count attention's FLOPs too (``flops_per_token``: 27-57% more at the
+    demo's sizes, 10-30% at 20M-1B with 2,048-token sequences); fitting the frontier and the
+    isoFLOP budgets on that count while approach 2's D_opt = C / 6 N_opt and approach 3's
+    optimum take C = 6 N D had each column of the target table answer another budget."""
+    return 6.0 * n * tokens
+
 
 METRIC_COLUMNS = [
     "size",
@@ -112,7 +125,9 @@ class ExperimentResults:
                     "status": run.status,
                     "step": step,
                     "tokens": step * run.global_batch_tokens,
-                    "flops": float(step) * run.global_batch_tokens * run.flops_per_token,
+                    "flops": analysis_flops(
+                        float(run.num_params), float(step * run.global_batch_tokens)
+                    ),
                     "final_eval_loss": evals["eval_loss"].iloc[-1] if len(evals) else math.nan,
                     "best_eval_loss": evals["eval_loss"].min() if len(evals) else math.nan,
                     "final_train_loss": train.iloc[-1] if len(train) else math.nan,
@@ -358,7 +373,7 @@ def _metric_row(run: dict[str, Any], step: int, record: dict[str, Any]) -> dict[
         "peak_lr": run["peak_lr"],
         "step": step,
         "tokens": tokens,
-        "flops": float(tokens) * float(run["flops_per_token"]),
+        "flops": analysis_flops(float(run["num_params"]), float(tokens)),
         "train_loss": _float(record.get("train/loss")),
         "eval_loss": _float(record.get("eval/loss")),
         **{

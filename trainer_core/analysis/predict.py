@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from trainer_core.analysis.checks import fit_flags
+from trainer_core.analysis.checks import fit_flags, too_few_sizes
 from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit, fit_chinchilla
 from trainer_core.analysis.frontier import fit_frontier
 from trainer_core.analysis.load import AnalysisError
@@ -46,6 +46,8 @@ class HeldOutPrediction:
     interval: tuple[float, float]
     actual: float
     flags: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What the interval leaves out (:func:`~trainer_core.analysis.checks.too_few_sizes`)."""
 
     @property
     def rel_error(self) -> float:
@@ -140,6 +142,7 @@ def extrapolation_check(
                 fit.predict_interval(*where),
                 float(last["eval_loss"]),
                 fit_flags(fit, rest["eval_loss"].min()),
+                too_few_sizes(fit),
             )
         )
     if not predictions:

@@ -94,11 +94,14 @@ def ladder_section(
         console.print(_held_out_table(report))
         for p in report.extrapolation.predictions:
             report.flags[f"held-out {p.law}"] = p.flags
-            if p.flags:
+            report.unresolved[f"held-out {p.law}"] = p.notes
+            if p.flags or p.notes:
                 console.print(
                     f"held-out {p.law} fit (without {report.extrapolation.held_out_size}):"
                 )
                 _print_flags(console, p.flags)
+            if p.notes:
+                console.print(format_flags(p.notes, "UNRESOLVED"), style="yellow")
         for law, why in report.extrapolation.skipped:
             report.skipped.append(f"held-out {law}: {why}")
 

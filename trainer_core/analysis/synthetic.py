@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from trainer_core.analysis.fits import ChinchillaFit
+from trainer_core.analysis.load import analysis_flops
 
 CHINCHILLA = ChinchillaFit(E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28, n_points=0, objective=0)
 """Hoffmann et al. (2022)'s published L(N, D)."""
@@ -52,7 +53,7 @@ class SyntheticLadder:
                         "name": f"s{i}",
                         "N": n,
                         "tokens": tokens,
-                        "flops": 6.0 * n * tokens,
+                        "flops": analysis_flops(n, tokens),
                         "eval_loss": clean * np.exp(offset + self.noise * rng.standard_normal()),
                     }
                 )

@@ -139,6 +139,19 @@ def test_predict_loss_refuses_what_no_law_can_be_read_at(at, message):
     assert str(err.value) == message
 
 
+def test_refits_without_a_frontier_are_left_out_of_every_optimum_interval():
+    """A refit with beta at zero has no compute-optimal split: its N_opt came out infinite
+    (dropped) but its loss, E + B, was kept, and one such refit in 40 set the loss interval's top
+    to hundreds."""
+    rng = np.random.default_rng(0)
+    samples = {k: np.full(40, float(v)) * rng.uniform(0.98, 1.02, 40) for k, v in TRUE.items()}
+    flat = {k: np.append(v, 0.0 if k == "beta" else v[0]) for k, v in samples.items()}
+    clean = ChinchillaFit(**TRUE, n_points=0, objective=0.0, samples=samples)
+    with_flat = ChinchillaFit(**TRUE, n_points=0, objective=0.0, samples=flat)
+    for name, interval in with_flat.optimal_intervals(1e21).items():
+        assert interval == pytest.approx(clean.optimal_intervals(1e21)[name]), name
+
+
 def test_a_negative_bootstrap_count_is_an_error_naming_it():
     n = np.array([1e7, 2e7, 4e7, 8e7, 1e7, 2e7])
     d = np.array([2e8, 4e8, 8e8, 2e9, 4e9, 8e9])

@@ -14,6 +14,7 @@ from scripts import load_script
 from trainer_core.analysis import (
     ChinchillaFit,
     PowerLawFit,
+    chinchilla_from_points,
     extrapolation_check,
     fit_chinchilla,
     fit_flags,
@@ -182,7 +183,8 @@ def test_residual_resamples_keep_the_design_and_share_size_offsets():
     draws = residual_resamples(observed, fitted, groups, 0, 200, rng)
     shift = draws - fitted
     assert np.allclose(shift[:, :3], shift[:, :1]) and np.allclose(shift[:, 3:], shift[:, 3:4])
-    assert set(np.round(np.unique(shift), 6)) == {0.01, -0.02}
+    # Centred on their mean (-0.005): resampled offsets do not shift the resamples as a whole.
+    assert set(np.round(np.unique(shift), 6)) == {0.015, -0.015}
     # Without groups, every point draws its own residual.
     draws = residual_resamples(observed, fitted, np.arange(6), 0, 200, rng)
     assert not np.allclose(draws[:, 0], draws[:, 1])
@@ -250,3 +252,27 @@ def test_chinchillas_points_refit_to_epochs_published_law():
     assert fit.beta == pytest.approx(published["beta"], abs=0.005)
     assert pytest.approx(published["A"], rel=0.05) == fit.A
     assert pytest.approx(published["B"], rel=0.05) == fit.B
+
+
+def test_intervals_from_three_sizes_say_they_leave_out_the_noise_between_sizes():
+    """E, A and alpha vary between sizes, so three sizes' offsets are absorbed whole and the
+    resamples keep only the scatter: each fit, and a held-out check of a four-size ladder, says
+    so; with a fourth size the note goes."""
+    ladder = SyntheticLadder(n_sizes=4, multiples=(0.5, 1.0, 2.0, 4.0, 8.0), size_noise=0.02)
+    points = ladder.points(seed=1)
+    check = extrapolation_check(points, n_bootstrap=20)
+    assert all(p.notes == [_three_sizes_note()] for p in check.predictions)
+    three = points[points["N"] < points["N"].max()]
+    chinchilla = chinchilla_from_points(three, n_bootstrap=20)
+    assert _three_sizes_note() in unresolved(chinchilla, three["eval_loss"].min())
+    front = fit_frontier(three, n_bootstrap=20, smoother=chinchilla)
+    assert _three_sizes_note() in unresolved(front, three["eval_loss"].min())
+    four = chinchilla_from_points(points, n_bootstrap=20)
+    assert four.n_sizes == 4 and _three_sizes_note() not in unresolved(four, 1.0)
+
+
+def _three_sizes_note() -> str:
+    return (
+        "95% intervals: 3 sizes leave the noise between sizes no degree of freedom, so the "
+        "intervals are too narrow; a 4th size gives it one"
+    )
