@@ -234,7 +234,9 @@ class Checkpointer:
 
     def _commit(self, p: _PendingSave) -> None:
         written = list(p.writer.written)
+        error = None
         if self.rank == 0:
+            error = self._write_metrics(p)
             replaced = _read_info(p.final)
             info = {
                 "step": p.step,
@@ -247,18 +249,14 @@ class Checkpointer:
             (p.tmp / "info.json").write_text(json.dumps(info))
             written.append("info.json")
         listing = list_files(p.tmp, written)
-        self._write_marker(p.tmp, listing)
-        if self.remote:
-            self._upload(p, listing)
+        if error is None:  # without rank 0's marker the save never counts as complete
+            self._write_marker(p.tmp, listing)
+            if self.remote:
+                self._upload(p, listing)
         self._barrier()
-        error = None
-        if self.rank == 0:
+        if self.rank == 0 and error is None:
             try:
                 self._put_in_place(p)
-                if p.metrics is not None and p.permanent:
-                    write_metrics_step(
-                        self.run_dir, p.step, {**p.metrics, "step": p.step, "tokens": p.tokens}
-                    )
             except Exception as e:  # every rank must reach the broadcast below, so no raise here
                 error = f"could not commit checkpoint {p.tmp} as {p.final}: {e}"
         error = self._from_rank0(error)  # doubles as the barrier after the rename / uploads
@@ -269,6 +267,20 @@ class Checkpointer:
         self.last_committed = p.final
         if self.rank == 0:
             self._drop_superseded(p.final)
+
+    def _write_metrics(self, p: _PendingSave) -> str | None:
+        """A permanent save's ``metrics_step{N}.json``, written before the checkpoint can count
+        as complete: written after, a kill in between resumed past it and lost the analysis an
+        annealed point for good. An error comes back as text for the broadcast."""
+        if p.metrics is None or not p.permanent:
+            return None
+        try:
+            write_metrics_step(
+                self.run_dir, p.step, {**p.metrics, "step": p.step, "tokens": p.tokens}
+            )
+        except Exception as e:
+            return f"could not write the metrics of checkpoint {p.final}: {e}"
+        return None
 
     def _write_marker(self, tmp: Path, listing: FileListing) -> None:
         """This rank's commit marker with its file listing, written whole (rename) or not at all."""

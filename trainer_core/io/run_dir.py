@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -190,12 +190,27 @@ def mark_stopped(run_dir: Location) -> None:
     """Record a run still ``running`` after its trial ended (Tune's early stopping ended it) as
     ``stopped``, or as ``finished`` when its last step was logged: ASHA stops every trial that
     reaches ``max_t``, at its last report, which can land before the run writes "finished"."""
+    _end_running(
+        run_dir,
+        lambda r: {"status": "finished" if r["last_step"] >= r["total_steps"] else "stopped"},
+    )
+
+
+def mark_failed(run_dir: Location, error: str) -> None:
+    """Record a run still ``running`` after its trial errored as ``failed``, with ``error``. Only
+    rank 0 writes ``run.json``: a bad shard met by another rank, a worker group killed, or
+    restarts run out end the run without it saying so."""
+    _end_running(run_dir, lambda record: {"status": "failed", "error": error})
+
+
+def _end_running(run_dir: Location, changes: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """Rewrite a ``running`` record with its last logged step and ``changes(record)``; any other
+    record (or none) is left as it is."""
     record = read_run_json(run_dir)
     if record is None or record.get("status") != "running":
         return
     record["last_step"] = max(record.get("last_step", 0), last_logged_step(run_dir))
-    done = record["last_step"] >= record["total_steps"]
-    record["status"] = "finished" if done else "stopped"
+    record.update(changes(record))
     write_atomic(run_json_path(run_dir), json.dumps(record, indent=2))
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from trainer_core.errors import UserError
 from trainer_core.io import storage
-from trainer_core.io.run_dir import TUNE, mark_stopped
+from trainer_core.io.run_dir import TUNE, mark_failed, mark_stopped
 from trainer_core.io.storage import Location
 from trainer_core.ray.failures import user_error_in
 from trainer_core.ray.run_config import RayTrainConfig
@@ -210,7 +210,7 @@ def run_trials(
     grid = tuner.fit()
     wall_s = time.perf_counter() - started
     failed = trial_failures(grid)
-    mark_stopped_runs([s for s in specs if s.name not in failed])
+    record_trial_ends(specs, failed)
     if failed:
         lines = "\n".join(f"  {name}: {reason}" for name, reason in failed.items())
         raise TrialsFailedError(
@@ -273,10 +273,15 @@ def _trial_name(trial) -> str:
     return trial.config["trial"]["name"]
 
 
-def mark_stopped_runs(specs: list[TrialSpec]) -> None:
-    """Runs that Tune's scheduler stopped early still say "running": record them as stopped."""
+def record_trial_ends(specs: list[TrialSpec], failed: dict[str, str]) -> None:
+    """Runs whose trial ended and that still say "running": stopped early by Tune's scheduler,
+    or failed (with the reason) where rank 0 could not say so itself."""
     for spec in specs:
-        mark_stopped(spec.config.trainer.run_dir)
+        run_dir = spec.config.trainer.run_dir
+        if spec.name in failed:
+            mark_failed(run_dir, failed[spec.name])
+        else:
+            mark_stopped(run_dir)
 
 
 def fmt_lr(lr: float) -> str:

@@ -292,6 +292,24 @@ def test_temporary_checkpoints_are_replaced_and_permanent_ones_kept(tmp_path):
     }
 
 
+def test_a_permanent_checkpoint_is_never_complete_without_its_metrics(tmp_path, monkeypatch):
+    """Killed between the rename that completes a permanent checkpoint and the write of its
+    metrics file, a run once resumed past that step and the analysis lost the annealed point for
+    good. The metrics now come first: killed at the rename, the checkpoint is incomplete (the
+    run replays the step) and the file is already there."""
+    ckpt = Checkpointer(tmp_path, CheckpointConfig())
+    ckpt.save(1, tiny_state(1), tokens=10, permanent=True, metrics={"eval/loss": 0.5})
+
+    def killed(self, pending) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Checkpointer, "_put_in_place", killed)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save(2, tiny_state(2), tokens=20, permanent=True, metrics={"eval/loss": 0.4})
+    assert [(c.step, c.complete) for c in list_checkpoints(tmp_path)] == [(1, True)]
+    assert json.loads((tmp_path / "metrics_step2.json").read_text())["eval/loss"] == 0.4
+
+
 def test_resaving_a_step_replaces_it_and_keeps_it_permanent(tmp_path):
     ckpt = Checkpointer(tmp_path, CheckpointConfig())
     ckpt.save(4, tiny_state(1), tokens=1, permanent=True)

@@ -67,6 +67,24 @@ def test_mark_stopped_touches_only_runs_cut_short(tmp_path):
     assert run_dir.read_run_json(cut_at_end)["last_step"] == 10
 
 
+def test_mark_failed_records_the_reason_where_rank_0_could_not(tmp_path):
+    """A bad shard met by rank 1 (each rank reads its own rows) ends the run while rank 0, the
+    one writer of run.json, never saw an error: the driver records it from the trial's error."""
+    cut, done = tmp_path / "cut", tmp_path / "done"
+    for path in (cut, done):
+        path.mkdir()
+    run_dir.write_run_json(cut, INFO, "running", last_step=0)
+    (cut / "metrics.jsonl").write_text('{"step": 5}\n')
+    run_dir.write_run_json(done, INFO, "finished", last_step=10)
+    for path in (cut, done, tmp_path / "never-started"):
+        run_dir.mark_failed(path, "rank 1: shard 3: row group 2 is corrupt")
+    record = run_dir.read_run_json(cut)
+    assert (record["status"], record["last_step"]) == ("failed", 5)
+    assert record["error"] == "rank 1: shard 3: row group 2 is corrupt"
+    assert run_dir.read_run_json(done)["status"] == "finished"
+    assert not (tmp_path / "never-started").exists()
+
+
 def test_checkpoint_and_metrics_names(tmp_path):
     assert run_dir.step_dir(tmp_path, 7) == tmp_path / "checkpoints" / "step-00000007"
     for name in ("step-00000002.tmp-ab12", "step-00000003.old-cd34", "step-00000004.corrupt-ef"):
