@@ -4,8 +4,11 @@ launch (preflight)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from trainer_core.config.loader import ConfigError, to_yaml
+import yaml
+
+from trainer_core.config.loader import ConfigError, to_dict, to_yaml
 from trainer_core.data.token_data import open_token_data
 from trainer_core.errors import UserError
 from trainer_core.io import storage
@@ -46,8 +49,39 @@ def preflight(job: LadderConfig, dry_run: bool = False) -> list[str]:
     return problems
 
 
-def write_experiment_record(job: LadderConfig, plans: list[SizePlan], exp_dir: Location) -> None:
+DRIVER_KEYS = frozenset({"ray.address"})
+"""Settings of the launching process alone, which a resumed experiment does take."""
+
+
+def write_experiment_record(
+    job: LadderConfig, plans: list[SizePlan], exp_dir: Location, resume: bool = False
+) -> None:
+    """``experiment.yaml`` and ``plan.json``; on ``resume``, first refuse a config that differs
+    from the recorded one (see :func:`changed_keys`)."""
+    record = storage.join(exp_dir, EXPERIMENT)
+    if resume and storage.is_file(record):
+        changed = changed_keys(yaml.safe_load(storage.read_text(record)) or {}, to_dict(job))
+        if changed:
+            raise ConfigError(
+                f"--resume: {', '.join(changed)} differ from {record}; a resumed experiment "
+                "trains each run with the config it was launched with, so the change would not "
+                "take effect: undo it to resume, or launch the changed config into a new --dir"
+            )
     storage.makedirs(exp_dir)
-    write_atomic(storage.join(exp_dir, EXPERIMENT), to_yaml(job))
+    write_atomic(record, to_yaml(job))
     rows = [{**p.table_row(job), "lr_source": p.lr_source, **p.hparam_record()} for p in plans]
     write_atomic(storage.join(exp_dir, PLAN), json.dumps(rows, indent=2, default=str))
+
+
+def changed_keys(recorded: dict[str, Any], current: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two config dicts (a key on one side only
+    counts), less :data:`DRIVER_KEYS`. Tune restores a trial with the config it was given at
+    launch, so nothing else in a changed file would reach the resumed runs."""
+    keys = []
+    for key in dict.fromkeys([*recorded, *current]):
+        name, old, new = f"{prefix}{key}", recorded.get(key), current.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            keys += changed_keys(old, new, f"{name}.")
+        elif old != new and name not in DRIVER_KEYS:
+            keys.append(name)
+    return keys

@@ -62,7 +62,7 @@ def run_ladder(job: LadderJobConfig, sizes: list[str] | None, resume: bool, rule
 
     plans = plan_ladder(job, sizes, rules)
     exp_dir = job.exp_dir
-    write_experiment_record(job, plans, exp_dir)
+    write_experiment_record(job, plans, exp_dir, resume)
     init_ray(job.ray.address)
     run = run_trials(ladder_trials(job, plans), exp_dir, TuneSettings(), resume)
     return plans, run.grid

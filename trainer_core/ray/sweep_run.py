@@ -175,7 +175,7 @@ def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool) -> lis
     runs = sweep_plans(job, sizes)
     preflight(job)
     exp_dir = job.exp_dir
-    write_experiment_record(job, [r.plan for r in runs], exp_dir)
+    write_experiment_record(job, [r.plan for r in runs], exp_dir, resume)
     init_ray(job.ray.address)
     specs = sweep_trials(job, runs)
     done = [run_trials(specs, exp_dir, TuneSettings(scheduler=early_stopper(job, specs)), resume)]

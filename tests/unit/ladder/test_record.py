@@ -1,0 +1,44 @@
+"""``experiment.yaml`` on ``--resume``: a config that differs from the recorded one is refused,
+naming the keys, since Tune restores every trial with the config it was launched with."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainer_core.config.loader import ConfigError, from_dict
+from trainer_core.ladder.plan import plan_ladder
+from trainer_core.ladder.record import changed_keys, write_experiment_record
+from trainer_core.ray.ladder_run import LadderJobConfig
+
+BASE = {"sizes": ["15K"], "lr": {"coef": 6.9e-4}, "run": {"trainer": {"seed": 1}}}
+
+
+def record(tmp_path, data: dict, resume: bool) -> None:
+    job = from_dict(LadderJobConfig, {**data, "dir": str(tmp_path)})
+    write_experiment_record(job, plan_ladder(job, None), tmp_path, resume)
+
+
+def test_resume_with_a_changed_config_is_refused_and_the_record_kept(tmp_path):
+    record(tmp_path, BASE, resume=False)
+    before = (tmp_path / "experiment.yaml").read_text()
+    changed = {**BASE, "lr": {"coef": 1e-3}, "run": {"trainer": {"seed": 2}}}
+    with pytest.raises(ConfigError) as err:
+        record(tmp_path, changed, resume=True)
+    assert str(err.value).startswith(
+        f"--resume: lr.coef, run.trainer.seed differ from {tmp_path / 'experiment.yaml'}; "
+    )
+    assert "launch the changed config into a new --dir" in str(err.value)
+    assert (tmp_path / "experiment.yaml").read_text() == before
+
+
+def test_resume_takes_the_same_config_and_a_new_ray_address(tmp_path):
+    record(tmp_path, BASE, resume=False)
+    record(tmp_path, BASE, resume=True)
+    record(tmp_path, {**BASE, "ray": {"address": "ray://head:10001"}}, resume=True)
+    record(tmp_path, {**BASE, "lr": {"coef": 1e-3}}, resume=False)  # a new launch may change it
+
+
+def test_changed_keys_are_dotted_and_include_keys_on_one_side():
+    old = {"a": 1, "b": {"c": [1, 2], "d": "x"}, "gone": 1}
+    new = {"a": 1, "b": {"c": [1, 3], "d": "x"}, "added": 2}
+    assert changed_keys(old, new) == ["b.c", "gone", "added"]
