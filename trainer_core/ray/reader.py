@@ -62,7 +62,10 @@ def dataset_name(dp_rank: int) -> str:
 def resume_step(cfg: TrainConfig) -> int:
     """The step the next worker group will start from, by the trainer's rule
     (:meth:`trainer_core.train.trainer.Trainer.restore`): the run's latest complete checkpoint; with
-    none yet, ``checkpoint.resume_from``'s step when set; else 0."""
+    none yet, ``checkpoint.resume_from``'s step when set; else 0 (always 0 with checkpoints off:
+    the trainer then restores nothing, whatever the run dir holds)."""
+    if not cfg.checkpoint.enabled:
+        return 0
     complete = [c for c in list_checkpoints(cfg.trainer.run_dir) if c.complete]
     if complete:
         return complete[-1].step

@@ -43,17 +43,25 @@ class RayReporter(BaseCallback):
         self.report = report
         self.report_on_log = report_on_log
         self.metrics: dict[str, float] | None = None
-        self.saved = False
+        self.saved = self.saved_permanent = False
+        self.commit: Callable[[], None] = lambda: None
+        """Finishes an async save (``Checkpointer.wait``). Run before a report that follows a
+        permanent save: the save returned before its commit, and a scheduler that stops the
+        trial at this report (ASHA at the last rung) ends the process before the commit would
+        have run, losing the decay point and its metrics. Temporary saves stay asynchronous."""
 
     def on_log(self, step: int, metrics: dict[str, float]) -> None:
         self.metrics = metrics
 
     def on_checkpoint(self, step: int, path: Location, permanent: bool) -> None:
         self.saved = True
+        self.saved_permanent = permanent
 
     def on_step_end(self, step: int) -> None:
-        metrics, saved = self.metrics or {}, self.saved
-        self.metrics, self.saved = None, False
+        metrics, saved, permanent = self.metrics or {}, self.saved, self.saved_permanent
+        self.metrics, self.saved, self.saved_permanent = None, False, False
+        if permanent:
+            self.commit()
         if self.report_on_log or saved or "eval/loss" in metrics:
             self.report({"step": step, **metrics})
 
@@ -174,13 +182,16 @@ def fit_and_report(
     from trainer_core.train.build import build_trainer
     from trainer_core.train.trainer import NonFiniteLossError
 
+    reporter = RayReporter(report, cfg.ray.report_on_log)
     trainer = build_trainer(
         cfg,
         train_batches=train_batches,
-        extra_callbacks=[*([clock] if clock else []), RayReporter(report, cfg.ray.report_on_log)],
+        extra_callbacks=[*([clock] if clock else []), reporter],
         tags=tags,
         placement={"node_id": ray.get_runtime_context().get_node_id()},
     )
+    if trainer.checkpointer is not None:
+        reporter.commit = trainer.checkpointer.wait
     try:
         trainer.fit()
     except NonFiniteLossError as e:

@@ -7,6 +7,7 @@ import json
 import math
 import socket
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -354,3 +355,6 @@ def test_a_branched_run_resumes_from_its_own_progress_not_the_branch_point(tmp_p
         build_trainer(branch, extra_callbacks=[StopAfterCheckpoint(15)]).fit()
     assert resume_step(branch) == 15
     assert build_trainer(branch).restore() == 15
+    # Checkpoints off: the trainer restores nothing, so the data must start at 0 too.
+    off = replace(branch, checkpoint=replace(branch.checkpoint, enabled=False))
+    assert resume_step(off) == build_trainer(off).restore() == 0
