@@ -23,8 +23,11 @@ GPU_TESTS = {
     "test_compile_matches_eager[bf16-0.05]",
     "test_float8_tracks_bf16_over_50_steps[tensorwise]",
     "test_float8_tracks_bf16_over_50_steps[rowwise]",
-    *(f"test_the_attention_backend_that_ran[{b}]" for b in ("flash", "cudnn", "efficient")),
-    *(f"test_the_attention_backend_that_ran[{b}]" for b in ("math", "auto")),
+    *(
+        f"test_the_attention_backend_that_ran[{b}-{kv}]"
+        for b in ("flash", "cudnn", "efficient", "math", "auto")
+        for kv in (4, 2)  # key/value heads of 4: plain and grouped-query attention
+    ),
     "test_checkpoint_save_and_resume_on_gpu",
     "test_the_cuda_group_takes_device_tensors_and_objects",
 }
