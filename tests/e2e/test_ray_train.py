@@ -17,6 +17,7 @@ from reference import SIXTEEN_STEPS
 from trainer_core.config.loader import from_dict, to_dict
 from trainer_core.config.sections import TrainConfig
 from trainer_core.data.shards import DataError
+from trainer_core.errors import RunFailedError
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.ray.train_driver import run_training
 from trainer_core.train.build import build_trainer
@@ -138,6 +139,22 @@ def test_a_refused_checkpoint_fails_at_once_in_one_line_and_changes_nothing(
     assert "Traceback" not in "\n".join(ours)
     assert "RunFailedError" not in err and "FatalRunError" not in err
     assert our_files(run_dir) == before
+
+
+def test_a_run_ray_train_gives_up_on_is_recorded_failed_with_the_reason(
+    ray_session, config, tmp_path
+):
+    """Rank 1 SIGKILLed with no restart allowed: rank 0, the one writer of run.json, saw no error
+    of its own and left it "running"; the driver now records the run failed, with Ray's reason,
+    and the work so far stays."""
+    run_dir = tmp_path / "run"
+    kill = KillWorker(tmp_path / "hook.jsonl", step=8, rank=1)
+    with pytest.raises(RunFailedError) as failed:
+        run_training(config(run_dir, "--ray.max_failures=0"), callbacks=[kill])
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "failed" and 8 <= record["last_step"] < 16
+    assert record["error"] and record["error"] in str(failed.value)
+    assert (run_dir / "checkpoints" / "step-00000008").is_dir()
 
 
 def test_a_corrupt_checkpoint_then_a_sigkilled_worker_each_cost_one_restart(

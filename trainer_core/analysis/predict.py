@@ -10,7 +10,7 @@ import pandas as pd
 from trainer_core.analysis.checks import fit_flags, too_few_sizes
 from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit, fit_chinchilla
 from trainer_core.analysis.frontier import fit_frontier
-from trainer_core.analysis.load import AnalysisError
+from trainer_core.analysis.load import AnalysisError, analysis_flops
 
 LAW_CHINCHILLA = "L(N, D)"
 LAW_FRONTIER = "frontier L(C)"
@@ -211,5 +211,5 @@ def predict_loss(
         N = fit.optimal_params(D)
         how = "compute-optimal N for D"
     return LossPrediction(
-        float(fit.predict(N, D)), float(N), float(D), 6 * float(N) * float(D), how
+        float(fit.predict(N, D)), float(N), float(D), analysis_flops(float(N), float(D)), how
     )

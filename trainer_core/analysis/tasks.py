@@ -39,7 +39,7 @@ from trainer_core.analysis.ladder_table import (
     TASK_LOSS_SUFFIX,
     accuracy_metric,
 )
-from trainer_core.analysis.load import AnalysisError
+from trainer_core.analysis.load import AnalysisError, analysis_flops
 from trainer_core.analysis.task_sigmoid import SigmoidFit, fit_sigmoid, sigmoid_flags
 
 STEP1_ND = "N, D"
@@ -177,7 +177,7 @@ class TaskLaw:
     def predict_loss(self, N: float, D: float) -> float:
         if isinstance(self.step1, ChinchillaFit):
             return float(self.step1.predict(N, D))
-        return float(self.step1.predict(6 * N * D))
+        return float(self.step1.predict(analysis_flops(N, D)))
 
     def loss_samples(self, N: float, D: float) -> np.ndarray:
         s = self.step1.samples
@@ -185,7 +185,7 @@ class TaskLaw:
             return np.empty(0)
         if isinstance(self.step1, ChinchillaFit):
             return s["E"] + s["A"] * float(N) ** -s["alpha"] + s["B"] * float(D) ** -s["beta"]
-        return s["E"] + s["A"] * (6 * float(N) * float(D)) ** -s["alpha"]
+        return s["E"] + s["A"] * analysis_flops(float(N), float(D)) ** -s["alpha"]
 
     def predict(
         self,
@@ -282,7 +282,7 @@ def fit_task(
             final["N"], final["tokens"], final[loss_col], n_bootstrap, seed, final["size"]
         )
     elif step1 == STEP1_COMPUTE:
-        flops = 6 * final["N"] * final["tokens"]
+        flops = analysis_flops(final["N"], final["tokens"])
         law = fit_loss_vs_compute(flops, final[loss_col], n_bootstrap, seed, final["size"])
     else:
         raise AnalysisError(f"step1 = {step1!r}: use {STEP1_ND!r} or {STEP1_COMPUTE!r}")

@@ -18,7 +18,7 @@ from trainer_core.config.decode import ConfigError
 from trainer_core.data.token_data import open_token_data
 from trainer_core.errors import RunFailedError
 from trainer_core.io import storage
-from trainer_core.io.run_dir import FINAL_STATUSES, metrics_path, read_run_json
+from trainer_core.io.run_dir import FINAL_STATUSES, mark_failed, metrics_path, read_run_json
 from trainer_core.io.storage import Location
 from trainer_core.ray.failures import FailFastTorchTrainer, fatal_reason
 from trainer_core.ray.reader import dataset_name, rank_dataset
@@ -100,7 +100,9 @@ def run_training(
     try:
         build_torch_trainer(cfg, tags, callbacks).fit()
     except ray.train.TrainingFailedError as e:
-        raise RunFailedError(failure_message(run_dir, ray_train_reason(e))) from None
+        reason = ray_train_reason(e)
+        mark_failed(run_dir, reason)  # rank 0 may never have seen the error (another rank's)
+        raise RunFailedError(failure_message(run_dir, reason)) from None
     return run_summary(run_dir)
 
 

@@ -275,7 +275,8 @@ def _trial_name(trial) -> str:
 
 def record_trial_ends(specs: list[TrialSpec], failed: dict[str, str]) -> None:
     """Runs whose trial ended and that still say "running": stopped early by Tune's scheduler,
-    or failed (with the reason) where rank 0 could not say so itself."""
+    or failed (with the reason) where rank 0 could not say so itself. A Ray Train run records
+    its own failure (``run_training``); a trial-runner trial that Tune gave up on does not."""
     for spec in specs:
         run_dir = spec.config.trainer.run_dir
         if spec.name in failed:

@@ -148,8 +148,8 @@ def test_refits_without_a_frontier_are_left_out_of_every_optimum_interval():
     flat = {k: np.append(v, 0.0 if k == "beta" else v[0]) for k, v in samples.items()}
     clean = ChinchillaFit(**TRUE, n_points=0, objective=0.0, samples=samples)
     with_flat = ChinchillaFit(**TRUE, n_points=0, objective=0.0, samples=flat)
-    for name, interval in with_flat.optimal_intervals(1e21).items():
-        assert interval == pytest.approx(clean.optimal_intervals(1e21)[name]), name
+    # The same arithmetic on the same 40 refits in one process: equal to the last bit.
+    assert with_flat.optimal_intervals(1e21) == clean.optimal_intervals(1e21)
 
 
 def test_a_negative_bootstrap_count_is_an_error_naming_it():

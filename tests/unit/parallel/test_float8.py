@@ -249,4 +249,5 @@ def test_resumed_fsdp2_float8_weights_are_cast_with_the_loaded_weights_scales(
     spawn_ranks(_resume_worker, 2, str(tmp_path / "run"), str(out))
     seen = json.loads(out.read_text())
     assert seen["step"] == 4 and len(seen["trained"]) == 2 * 7
-    assert seen["resumed"] == pytest.approx(seen["trained"], rel=1e-6)
+    # Stale scales were up to 17% off; 1e-3 is far from that and from any CPU's rounding.
+    assert seen["resumed"] == pytest.approx(seen["trained"], rel=1e-3)
