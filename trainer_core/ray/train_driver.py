@@ -18,7 +18,13 @@ from trainer_core.config.decode import ConfigError
 from trainer_core.data.token_data import open_token_data
 from trainer_core.errors import RunFailedError
 from trainer_core.io import storage
-from trainer_core.io.run_dir import FINAL_STATUSES, mark_failed, metrics_path, read_run_json
+from trainer_core.io.run_dir import (
+    FINAL_STATUSES,
+    mark_failed,
+    metrics_path,
+    read_run_json,
+    worker_groups,
+)
 from trainer_core.io.storage import Location
 from trainer_core.ray.failures import FailFastTorchTrainer, fatal_reason
 from trainer_core.ray.reader import dataset_name, rank_dataset
@@ -101,7 +107,11 @@ def run_training(
         build_torch_trainer(cfg, tags, callbacks).fit()
     except ray.train.TrainingFailedError as e:
         reason = ray_train_reason(e)
-        mark_failed(run_dir, reason)  # rank 0 may never have seen the error (another rank's)
+        if len(worker_groups(run_dir)) > len(done.get("workers", [])):
+            # This launch trained, and rank 0 (run.json's writer) may not have seen the error:
+            # another rank's bad shard, a worker lost with no restart left. A launch refused
+            # before training (a checkpoint that doesn't fit) leaves the record as it was.
+            mark_failed(run_dir, reason)
         raise RunFailedError(failure_message(run_dir, reason)) from None
     return run_summary(run_dir)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from trainer_core.errors import UserError
 from trainer_core.io import storage
-from trainer_core.io.run_dir import TUNE, mark_failed, mark_stopped
+from trainer_core.io.run_dir import TUNE, mark_stopped
 from trainer_core.io.storage import Location
 from trainer_core.ray.failures import user_error_in
 from trainer_core.ray.run_config import RayTrainConfig
@@ -210,7 +210,7 @@ def run_trials(
     grid = tuner.fit()
     wall_s = time.perf_counter() - started
     failed = trial_failures(grid)
-    record_trial_ends(specs, failed)
+    mark_stopped_runs([s for s in specs if s.name not in failed])
     if failed:
         lines = "\n".join(f"  {name}: {reason}" for name, reason in failed.items())
         raise TrialsFailedError(
@@ -273,16 +273,11 @@ def _trial_name(trial) -> str:
     return trial.config["trial"]["name"]
 
 
-def record_trial_ends(specs: list[TrialSpec], failed: dict[str, str]) -> None:
-    """Runs whose trial ended and that still say "running": stopped early by Tune's scheduler,
-    or failed (with the reason) where rank 0 could not say so itself. A Ray Train run records
-    its own failure (``run_training``); a trial-runner trial that Tune gave up on does not."""
+def mark_stopped_runs(specs: list[TrialSpec]) -> None:
+    """Runs that Tune's scheduler stopped early still say "running": record them as stopped.
+    (A failed Ray Train run records its own failure: ``run_training``.)"""
     for spec in specs:
-        run_dir = spec.config.trainer.run_dir
-        if spec.name in failed:
-            mark_failed(run_dir, failed[spec.name])
-        else:
-            mark_stopped(run_dir)
+        mark_stopped(spec.config.trainer.run_dir)
 
 
 def fmt_lr(lr: float) -> str:

@@ -69,7 +69,7 @@ def test_mark_stopped_touches_only_runs_cut_short(tmp_path):
 
 def test_mark_failed_records_the_reason_where_rank_0_could_not(tmp_path):
     """A bad shard met by rank 1 (each rank reads its own rows) ends the run while rank 0, the
-    one writer of run.json, never saw an error: the driver records it from the trial's error."""
+    one writer of run.json, never saw an error: the driver records it from Ray's error."""
     cut, done = tmp_path / "cut", tmp_path / "done"
     for path in (cut, done):
         path.mkdir()
