@@ -13,6 +13,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from tokenizers import Tokenizer as RawTokenizer
@@ -30,6 +31,15 @@ BOS_NAMES = ("<|bos|>", "<s>", "<bos>", "<|begin_of_text|>", "<|startoftext|>", 
 BPE_SPECIALS = ("<|endoftext|>", "<|bos|>", "<|pad|>")
 
 
+class Continuation(NamedTuple):
+    """A scored continuation's tokens, the context's before them, and the UTF-8 bytes the
+    continuation's tokens cover (for bits per byte)."""
+
+    context: np.ndarray
+    ids: np.ndarray
+    nbytes: int
+
+
 class Tokenizer(ABC):
     """What the shard writer and the data loader need from a tokenizer."""
 
@@ -41,6 +51,14 @@ class Tokenizer(ABC):
     @abstractmethod
     def encode_arrays(self, texts: list[str]) -> list[np.ndarray]:
         """Token ids of each text as an integer array (the fast path the shard writer uses)."""
+
+    @abstractmethod
+    def encode_continuations(self, context: str, continuations: list[str]) -> list[Continuation]:
+        """Each continuation as the model meets it after ``context`` in training text: context
+        and continuation encoded as one text, the tokens that cover any of the continuation's
+        characters (one that spans the boundary, such as a space-prefixed word after a context
+        ending in a space, among them) are the continuation's; encoded apart, the two would meet
+        at a token boundary the training data never had."""
 
     @property
     @abstractmethod
@@ -76,6 +94,10 @@ class ByteTokenizer(Tokenizer):
 
     def encode_arrays(self, texts: list[str]) -> list[np.ndarray]:
         return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
+
+    def encode_continuations(self, context: str, continuations: list[str]) -> list[Continuation]:
+        (ids,) = self.encode_arrays([context])  # bytes: no token spans a boundary
+        return [Continuation(ids, c_ids, len(c_ids)) for c_ids in self.encode_arrays(continuations)]
 
     @property
     def content_hash(self) -> str:
@@ -128,6 +150,21 @@ class HFTokenizer(Tokenizer):
     def encode_arrays(self, texts: list[str]) -> list[np.ndarray]:
         encodings = self.tok.encode_batch(texts, add_special_tokens=False)
         return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+
+    def encode_continuations(self, context: str, continuations: list[str]) -> list[Continuation]:
+        out = []
+        whole = [context + c for c in continuations]
+        for text, e in zip(
+            whole, self.tok.encode_batch(whole, add_special_tokens=False), strict=True
+        ):
+            ids = np.asarray(e.ids, dtype=np.int64)
+            # Character offsets: the first token that ends inside the continuation starts it.
+            split = next(
+                (i for i, (_, end) in enumerate(e.offsets) if end > len(context)), len(ids)
+            )
+            start = e.offsets[split][0] if split < len(ids) else len(text)
+            out.append(Continuation(ids[:split], ids[split:], len(text[start:].encode("utf-8"))))
+        return out
 
     @property
     def content_hash(self) -> str:

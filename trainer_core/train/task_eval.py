@@ -29,7 +29,7 @@ import torch
 from trainer_core.config.sections import TrainConfig
 from trainer_core.data.shards import DataError, Manifest
 from trainer_core.data.tasks import Task, load_tasks
-from trainer_core.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
+from trainer_core.data.tokenizer import ByteTokenizer, Continuation, Tokenizer, load_tokenizer
 from trainer_core.io import storage
 
 SUMS = ("acc", "acc_norm", "bpb", "acc_pmi", "count", "calibrated")
@@ -55,14 +55,13 @@ def _row_tokens(prefix: np.ndarray, choice: np.ndarray, seq_len: int) -> tuple[n
 
 
 def _add_rows(
-    part: dict, start: np.ndarray, prompt: np.ndarray, choices: list, seq_len: int, width: int
+    part: dict, start: np.ndarray, choices: list[Continuation], seq_len: int, width: int
 ) -> np.ndarray:
-    """One row per choice after ``prompt``, appended to a rank's rows; their indices, padded to
-    ``width`` with -1."""
-    prefix = np.concatenate([start, prompt])
+    """One row per choice after its context, appended to a rank's rows; their indices, padded
+    to ``width`` with -1."""
     rows = np.full(width, -1)
-    for c, ids in enumerate(choices):
-        seq, n = _row_tokens(prefix, ids, seq_len)
+    for c, choice in enumerate(choices):
+        seq, n = _row_tokens(np.concatenate([start, choice.context]), choice.ids, seq_len)
         rows[c] = len(part["seqs"])
         part["seqs"].append(seq)
         part["n_choice"].append(n)
@@ -99,14 +98,14 @@ class TaskEvaluator:
             for ex in task.examples:
                 part = per_rank[index % dp_size]
                 index += 1
-                prompt, *choices = tokenizer.encode_arrays([ex.prompt, *ex.choices])
+                choices = tokenizer.encode_continuations(ex.prompt, list(ex.choices))
                 nbytes = np.ones(width)
-                nbytes[: len(choices)] = [len(c.encode("utf-8")) for c in ex.choices]
-                part["row"].append(_add_rows(part, start, prompt, choices, seq_len, width))
+                nbytes[: len(choices)] = [c.nbytes for c in choices]
+                part["row"].append(_add_rows(part, start, choices, seq_len, width))
                 urows = np.full(width, -1)
                 if ex.uncond_prompt is not None:
-                    (uncond,) = tokenizer.encode_arrays([ex.uncond_prompt])
-                    urows = _add_rows(part, start, uncond, choices, seq_len, width)
+                    uncond = tokenizer.encode_continuations(ex.uncond_prompt, list(ex.choices))
+                    urows = _add_rows(part, start, uncond, seq_len, width)
                 part["urow"].append(urows)
                 part["task"].append(task_id)
                 part["gold"].append(ex.gold)

@@ -412,3 +412,20 @@ def test_tokenize_refuses_a_bad_number_naming_the_flag(run_script, tmp_path, fla
     assert (code, stdout) == (2, "")
     assert stderr.endswith(f"error: argument {flag}: {why}\n")
     assert not out.exists()
+
+
+def test_a_continuation_keeps_the_tokens_of_the_whole_text():
+    """Issue 26: a task's choice is scored on the tokens the model meets in training text. A
+    byte-level BPE puts a word's leading space in the word's token, so after a context ending in
+    a space the choice encoded alone ("abc") is not what the whole text holds (" abc")."""
+    tok = train_bpe(["abc de abc de fg abc"] * 30, 300)
+    context, choices = "de fg ", ["abc", "abc de"]
+    for choice, c in zip(choices, tok.encode_continuations(context, choices), strict=True):
+        (whole,) = tok.encode_arrays([context + choice])
+        assert [*c.context, *c.ids] == whole.tolist()
+        assert c.ids.tolist() != tok.encode_arrays([choice])[0].tolist()
+        assert tok.tok.decode(c.ids.tolist()) == " " + choice
+        assert c.nbytes == len(" " + choice)  # the bytes its tokens cover
+    byte = ByteTokenizer().encode_continuations(context, choices)
+    assert [bytes(c.context) for c in byte] == [context.encode()] * 2
+    assert [(bytes(c.ids), c.nbytes) for c in byte] == [(b"abc", 3), (b"abc de", 6)]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from trainer_core.data.tasks import Task, TaskExample
-from trainer_core.data.tokenizer import ByteTokenizer
+from trainer_core.data.tokenizer import ByteTokenizer, train_bpe
 from trainer_core.train.task_eval import TaskEvaluator
 
 TOK = ByteTokenizer()
@@ -120,3 +120,22 @@ def test_a_rank_with_no_examples_still_runs_the_same_forwards():
     metrics = TaskEvaluator(task, TOK, 64, 8, dp_rank=1, dp_size=2).evaluate(empty, "cpu")
     assert len(empty.batch_sizes) == 1
     assert metrics["task/tiny/acc"] == 0.0
+
+
+def test_bpe_rows_score_the_tokens_of_the_whole_text():
+    """A BPE task's rows are the tokens of context + choice encoded as one text (the choice's
+    leading space in its first token, as in training text), the choice's tokens masked for
+    scoring and the bytes they cover counted for bits per byte."""
+    tok = train_bpe(["abc de abc de fg abc"] * 30, 300)
+    example = TaskExample("de fg ", ("abc", "abc de"), 0, None)
+    evaluator = TaskEvaluator([Task("t", (example,))], tok, 64, micro_batch_seqs=4)
+    (mb,) = evaluator.batches
+    scored = set()
+    for j in range(2):
+        end = int(mb.mask[j].nonzero().max()) + 1
+        row = [int(mb.inputs[j, 0]), *mb.targets[j, :end].tolist()]
+        text = tok.tok.decode(row[1:])
+        assert row == [tok.eos_id, *tok.encode_arrays([text])[0]]
+        scored.add((text, tok.tok.decode(mb.targets[j][mb.mask[j]].tolist())))
+    assert scored == {("de fg abc", " abc"), ("de fg abc de", " abc de")}
+    assert evaluator.choice_bytes[0, :2].tolist() == [4.0, 7.0]
