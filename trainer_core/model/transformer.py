@@ -11,6 +11,7 @@ Module names (``blocks.<i>.attn.wq`` ...) are what ``trainer_core.parallel`` sha
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -151,9 +152,14 @@ class LMHead(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, cfg: ModelConfig, max_seq_len: int = 4096):
+    """The model. Built on the meta device (``with torch.device("meta")``) it holds shapes only
+    and draws nothing: :func:`trainer_core.parallel.materialize.build_model` wraps it, then gives
+    each rank its part of the same initial weights (:meth:`initial_parameters`)."""
+
+    def __init__(self, cfg: ModelConfig, max_seq_len: int = 4096, *, init_seed: int = 0):
         super().__init__()
         self.cfg = cfg
+        self.max_seq_len = max_seq_len
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         # A ModuleDict keyed by layer index keeps names stable under activation checkpointing.
         self.blocks = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layers)})
@@ -163,24 +169,48 @@ class Transformer(nn.Module):
         self.register_buffer(
             "rotations", rope_tables(cfg.head_dim, max_seq_len, cfg.rope_theta), persistent=False
         )
-        self.init_weights()
+        if not self.rotations.is_meta:
+            self.init_weights(init_seed)
 
-    @torch.no_grad()
-    def init_weights(self) -> None:
-        """Truncated normal(0, init_std) everywhere, residual outputs scaled by 1/sqrt(2 L).
+    def initial_parameters(
+        self, seed: int, device: torch.device
+    ) -> Iterator[tuple[nn.Parameter, torch.Tensor]]:
+        """Each parameter with its whole initial value, drawn on ``device`` in parameter order
+        from one generator seeded with ``seed``: a model's initial weights depend on the seed and
+        the device type, not on the global RNG or how the model is sharded.
 
-        GPT-2 / OLMo style: the two projections writing into the residual stream per block
-        (``attn.wo``, ``mlp.w_down``) get std / sqrt(2 n_layers) so the residual variance
-        stays O(1) with depth; norms start at 1.
+        Truncated normal(0, init_std) everywhere, residual outputs scaled by 1/sqrt(2 L) (GPT-2 /
+        OLMo style: the two projections writing into the residual stream per block, ``attn.wo``
+        and ``mlp.w_down``, get std / sqrt(2 n_layers) so the residual variance stays O(1) with
+        depth); norms start at 1. Names may carry wrappers' prefixes (compile, AC): the suffix
+        decides.
         """
+        generator = torch.Generator(device).manual_seed(seed)
         std = self.cfg.init_std
         out_std = std / math.sqrt(2 * self.cfg.n_layers)
         for name, p in self.named_parameters():
+            value = torch.empty(p.shape, dtype=p.dtype, device=device)
             if p.dim() == 1:
-                nn.init.ones_(p)
+                nn.init.ones_(value)
             else:
                 s = out_std if name.endswith(("attn.wo.weight", "mlp.w_down.weight")) else std
-                nn.init.trunc_normal_(p, mean=0.0, std=s, a=-3 * s, b=3 * s)
+                nn.init.trunc_normal_(value, std=s, a=-3 * s, b=3 * s, generator=generator)
+            yield p, value
+
+    @torch.no_grad()
+    def init_weights(self, seed: int) -> None:
+        """Write :meth:`initial_parameters` into an unsharded model, where its weights are."""
+        for p, value in self.initial_parameters(seed, self.rotations.device):
+            p.copy_(value)
+
+    @torch.no_grad()
+    def init_buffers(self) -> None:
+        """Recompute the RoPE table in place (after ``to_empty`` left it uninitialised)."""
+        self.rotations.copy_(
+            rope_tables(
+                self.cfg.head_dim, self.max_seq_len, self.cfg.rope_theta, self.rotations.device
+            )
+        )
 
     def forward(
         self,

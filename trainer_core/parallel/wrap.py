@@ -138,13 +138,13 @@ def parallelize_model(
     model: nn.Module, mesh: DeviceMesh | None, cfg: ParallelConfig, device: torch.device
 ) -> nn.Module:
     """Apply float8, TP, AC, compile and FSDP2 as configured; returns the same (now wrapped)
-    model.
+    model. The model is on ``device`` already, or on the meta device (a run's model:
+    :func:`trainer_core.parallel.materialize.build_model` allocates it after wrapping).
 
     ``param_dtype`` / ``reduce_dtype`` act through FSDP (:func:`uses_fsdp`); on one device
     without a mesh (or TP alone) bf16 comes from autocast (:mod:`trainer_core.parallel.precision`).
     """
     fsdp = uses_fsdp(mesh)
-    model.to(device)
     if cfg.float8 != "none":
         check_float8(cfg, device)
         convert_to_float8(model, cfg, fsdp=fsdp)

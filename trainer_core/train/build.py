@@ -19,12 +19,12 @@ from trainer_core.io import storage
 from trainer_core.io.run_dir import RunInfo
 from trainer_core.model.attention import check_attention_backend
 from trainer_core.model.counts import count_params, num_flops_per_token
-from trainer_core.model.transformer import Transformer
 from trainer_core.parallel.float8 import float8_all_gather, keep_scales_current
+from trainer_core.parallel.materialize import build_model
 from trainer_core.parallel.mesh import dp_layout
 from trainer_core.parallel.precision import autocast_precision, computes_in_16_bit
 from trainer_core.parallel.process_group import init_distributed, resolve_device
-from trainer_core.parallel.wrap import build_mesh, dp_mesh, parallelize_model, uses_fsdp
+from trainer_core.parallel.wrap import build_mesh, dp_mesh, uses_fsdp
 from trainer_core.train.callbacks import Callback, ConsoleProgress, JsonlMetrics
 from trainer_core.train.optim import build_optimizer
 from trainer_core.train.schedule import build_scheduler
@@ -59,10 +59,8 @@ def build_train_module(
     check_attention_backend(
         cfg.model.attention_backend, device, computes_in_16_bit(cfg.parallel, cfg.train_module)
     )
-    # Same seed on every rank: identical initial weights before sharding.
-    torch.manual_seed(cfg.trainer.seed)
-    model = Transformer(cfg.model, max_seq_len=cfg.data.seq_len)
-    model = parallelize_model(model, mesh, cfg.parallel, device)
+    torch.manual_seed(cfg.trainer.seed)  # the same global RNG on every rank
+    model = build_model(cfg.model, cfg.data.seq_len, mesh, cfg.parallel, device, cfg.trainer.seed)
     optimizer = build_optimizer(model, cfg.optim, device)
     after_load = None
     if float8_all_gather(cfg.parallel, fsdp):

@@ -44,8 +44,7 @@ K = 3  # steps before and after the checkpoint
 
 
 def build(world: int, cfg: ModelConfig = TINY, init_seed: int = 0) -> TrainModule:
-    torch.manual_seed(init_seed)
-    model = Transformer(cfg)
+    model = Transformer(cfg, init_seed=init_seed)
     if world > 1:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard

@@ -25,6 +25,7 @@ from trainer_core.config.sections import (
     TrainModuleConfig,
 )
 from trainer_core.model.transformer import Transformer
+from trainer_core.parallel.materialize import build_model
 from trainer_core.parallel.mesh import check_tensor_parallel, dp_layout, mesh_shape
 from trainer_core.parallel.process_group import (
     init_distributed,
@@ -64,10 +65,16 @@ def train(
     module_cfg: TrainModuleConfig = CLIPPED,
 ) -> dict[str, list]:
     """10 optimizer steps; returns the global mean loss and pre-clip grad norm of each step, and
-    the dtypes the parameters are held in between steps."""
+    the dtypes the parameters are held in between steps.
+
+    One process trains the model as constructed (its weights drawn whole); ranks train it as a
+    run builds it: on the meta device, wrapped, then each rank's shards drawn on its own, which
+    must be the same weights (the first step's loss would differ otherwise)."""
     mesh = build_mesh(parallel, world, "cpu")
-    torch.manual_seed(0)
-    model = parallelize_model(Transformer(model_cfg, SEQ), mesh, parallel, CPU)
+    if mesh is None:
+        model = parallelize_model(Transformer(model_cfg, SEQ, init_seed=0), None, parallel, CPU)
+    else:
+        model = build_model(model_cfg, SEQ, mesh, parallel, CPU, seed=0)
     opt = build_optimizer(model, OptimConfig(lr=3e-3), CPU)
     sched = build_scheduler(opt, ScheduleConfig(kind="cosine", warmup=2), STEPS)
     layout = dp_layout(parallel, world, torch.distributed.get_rank() if mesh is not None else 0)
