@@ -110,6 +110,15 @@ def _usable(df: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
         raise AnalysisError(f"hyperparameter sweep table lacks columns {missing}; needs {COLUMNS}")
+    for column in ("N", "D"):
+        values = df[column].astype(float)
+        bad = values[~(np.isfinite(values) & (values > 0))]
+        if len(bad):
+            raise AnalysisError(
+                f"hyperparameter sweep table: {column} must be a positive number of "
+                f"{'parameters' if column == 'N' else 'tokens'}; row {bad.index[0]!r} has "
+                f"{bad.iloc[0]!r}: fix or drop the row"
+            )
     keep = np.isfinite(df["loss"].astype(float)) & (df["lr"] > 0) & (df["batch"] > 0)
     if "stopped" in df.columns:
         keep &= ~df["stopped"].eq(True)

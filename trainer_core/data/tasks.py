@@ -72,6 +72,12 @@ def _solved(obj: object, where: str) -> tuple[str, list[str], int]:
     choices = _field(obj, "choices", list, where)
     if len(choices) < 2 or not all(isinstance(c, str) and c for c in choices):
         raise TaskFormatError(f"{where}: 'choices' must list at least 2 non-empty strings")
+    repeated = sorted({c for c in choices if choices.count(c) > 1})
+    if repeated:
+        raise TaskFormatError(
+            f"{where}: 'choices' lists {repeated[0]!r} more than once; an example whose gold "
+            "choice has a twin can't be scored (ties go to the first): keep one of each"
+        )
     gold = _field(obj, "gold", int, where)
     if not 0 <= gold < len(choices):
         raise TaskFormatError(
@@ -178,10 +184,19 @@ def load_tasks(
     specs: list[str], builtin_dir: str | Path | None = None, max_examples: int = 0
 ) -> list[Task]:
     """The tasks a config names (``evals.tasks``), each cut to ``max_examples`` if > 0."""
-    tasks = []
+    tasks, paths = [], {}
     for spec in specs:
         name = spec if spec in BUILTIN_TASKS else None
-        tasks.append(read_task(resolve_task(spec, builtin_dir), name, max_examples))
+        path = resolve_task(spec, builtin_dir)
+        task = read_task(path, name, max_examples)
+        if task.name in paths:
+            raise TaskFormatError(
+                f"evals.tasks: {paths[task.name]} and {path} are both task {task.name!r} (a task "
+                "is named by its file's stem, and its metrics by the task): list each file once, "
+                "and give files of different tasks different names"
+            )
+        paths[task.name] = path
+        tasks.append(task)
     return tasks
 
 

@@ -54,6 +54,17 @@ def _row_tokens(prefix: np.ndarray, choice: np.ndarray, seq_len: int) -> tuple[n
     return seq, min(len(choice), len(seq) - 1)
 
 
+def _check_fits(choices: list[Continuation], seq_len: int, where: str) -> None:
+    """A choice scored in part would be divided by all its bytes (bits per byte too low, the
+    cut choice favoured): refuse one with no room for a token of context."""
+    longest = max(len(c.ids) for c in choices)
+    if longest > seq_len:
+        raise DataError(
+            f"{where}: a choice of {longest} tokens leaves no room for its context in "
+            f"data.seq_len {seq_len}: shorten the task's choices or raise data.seq_len"
+        )
+
+
 def _add_rows(
     part: dict, start: np.ndarray, choices: list[Continuation], seq_len: int, width: int
 ) -> np.ndarray:
@@ -95,10 +106,11 @@ class TaskEvaluator:
         width = max(len(e.choices) for t in tasks for e in t.examples) if tasks else 1
         index = 0
         for task_id, task in enumerate(tasks):
-            for ex in task.examples:
+            for number, ex in enumerate(task.examples, start=1):
                 part = per_rank[index % dp_size]
                 index += 1
                 choices = tokenizer.encode_continuations(ex.prompt, list(ex.choices))
+                _check_fits(choices, seq_len, f"task {task.name!r}, example {number}")
                 nbytes = np.ones(width)
                 nbytes[: len(choices)] = [c.nbytes for c in choices]
                 part["row"].append(_add_rows(part, start, choices, seq_len, width))

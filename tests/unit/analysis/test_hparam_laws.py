@@ -177,6 +177,16 @@ def test_a_table_without_the_columns_is_refused():
         cell_optima(pd.DataFrame({"N": [1.0], "lr": [1e-3], "loss": [3.0]}))
 
 
+@pytest.mark.parametrize("column, value", [("D", 0.0), ("N", -1e6), ("N", math.nan)])
+def test_a_size_or_horizon_that_is_not_positive_is_refused_by_name(column, value):
+    """A table from a published CSV with a zero horizon gave a NaN law and no note (and a
+    negative size an SVD error from deep in numpy)."""
+    df = sweep()
+    df.loc[df.index[5], column] = value
+    with pytest.raises(AnalysisError, match=f"{column} must be a positive number.*row 5"):
+        fit_hparam_laws(df)
+
+
 def test_plots_of_the_laws_are_written(tmp_path):
     from trainer_core.analysis.plots_hparams import plot_hparam_laws
 

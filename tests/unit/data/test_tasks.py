@@ -52,6 +52,7 @@ def test_valid_file_round_trips(tmp_path):
         ({**GOOD, "fewshot": [{"context": "x", "choices": ["a", "b"]}]}, "fewshot[0]: missing"),
         ({**GOOD, "fewshot": "x"}, "'fewshot' must be a list"),
         ({**GOOD, "uncond_context": 3}, "'uncond_context' must be str"),
+        ({**GOOD, "choices": [" 4", " 5", " 4"]}, "lists ' 4' more than once"),
     ],
 )
 def test_bad_line_names_file_and_line(tmp_path, bad, words):
@@ -94,6 +95,18 @@ def test_invalid_json_names_file_and_line(tmp_path):
 def test_missing_task_file_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="no such file"):
         load_tasks([str(tmp_path / "nope.jsonl")])
+
+
+def test_two_files_of_one_name_are_refused_naming_both(tmp_path):
+    """Metrics are keyed by task name (the file's stem): arc/val.jsonl and hellaswag/val.jsonl
+    both wrote task/val/*, the second silently replacing the first."""
+    first = write_task(tmp_path / "arc" / "val.jsonl", [GOOD])
+    second = write_task(tmp_path / "hellaswag" / "val.jsonl", [GOOD])
+    with pytest.raises(TaskFormatError) as err:
+        load_tasks([str(first), str(second)])
+    assert str(err.value).startswith(f"evals.tasks: {first} and {second} are both task 'val'")
+    with pytest.raises(TaskFormatError, match="list each file once"):
+        load_tasks([str(first), str(first)])
 
 
 def test_next_line_examples_are_valid_and_deterministic():

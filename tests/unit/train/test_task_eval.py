@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from trainer_core.data.shards import DataError
 from trainer_core.data.tasks import Task, TaskExample
 from trainer_core.data.tokenizer import ByteTokenizer, train_bpe
 from trainer_core.train.task_eval import TaskEvaluator
@@ -76,7 +77,7 @@ def make_task(name: str, n: int, seed: int, uncond: bool = False) -> Task:
 TASKS = [make_task("one", 13, 1), make_task("two", 8, 2), make_task("pmi", 11, 4, uncond=True)]
 
 
-@pytest.mark.parametrize("seq_len", [64, 6])
+@pytest.mark.parametrize("seq_len", [64, 9])
 def test_metrics_match_hand_computation(seq_len):
     forward = Bigram()
     got = TaskEvaluator(TASKS, TOK, seq_len, micro_batch_seqs=5).evaluate(forward, "cpu")
@@ -139,3 +140,13 @@ def test_bpe_rows_score_the_tokens_of_the_whole_text():
         scored.add((text, tok.tok.decode(mb.targets[j][mb.mask[j]].tolist())))
     assert scored == {("de fg abc", " abc"), ("de fg abc de", " abc de")}
     assert evaluator.choice_bytes[0, :2].tolist() == [4.0, 7.0]
+
+
+def test_a_choice_longer_than_the_sequence_is_refused_by_task_and_example():
+    """Cut to seq_len, a choice was scored in part but divided by all its bytes."""
+    task = Task(
+        "long", (TaskExample("q", ("a", "b"), 0, None), TaskExample("q", ("a", "b" * 9), 0, None))
+    )
+    with pytest.raises(DataError, match=r"task 'long', example 2: a choice of 9 tokens .* 8"):
+        TaskEvaluator([task], TOK, 8, micro_batch_seqs=4)
+    TaskEvaluator([task], TOK, 9, micro_batch_seqs=4)  # one token of context: EOS
