@@ -12,12 +12,13 @@ the LR, and puts the optimum wherever the finished trials happen to be.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import pandas as pd
+from scipy.stats import t as student_t
 
 from trainer_core.analysis.load import AnalysisError, ExperimentResults, load
 from trainer_core.ladder.formulas import LADDER_LR_EXPONENT
@@ -216,30 +217,62 @@ def optimal_lrs(table: pd.DataFrame, loss: str = COMPARED) -> dict[str, OptimalL
 
 @dataclass
 class LRPowerLawFit:
-    """lr*(N) = a * N^b from a log-log least-squares fit, compared to the ladder's exponent."""
+    """lr*(N) = a * N^b from a log-log least-squares fit, compared to the ladder's exponent.
+
+    A sweep has few sizes (3 is usual): its residual error has n - 2 degrees of freedom, so
+    intervals and the comparison use Student's t, not the normal (with 1 degree of freedom a
+    "2 sigma" gap arises by chance 30% of the time, not 5%)."""
 
     a: float
     b: float
     b_stderr: float
     log_a_stderr: float
     n_points: int
+    cov: np.ndarray = field(repr=False)
+    """Covariance of (log a, b); NaN with two sizes (no residual to estimate it)."""
+    n_range: tuple[float, float] = (math.nan, math.nan)
+    """The smallest and largest N fitted: outside them a prediction extrapolates."""
     reference_exponent: float = LADDER_LR_EXPONENT
 
     @property
+    def dof(self) -> int:
+        return self.n_points - 2
+
+    @property
     def sigmas_from_reference(self) -> float:
-        """(b - reference) in standard errors of b (NaN with only two sizes)."""
+        """(b - reference) in standard errors of b: a t statistic (NaN with only two sizes)."""
         return (self.b - self.reference_exponent) / self.b_stderr if self.b_stderr > 0 else math.nan
+
+    @property
+    def p_from_reference(self) -> float:
+        """Two-sided p of b equal to the reference, on t with :attr:`dof` (NaN with two sizes)."""
+        t = self.sigmas_from_reference
+        return float(2 * student_t.sf(abs(t), self.dof)) if math.isfinite(t) else math.nan
 
     def predict(self, N: float | np.ndarray) -> float | np.ndarray:
         out = self.a * np.asarray(N, dtype=float) ** self.b
         return float(out) if out.ndim == 0 else out
 
+    def interval(self, N: float) -> tuple[float, float]:
+        """The fitted line's 95% interval at N (t with :attr:`dof`); NaN with two sizes."""
+        if self.dof < 1:
+            return math.nan, math.nan
+        row = np.array([1.0, math.log(N)])
+        half = float(student_t.ppf(0.975, self.dof)) * math.sqrt(float(row @ self.cov @ row))
+        centre = math.log(self.predict(N))
+        return math.exp(centre - half), math.exp(centre + half)
+
+    def outside(self, N: float) -> bool:
+        """N lies outside the swept sizes: the law extrapolates there."""
+        return not self.n_range[0] <= N <= self.n_range[1]
+
     def __str__(self) -> str:
         line = f"lr*(N) = {self.a:.4g} * N^{self.b:.4f}"
         if math.isfinite(self.b_stderr):
             line += (
-                f"   (b = {self.b:.3f} ± {self.b_stderr:.3f}; ladder default {self.reference_exponent:.3f}: "
-                f"{self.sigmas_from_reference:+.1f} sigma)"
+                f"   (b = {self.b:.3f} ± {self.b_stderr:.3f}, {self.dof} dof; against OLMo's "
+                f"{self.reference_exponent:.3f}, the ladder's default rule: "
+                f"t = {self.sigmas_from_reference:+.1f}, p = {self.p_from_reference:.2g})"
             )
         return line + f"   [{self.n_points} sizes]"
 
@@ -259,19 +292,28 @@ def fit_lr_power_law(
     X = np.stack([np.ones_like(x), x], axis=1)
     coef, *_ = np.linalg.lstsq(X, y, rcond=None)
     dof = len(x) - 2
+    cov = np.full((2, 2), math.nan)
     if dof > 0:
         resid = y - X @ coef
         cov = (resid @ resid / dof) * np.linalg.inv(X.T @ X)
-        log_a_se, b_se = float(np.sqrt(cov[0, 0])), float(np.sqrt(cov[1, 1]))
-    else:
-        log_a_se = b_se = math.nan
-    return LRPowerLawFit(math.exp(coef[0]), float(coef[1]), b_se, log_a_se, len(x))
+    log_a_se, b_se = (float(v) for v in np.sqrt(np.diag(cov)))
+    return LRPowerLawFit(
+        math.exp(coef[0]), float(coef[1]), b_se, log_a_se, len(x), cov, (n.min(), n.max())
+    )
 
 
 def fit_sweep_lr(sweep: str | Path | ExperimentResults, loss: str = COMPARED) -> LRPowerLawFit:
     """Fit lr*(N) to an LR sweep's per-size optima (its experiment dir, or its results already
-    loaded)."""
+    loaded), those its grids bracket: an optimum at a grid's edge is a bound, not a point."""
     table = lr_sweep_table(sweep if isinstance(sweep, ExperimentResults) else load(sweep))
     optima = optimal_lrs(table, loss)
+    bracketed = {size: o for size, o in optima.items() if not o.at_edge}
+    if len(bracketed) < 2:
+        edge = [size for size, o in optima.items() if o.at_edge]
+        raise AnalysisError(
+            f"lr*(N) needs a bracketed optimum at >= 2 sizes, got {len(bracketed)}: the best LR "
+            f"of {', '.join(edge) or 'no size'} is at its grid's edge (the optimum may lie "
+            "beyond it); widen those sizes' LR grids"
+        )
     sizes_n = table.groupby("size")["N"].first()
-    return fit_lr_power_law([sizes_n[s] for s in optima], [o.lr for o in optima.values()])
+    return fit_lr_power_law([sizes_n[s] for s in bracketed], [o.lr for o in bracketed.values()])

@@ -49,7 +49,15 @@ def sweep_section(report: Report, console: Console) -> None:
     sizes = list(report.optima)
     n = np.array([order[s] for s in sizes], dtype=float)
     lrs = np.array([report.optima[s].lr for s in sizes])
-    report.lr_law = report.attempt("LR*(N) fit", lambda: fit_lr_power_law(n, lrs))
+    bracketed = [not report.optima[s].at_edge for s in sizes]
+    edge = [s for s, ok in zip(sizes, bracketed, strict=True) if not ok]
+    if edge:
+        report.skipped.append(
+            f"LR*(N) leaves out {', '.join(edge)}: best LR at the grid's edge (widen the grid)"
+        )
+    report.lr_law = report.attempt(
+        "LR*(N) fit", lambda: fit_lr_power_law(n[bracketed], lrs[bracketed])
+    )
     if report.lr_law is not None:
         console.print(str(report.lr_law))
     report.plots.append(plot_lr_sweep(table, report.optima, report.out_dir / "lr_sweep.png"))

@@ -88,8 +88,10 @@ class SweepRules:
             return _choice(self.lr_law, N, D, self.lr_dir)
         if self.lr_of_n is None:
             return None
-        law = f"{self.lr_of_n} (one horizon per size: not moved with D)"
-        return SweepChoice(self.lr_of_n.predict(N), math.nan, math.nan, D, law, self.lr_dir)
+        fit = self.lr_of_n
+        law = f"{fit} (one horizon per size: not moved with D)"
+        outside = ("N",) if fit.outside(N) else ()
+        return SweepChoice(fit.predict(N), *fit.interval(N), D, law, self.lr_dir, outside)
 
     def batch(self, N: float, D: float) -> SweepChoice | None:
         law = self.batch_law

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.stats
 from synthetic_experiments import (
     SWEEP_B,
     SWEEP_N,
@@ -91,7 +92,15 @@ def test_lr_power_law_recovers_exponent_and_compares_to_ladder_default(sweep_dir
     assert 0 < fit.b_stderr < 0.02
     assert fit.sigmas_from_reference == pytest.approx((fit.b - LADDER_LR_EXPONENT) / fit.b_stderr)
     assert fit.sigmas_from_reference < -3  # -0.4 is clearly steeper than -1/3 here
-    assert "ladder default" in str(fit)
+    assert "the ladder's default rule" in str(fit) and "3 dof" in str(fit)
+    # Student's t with 3 dof, not the normal: the same t is less surprising.
+    assert fit.p_from_reference == pytest.approx(
+        2 * scipy.stats.t.sf(abs(fit.sigmas_from_reference), 3), rel=1e-9
+    )
+    assert fit.p_from_reference > 2 * scipy.stats.norm.sf(abs(fit.sigmas_from_reference))
+    low, high = fit.interval(8e6)
+    assert low < true_lr(8e6) < high and high / low < 1.2
+    assert not fit.outside(8e6) and fit.outside(1e9)
     from trainer_core.ladder.formulas import LRFormula
 
     assert LRFormula().exponent == LADDER_LR_EXPONENT
@@ -100,6 +109,29 @@ def test_lr_power_law_recovers_exponent_and_compares_to_ladder_default(sweep_dir
     assert swept.predict(8e6) == pytest.approx(true_lr(8e6), rel=1e-5)
     with pytest.raises(AnalysisError, match=">= 2 sizes"):
         fit_lr_power_law([1e6, 1e6], [1e-3, 2e-3])
+
+
+def test_lr_of_n_leaves_out_sizes_whose_optimum_the_grid_does_not_bracket(sweep_dir, tmp_path):
+    """An optimum at a grid's edge is a bound: fitted as a point it pulled LR*(N)'s exponent
+    (and the ladder's LR) with it."""
+    import shutil
+
+    cut = tmp_path / "sweep"
+    shutil.copytree(sweep_dir, cut)
+
+    def keep_only_lrs_above_the_optimum(size: str) -> None:
+        for run in (cut / "runs").glob(f"{size}-lr*"):
+            if float(run.name.split("-lr")[1]) < true_lr(SWEEP_N[size]):
+                shutil.rmtree(run)
+
+    keep_only_lrs_above_the_optimum("d")
+    fit = fit_sweep_lr(cut)
+    assert fit.n_points == 3 and fit.n_range == (SWEEP_N["a"], SWEEP_N["c"])
+    assert fit.b == pytest.approx(SWEEP_B, abs=1e-6)
+    keep_only_lrs_above_the_optimum("c")
+    keep_only_lrs_above_the_optimum("b")
+    with pytest.raises(AnalysisError, match=r"got 1: the best LR of b, c, d is at its grid's edge"):
+        fit_sweep_lr(cut)
 
 
 # -- plots and the CLI ---------------------------------------------------------------------------

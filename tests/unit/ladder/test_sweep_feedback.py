@@ -99,10 +99,16 @@ def test_one_horizon_per_size_falls_back_to_lr_of_n_and_says_so(sweep_dir, tmp_p
     for p in plans:
         assert p.lr == pytest.approx(fit.predict(p.num_params))
         assert "one horizon per size: not moved with D" in p.lr_choice.law
-        assert p.lr_choice.interval(".3g") == "no interval"
+        # The fit's own t interval (the planted sweep lies on the law: a narrow one), and the
+        # sizes beyond the swept ones (1M..64M) named as extrapolated.
+        assert p.lr_choice.covers(p.lr) and p.lr_choice.interval(".3g").startswith("95% ")
+        assert p.lr_choice.extrapolated == (
+            () if fit.n_range[0] <= p.num_params <= 64e6 else ("N",)
+        )
+    assert {p.lr_choice.extrapolated for p in plans} == {(), ("N",)}
     notes = "\n".join(sweep_notes(plans))
     assert "the first decay" not in notes and "final D" not in notes
-    assert p.hparam_record()["lr_sweep"]["interval_95"] is None
+    assert p.hparam_record()["lr_sweep"]["interval_95"] is not None
 
 
 def one_line_error(job: LadderConfig) -> str:
