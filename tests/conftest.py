@@ -49,6 +49,7 @@ RAY_FIXTURES = frozenset({"ray_session", "s3_ray", "no_local_ray", "multinode"})
 RAY_TEST_FILES = frozenset(
     {
         "tests/e2e/test_init_ray.py",
+        "tests/e2e/test_interrupt.py",
         "tests/e2e/test_job_submit.py",
         "tests/e2e/test_lr_sweep.py",
         "tests/e2e/test_multinode.py",

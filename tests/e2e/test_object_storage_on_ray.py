@@ -146,7 +146,6 @@ def test_a_ladder_on_s3_survives_a_killed_worker_and_a_killed_driver(
         reference = fit_on_one_thread(replace(plan.config, trainer=trainer, checkpoint=checkpoint))
         measured = final.loc[plan.size, "final_eval_loss"]
         assert measured == pytest.approx(reference["eval/loss"], abs=1e-5), plan.size
-    assert final.loc["1M", "final_eval_loss"] < final.loc["300K", "final_eval_loss"]
     grid = results.result_grid()  # Tune's state, on S3, restored across the driver kill
     assert sorted(r.metrics["finished"] for r in grid) == [1, 1]
 

@@ -117,22 +117,30 @@ def our_files(run_dir: Path) -> dict[str, bytes]:
 def test_a_refused_checkpoint_fails_at_once_in_one_line_and_changes_nothing(
     ray_session, config, tiny_args, run_script, tmp_path, monkeypatch
 ):
-    """No retry can make a 2-layer checkpoint fit a 3-layer model: one attempt, not four, and
-    ``workflows/train.py`` prints why in one message, without the driver's or the worker's
-    traceback (Ray's own log lines from its processes come to stderr too)."""
+    """No retry can make a 2-layer checkpoint fit a 3-layer model (a run branched from it):
+    one attempt, not four, and ``workflows/train.py`` prints why in one message, without the
+    driver's or the worker's traceback (Ray's own log lines from its processes come to stderr
+    too). Relaunched into the 2-layer run's own dir, it is refused before Ray starts."""
     run_dir = tmp_path / "run"
     interrupted_run(config(run_dir, "--checkpoint.keep_steps=[4]"), 4)
     before = our_files(run_dir)
     failures = tmp_path / "failures.txt"
     monkeypatch.setenv("RAY_TRAIN_CALLBACKS", "ray_train_hooks.CountFailures")
     monkeypatch.setenv(FAILURES_ENV, str(failures))
+    checkpoint = run_dir / "checkpoints" / "step-00000004"
     deeper = ("--model.n_layers=3", "--ray.max_failures=3")
     code, _, err = run_script("workflows/train.py", *tiny_args(run_dir, *ON_RAY, *deeper))
+    assert code == 2 and "records a run trained with other model.n_layers" in err
+    assert not failures.exists()
+    branch = (*deeper, f"--checkpoint.resume_from={checkpoint}")
+    code, _, err = run_script(
+        "workflows/train.py", *tiny_args(tmp_path / "branch", *ON_RAY, *branch)
+    )
     assert code == 2
     assert len(failures.read_text().splitlines()) == 1
-    ours = err[err.index("error: run run failed: ") :].splitlines()
+    ours = err[err.index("error: run branch failed: ") :].splitlines()
     assert ours[0] == (
-        f"error: run run failed: checkpoint {run_dir / 'checkpoints' / 'step-00000004'} does not "
+        f"error: run branch failed: checkpoint {checkpoint} does not "
         "match the current model/optimizer state (different config?):"
     )
     assert any(line.startswith("  checkpoints and metrics so far are kept in") for line in ours)

@@ -164,12 +164,18 @@ class ExperimentResults:
         return {t: float(self.tasks[t + CHANCE_SUFFIX].dropna().mean()) for t in self.task_names}
 
     def task_points(self, annealed_only: bool = True) -> pd.DataFrame:
-        """The task frame for the two-step fits: diverged runs left out, annealed evals only
-        when there are any (else every eval)."""
+        """The task frame for the two-step fits, diverged runs left out: the evals of the
+        annealed checkpoints :meth:`fit_points` fits when there are any (else every eval). An
+        eval of ``metrics.jsonl`` whose LR happens to be low (a cosine run's second half) is a
+        run cut mid-decay, not a finished one."""
         ok = set(self.runs.loc[self.runs["status"] != "diverged", "name"])
         pts = self.tasks[self.tasks["name"].isin(ok)]
-        if annealed_only and pts["annealed"].any():
-            pts = pts[pts["annealed"]]
+        if annealed_only:
+            kept = self.points[self.points["annealed"]]
+            finished = set(zip(kept["name"], kept["step"], strict=True))
+            at = pts[[key in finished for key in zip(pts["name"], pts["step"], strict=True)]]
+            if not at.empty:
+                pts = at
         return pts.reset_index(drop=True)
 
     def result_grid(self):

@@ -54,3 +54,15 @@ def check_size(name: str, field: str) -> None:
             f"{field}: {name!r} is not in the size table{suggest(name, list(MODEL_SIZES))}; "
             f"known sizes: {', '.join(MODEL_SIZES)}"
         )
+
+
+def check_sizes(names: list[str], field: str) -> None:
+    """Every name a known size, none twice (two runs of one size would share a run dir)."""
+    for name in names:
+        check_size(name, field)
+    twice = sorted({n for n in names if names.count(n) > 1}, key=names.index)
+    if twice:
+        raise ConfigError(
+            f"{field}: {', '.join(twice)} listed more than once; each size is one run (its run "
+            "dir named by the size): list it once"
+        )

@@ -16,7 +16,7 @@ from trainer_core.config.sections import (
     TrainConfig,
     require,
 )
-from trainer_core.config.sizes import check_size
+from trainer_core.config.sizes import check_sizes
 from trainer_core.devices import (
     CPU_NOMINAL_FLOPS,
     DEVICE_MEMORY_GB,
@@ -80,8 +80,7 @@ class LadderConfig:
         require(bool(self.dir), "dir", self.dir, "give a local path or a URL")
         self.dir = storage.canonical(self.dir)
         require(bool(self.sizes), "sizes", self.sizes, "list at least one size")
-        for s in self.sizes:
-            check_size(s, "sizes")
+        check_sizes(self.sizes, "sizes")
         require(self.max_devices >= 1, "max_devices", self.max_devices, "must be >= 1")
         require(
             self.devices_per_node >= 1, "devices_per_node", self.devices_per_node, "must be >= 1"

@@ -22,7 +22,7 @@ from trainer_core.config.sections import (
     ScheduleConfig,
     TrainConfig,
 )
-from trainer_core.config.sizes import check_size
+from trainer_core.config.sizes import check_sizes
 from trainer_core.devices import device_hours
 from trainer_core.io import storage
 from trainer_core.io.run_dir import RUNS
@@ -362,8 +362,7 @@ def plan_ladder(
     ladder: LadderConfig, sizes: list[str] | None = None, rules: SweepRules | None = None
 ) -> list[SizePlan]:
     """Plans for the given sizes; batch-drift warnings are kept on each plan (``batch_warning``)."""
-    for s in sizes or []:
-        check_size(s, "sizes")
+    check_sizes(sizes or [], "sizes")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return [plan_size(s, ladder, rules) for s in sizes or ladder.sizes]

@@ -4,10 +4,10 @@ launch (preflight)."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import yaml
 
+from trainer_core.config.diff import changed_keys
 from trainer_core.config.loader import ConfigError, to_dict, to_yaml
 from trainer_core.data.token_data import open_token_data
 from trainer_core.errors import UserError
@@ -57,10 +57,12 @@ def write_experiment_record(
     job: LadderConfig, plans: list[SizePlan], exp_dir: Location, resume: bool = False
 ) -> None:
     """``experiment.yaml`` and ``plan.json``; on ``resume``, first refuse a config that differs
-    from the recorded one (see :func:`changed_keys`)."""
+    from the recorded one, less :data:`DRIVER_KEYS`: Tune restores a trial with the config it
+    was given at launch, so nothing else in a changed file would reach the resumed runs."""
     record = storage.join(exp_dir, EXPERIMENT)
     if resume and storage.is_file(record):
-        changed = changed_keys(yaml.safe_load(storage.read_text(record)) or {}, to_dict(job))
+        recorded = yaml.safe_load(storage.read_text(record)) or {}
+        changed = [k for k in changed_keys(recorded, to_dict(job)) if k not in DRIVER_KEYS]
         if changed:
             raise ConfigError(
                 f"--resume: {', '.join(changed)} differ from {record}; a resumed experiment "
@@ -71,17 +73,3 @@ def write_experiment_record(
     write_atomic(record, to_yaml(job))
     rows = [{**p.table_row(job), "lr_source": p.lr_source, **p.hparam_record()} for p in plans]
     write_atomic(storage.join(exp_dir, PLAN), json.dumps(rows, indent=2, default=str))
-
-
-def changed_keys(recorded: dict[str, Any], current: dict[str, Any], prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two config dicts (a key on one side only
-    counts), less :data:`DRIVER_KEYS`. Tune restores a trial with the config it was given at
-    launch, so nothing else in a changed file would reach the resumed runs."""
-    keys = []
-    for key in dict.fromkeys([*recorded, *current]):
-        name, old, new = f"{prefix}{key}", recorded.get(key), current.get(key)
-        if isinstance(old, dict) and isinstance(new, dict):
-            keys += changed_keys(old, new, f"{name}.")
-        elif old != new and name not in DRIVER_KEYS:
-            keys.append(name)
-    return keys

@@ -58,13 +58,15 @@ def run_ladder(job: LadderJobConfig, sizes: list[str] | None, resume: bool, rule
     """Plan and run every size as a Tune trial (after ``preflight``); returns (plans, ResultGrid).
     ``rules``: the sweep laws of ``lr.from_sweep`` / ``batch.from_sweep`` (``sweep_rules``)."""
     from trainer_core.ray.runtime import init_ray
-    from trainer_core.ray.tune_run import TuneSettings, run_trials
+    from trainer_core.ray.tune_run import TuneSettings, check_unchanged_runs, run_trials
 
     plans = plan_ladder(job, sizes, rules)
+    specs = ladder_trials(job, plans)
+    check_unchanged_runs(specs)
     exp_dir = job.exp_dir
     write_experiment_record(job, plans, exp_dir, resume)
     init_ray(job.ray.address)
-    run = run_trials(ladder_trials(job, plans), exp_dir, TuneSettings(), resume)
+    run = run_trials(specs, exp_dir, TuneSettings(), resume)
     return plans, run.grid
 
 

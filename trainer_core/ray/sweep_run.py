@@ -32,6 +32,7 @@ from trainer_core.ray.tune_run import (
     TrialSpec,
     TrialsRun,
     TuneSettings,
+    check_unchanged_runs,
     fmt_lr,
     run_trials,
 )
@@ -174,10 +175,11 @@ def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool) -> lis
 
     runs = sweep_plans(job, sizes)
     preflight(job)
+    specs = sweep_trials(job, runs)
+    check_unchanged_runs(specs)
     exp_dir = job.exp_dir
     write_experiment_record(job, [r.plan for r in runs], exp_dir, resume)
     init_ray(job.ray.address)
-    specs = sweep_trials(job, runs)
     done = [run_trials(specs, exp_dir, TuneSettings(scheduler=early_stopper(job, specs)), resume)]
     for round_ in range(1, job.sweep.widen_rounds + 1):
         specs = widening_trials(job, runs, exp_dir, round_)

@@ -30,6 +30,7 @@ from trainer_core.ray.failures import FailFastTorchTrainer, fatal_reason
 from trainer_core.ray.reader import dataset_name, rank_dataset
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.ray.worker import train_worker
+from trainer_core.train.same_run import check_same_run
 
 
 def build_torch_trainer(
@@ -97,6 +98,7 @@ def run_training(
             "run goes on Ray Train: use 'train' (or 'auto')"
         )
     run_dir = cfg.trainer.run_location
+    check_same_run(cfg, run_dir)
     done = run_summary(run_dir)
     if done.get("status") in FINAL_STATUSES:
         return done

@@ -22,6 +22,7 @@ from trainer_core.io.run_dir import TUNE, mark_stopped
 from trainer_core.io.storage import Location
 from trainer_core.ray.failures import user_error_in
 from trainer_core.ray.run_config import RayTrainConfig
+from trainer_core.train.same_run import check_same_run
 
 DRIVER_SHARE = 0.001
 """Of its node's own ``node:<ip>`` resource, per trial driver: up to 1000 at once per node."""
@@ -31,6 +32,10 @@ NODE_ID_LABEL = "ray.io/node-id"
 
 class TrialsFailedError(UserError, RuntimeError):
     """Some trials ended in an error: the experiment is incomplete, whatever the others did."""
+
+
+class TrialsInterruptedError(UserError, RuntimeError):
+    """The experiment was interrupted (Ctrl+C) with runs unfinished; what ran is kept."""
 
 
 @dataclass
@@ -175,6 +180,7 @@ def run_trials(
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
+    check_unchanged_runs(specs)
     trainable, failure, callbacks, reuse = _trial_setup(specs)
     tune_dir = storage.join(exp_dir, settings.name)
     concurrency = settings.max_concurrent or max_concurrent_trials(specs)
@@ -209,6 +215,16 @@ def run_trials(
     started = time.perf_counter()
     grid = tuner.fit()
     wall_s = time.perf_counter() - started
+    # Tune returns from a Ctrl+C as from a finished experiment (its running trials marked
+    # terminated): only a trial's last result says whether it ended (``done``, set too when a
+    # scheduler stopped it) or was cut off; an interrupted run must not be recorded as stopped.
+    unfinished = sum(r.error is None and not (r.metrics or {}).get("done") for r in grid)
+    if unfinished:
+        raise TrialsInterruptedError(
+            f"interrupted with {unfinished} of {len(grid)} runs unfinished; finished runs, "
+            f"checkpoints and metrics are kept in {exp_dir}: re-run the same command with "
+            "--resume to go on"
+        )
     failed = trial_failures(grid)
     mark_stopped_runs([s for s in specs if s.name not in failed])
     if failed:
@@ -219,6 +235,14 @@ def run_trials(
             "with --resume (finished runs are not trained again)"
         )
     return TrialsRun(grid, concurrency, wall_s, restored)
+
+
+def check_unchanged_runs(specs: list[TrialSpec]) -> None:
+    """Refuse, as one line before anything is written or started, specs whose run dirs hold a
+    run trained with other settings (:func:`~trainer_core.train.same_run.check_same_run`): a
+    relaunch into an experiment's dir would otherwise resume or report that run as this one."""
+    for spec in specs:
+        check_same_run(spec.config, spec.config.trainer.run_location)
 
 
 def _trial_setup(specs: list[TrialSpec]):

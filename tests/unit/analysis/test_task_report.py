@@ -49,6 +49,27 @@ def test_load_gives_every_eval_of_every_task(task_ladder: Path):
     assert not any(c.startswith(TASK) for c in results.metrics.columns)
 
 
+def test_task_fits_take_the_checkpoints_the_loss_fit_takes(task_ladder: Path, tmp_path: Path):
+    """A metrics.jsonl eval at a low LR (a cosine run's second half) was read as a finished
+    run's point by the task fits, while the loss fit took the annealed checkpoints alone."""
+    import json
+    import shutil
+
+    ladder = tmp_path / "ladder"
+    shutil.copytree(task_ladder, ladder)
+    run = ladder / "runs" / "s6"
+    peak = json.loads((run / "run.json").read_text())["peak_lr"]
+    before = load(ladder).task_points()
+    mid = {"step": 7, "tokens": 7 * BATCH, "lr": 0.3 * peak, "eval/loss": 3.0}
+    mid.update(task_metrics(LADDER_N["s6"], 7 * BATCH))
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps(mid) + "\n")
+    results = load(ladder)
+    assert results.tasks["step"].eq(7).any()
+    after = results.task_points()
+    assert len(after) == len(before) and not after["step"].eq(7).any()
+
+
 def test_a_ladder_without_tasks_has_none(ladder_dir: Path):
     results = load(ladder_dir)
     assert results.task_names == [] and results.tasks.empty

@@ -1,14 +1,17 @@
 """``experiment.yaml`` on ``--resume``: a config that differs from the recorded one is refused,
-naming the keys, since Tune restores every trial with the config it was launched with."""
+naming the keys, since Tune restores every trial with the config it was launched with; and any
+launch whose runs' dirs hold runs trained otherwise."""
 
 from __future__ import annotations
 
 import pytest
 
-from trainer_core.config.loader import ConfigError, from_dict
+from trainer_core.config.diff import changed_keys
+from trainer_core.config.loader import ConfigError, from_dict, to_yaml
 from trainer_core.ladder.plan import plan_ladder
-from trainer_core.ladder.record import changed_keys, write_experiment_record
-from trainer_core.ray.ladder_run import LadderJobConfig
+from trainer_core.ladder.record import write_experiment_record
+from trainer_core.ray.ladder_run import LadderJobConfig, ladder_trials, run_ladder
+from trainer_core.ray.tune_run import check_unchanged_runs
 
 BASE = {"sizes": ["15K"], "lr": {"coef": 6.9e-4}, "run": {"trainer": {"seed": 1}}}
 
@@ -42,3 +45,32 @@ def test_changed_keys_are_dotted_and_include_keys_on_one_side():
     old = {"a": 1, "b": {"c": [1, 2], "d": "x"}, "gone": 1}
     new = {"a": 1, "b": {"c": [1, 3], "d": "x"}, "added": 2}
     assert changed_keys(old, new) == ["b.c", "gone", "added"]
+
+
+def test_a_relaunch_into_the_dir_with_other_run_settings_is_refused_before_anything(tmp_path):
+    """Without --resume too: a size whose run dir holds a run trained with another LR would be
+    resumed (or, finished, reported) as this config's run. Refused before the record is
+    rewritten or Ray started; sizes added to the ladder, and unchanged ones, pass."""
+    first = from_dict(LadderJobConfig, {**BASE, "dir": str(tmp_path)})
+    write_experiment_record(first, plan_ladder(first, None), tmp_path)
+    for spec in ladder_trials(first, plan_ladder(first, None)):  # as a launch leaves them
+        run_dir = tmp_path / "runs" / spec.name
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.yaml").write_text(to_yaml(spec.config))
+    before = (tmp_path / "experiment.yaml").read_text()
+    changed = from_dict(LadderJobConfig, {**BASE, "dir": str(tmp_path), "lr": {"coef": 1e-3}})
+    with pytest.raises(
+        ConfigError, match=r"runs/15K/config.yaml records a run trained with other optim.lr"
+    ):
+        run_ladder(changed, None, resume=False)
+    assert (tmp_path / "experiment.yaml").read_text() == before
+    grown = from_dict(LadderJobConfig, {**BASE, "dir": str(tmp_path), "sizes": ["15K", "25K"]})
+    check_unchanged_runs(ladder_trials(grown, plan_ladder(grown, None)))
+
+
+def test_a_size_listed_twice_is_refused():
+    with pytest.raises(ConfigError, match="sizes: 15K listed more than once"):
+        from_dict(LadderJobConfig, {**BASE, "sizes": ["15K", "25K", "15K"], "dir": "x"})
+    job = from_dict(LadderJobConfig, {**BASE, "dir": "x"})
+    with pytest.raises(ConfigError, match="sizes: 15K listed more than once"):
+        plan_ladder(job, ["15K", "15K"])

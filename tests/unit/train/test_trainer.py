@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from trainer_core.checkpoint.listing import CheckpointError
-from trainer_core.config.loader import load_config
+from trainer_core.config.loader import ConfigError, load_config
 from trainer_core.config.sections import TrainConfig
 from trainer_core.ray.reader import resume_step
 from trainer_core.train.build import build_trainer
@@ -195,10 +195,39 @@ def test_a_refused_resume_changes_nothing_on_disk(tmp_path, tiny_config):
     )
     crash_after(build_trainer(cfg), 5)
     before = snapshot(tmp_path / "run")
-    deeper = tiny_config(tmp_path / "run", "--trainer.max_steps=10", "--model.n_layers=3")
+    checkpoint = tmp_path / "run" / "checkpoints" / "step-00000005"
+    deeper = tiny_config(
+        tmp_path / "branch",
+        "--trainer.max_steps=10",
+        "--model.n_layers=3",
+        f"--checkpoint.resume_from={checkpoint}",
+    )
     with pytest.raises(CheckpointError, match="does not match the current model"):
         build_trainer(deeper).fit()
     assert snapshot(tmp_path / "run") == before
+    assert not (tmp_path / "branch" / "config.yaml").exists()
+
+
+def test_a_relaunch_with_other_training_settings_is_refused_naming_them(tmp_path, tiny_config):
+    """A run dir with checkpoints resumed under a changed LR trained on with the old weights
+    while config.yaml and run.json took the new LR: the record lied about the run."""
+    args = ("--trainer.max_steps=10", "--checkpoint.save_interval_steps=5")
+    crash_after(build_trainer(tiny_config(tmp_path / "run", *args)), 5)
+    before = snapshot(tmp_path / "run")
+    changed = tiny_config(tmp_path / "run", *args, "--optim.lr=5e-2", "--trainer.seed=9")
+    with pytest.raises(ConfigError) as err:
+        build_trainer(changed).fit()
+    assert str(err.value).startswith(
+        f"trainer.run_dir: {tmp_path / 'run' / 'config.yaml'} records a run trained with other "
+        "optim.lr, trainer.seed; "
+    )
+    assert "checkpoint.resume_from branches it" in str(err.value)
+    assert snapshot(tmp_path / "run") == before
+    # What the weights don't depend on may change: the kernel, the logging, the cadence.
+    same = tiny_config(
+        tmp_path / "run", *args, "--model.attention_backend=math", "--trainer.log_interval=1"
+    )
+    assert build_trainer(same).fit()["steps"] == 10
 
 
 def flip_bytes(path, count: int = 64) -> None:
@@ -242,7 +271,7 @@ KILLER = """
 import os, sys
 from trainer_core.train.callbacks import BaseCallback
 from trainer_core.config.sections import TrainConfig
-from trainer_core.config.loader import load_config
+from trainer_core.config.loader import ConfigError, load_config
 from trainer_core.ray.reader import resume_step
 from trainer_core.train.build import build_trainer
 

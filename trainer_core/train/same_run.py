@@ -1,0 +1,58 @@
+"""A run dir continues only the run its config describes.
+
+Relaunched into a run dir that holds checkpoints (or a finished run), a run resumes from them or
+returns the recorded result. If the settings the weights depend on changed since, it would
+train on (or report) weights made with the old ones while ``config.yaml`` and ``run.json`` took
+the new: the record would no longer say how the model was trained. Such a relaunch is refused.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from trainer_core.config.diff import changed_keys
+from trainer_core.config.loader import ConfigError, to_dict
+from trainer_core.config.sections import TrainConfig
+from trainer_core.io import storage
+from trainer_core.io.run_dir import config_path
+from trainer_core.io.storage import Location
+
+TRAINING_KEYS = (
+    "model.",
+    "optim.",
+    "schedule.",
+    "trainer.seed",
+    "trainer.global_batch_size",
+    "trainer.max_steps",
+    "trainer.max_tokens",
+    "data.seq_len",
+    "data.tokenizer",
+    "train_module.max_grad_norm",
+    "train_module.z_loss_multiplier",
+)
+"""What the trained weights depend on (prefixes end in a dot). Parallelism, precision of the
+reduction, logging, checkpoint cadence and data locations may change between launches."""
+FREE_KEYS = frozenset({"model.attention_backend", "optim.fused"})
+"""Kernels that compute the same thing."""
+
+
+def check_same_run(cfg: TrainConfig, run_dir: Location) -> None:
+    """Refuse ``cfg`` for ``run_dir`` when the run recorded there trained with other values of
+    :data:`TRAINING_KEYS`, naming them; nothing recorded yet passes, nor a setting the record
+    predates."""
+    path = config_path(run_dir)
+    if not storage.is_file(path):
+        return
+    recorded = yaml.safe_load(storage.read_text(path)) or {}
+    changed = [
+        key
+        for key in changed_keys(recorded, to_dict(cfg), one_side=False)
+        if key.startswith(TRAINING_KEYS) and key not in FREE_KEYS
+    ]
+    if changed:
+        raise ConfigError(
+            f"trainer.run_dir: {path} records a run trained with other {', '.join(changed)}; "
+            "going on would keep its weights under the new settings: give the changed run a new "
+            "run dir (checkpoint.resume_from branches it from one of this run's checkpoints), "
+            "or undo the change"
+        )
