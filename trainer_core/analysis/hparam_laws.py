@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -63,6 +63,11 @@ class CellOptimum:
     so it may lie beyond the grid; the interval is open on that side (0 or inf)."""
     n_points: int
     """Distinct values of ``param`` tried in the cell."""
+    conditional: str = ""
+    """Where the cell's best trial sits at the edge of the *other* hyperparameter's grid (batch
+    for an LR cell, LR for a batch cell), which and where ("batch 2048, the largest tried"):
+    the optimum is then the best at that edge, the joint optimum's only if it does not move
+    with the other one. Empty when the other was not swept, or its best is inside its grid."""
 
     @property
     def log_sigma(self) -> float:
@@ -84,6 +89,8 @@ class CellOptimum:
         if self.at_edge:
             side = "smallest" if self.low == 0 else "largest"
             line += f"  NOT BRACKETED: lowest loss at the grid's {side} {self.param}; widen it"
+        if self.conditional:
+            line += f"  CONDITIONAL: best trial at {self.conditional}"
         return line
 
 
@@ -125,15 +132,40 @@ def _usable(df: pd.DataFrame) -> pd.DataFrame:
     return df[keep]
 
 
-def _curves(df: pd.DataFrame, param: Param) -> list[tuple[float, float, np.ndarray, np.ndarray]]:
-    """(N, D, x, y) per cell that varies ``param``: x its log values ascending, y the lowest loss
-    at each. Where LR and batch are both swept, the lowest loss over the other one traces the
-    curve through the joint optimum, so this vertex is the joint optimum's LR (or batch)."""
+class Curve(NamedTuple):
+    """One cell's curve: x the log values of ``param`` ascending, y the lowest loss at each."""
+
+    N: float
+    D: float
+    x: np.ndarray
+    y: np.ndarray
+    conditional: str
+    """:attr:`CellOptimum.conditional` of the cell."""
+
+
+def _curves(df: pd.DataFrame, param: Param) -> list[Curve]:
+    """The curve of every cell that varies ``param``. Where LR and batch are both swept, the
+    lowest loss over the other one traces the curve through the joint optimum, so its vertex is
+    the joint optimum's LR (or batch), provided the best trial's other value is inside the
+    other's grid; where it is at that grid's edge, the curve is the one at the edge value."""
+    other = "batch" if param == "lr" else "lr"
     out = []
     for (n, d), rows in _usable(df).groupby(["N", "D"]):
         best = rows.groupby(param)["loss"].min().sort_index()
-        if len(best) >= 2:
-            out.append((float(n), float(d), np.log(best.index.to_numpy(float)), best.to_numpy()))
+        if len(best) < 2:
+            continue
+        tried = np.sort(rows[other].unique())
+        at = rows.loc[rows["loss"].idxmin(), other]
+        conditional = ""
+        if len(tried) >= 2 and at in (tried[0], tried[-1]):
+            side = "smallest" if at == tried[0] else "largest"
+            conditional = (
+                f"{other} {at:.4g}, the {side} tried: the {SYMBOL[param]} of that {other}, "
+                f"the joint optimum's only if it does not move with {other}; widen the "
+                f"{other} grid"
+            )
+        x, y = np.log(best.index.to_numpy(float)), best.to_numpy()
+        out.append(Curve(float(n), float(d), x, y, conditional))
     return out
 
 
@@ -160,11 +192,11 @@ def _vertices(x: np.ndarray, Y: np.ndarray) -> np.ndarray:
     return np.where(c2 > 0, np.clip(vertex, x[0], x[-1]), lower_end)
 
 
-def _pooled_noise(curves: list[tuple[float, float, np.ndarray, np.ndarray]]) -> float:
+def _pooled_noise(curves: list[Curve]) -> float:
     """The loss noise, pooled over the cells' windows: a window's two spare points cannot
     estimate it, and a sweep's trials share their noise. NaN when no window has a spare point."""
     rss, dof = 0.0, 0
-    for *_, x, y in curves:
+    for _, _, x, y, _ in curves:
         w = _window(y)
         xs, ys = x[w], y[w]
         if len(xs) > 3:
@@ -175,6 +207,14 @@ def _pooled_noise(curves: list[tuple[float, float, np.ndarray, np.ndarray]]) -> 
 
 
 def _cell(
+    curve: Curve, param: Param, noise: float, n_bootstrap: int, rng: np.random.Generator
+) -> CellOptimum:
+    cell = _optimum(curve.N, curve.D, param, curve.x, curve.y, noise, n_bootstrap, rng)
+    cell.conditional = curve.conditional
+    return cell
+
+
+def _optimum(
     n: float,
     d: float,
     param: Param,
@@ -219,7 +259,7 @@ def cell_optima(
     curves = _curves(df, param)
     noise = _pooled_noise(curves)
     rng = np.random.default_rng(seed)
-    return [_cell(n, d, param, x, y, noise, n_bootstrap, rng) for n, d, x, y in curves]
+    return [_cell(curve, param, noise, n_bootstrap, rng) for curve in curves]
 
 
 @dataclass
@@ -300,7 +340,24 @@ class HparamLawFit:
         if self.excluded:
             names = "; ".join(c.label for c in self.excluded)
             lines.append(f"  EXCLUDED (optimum at the grid's edge, not bracketed): {names}")
+        if self.conditional:
+            lines.append(f"  {self.conditional}")
         return "\n".join(lines)
+
+    @property
+    def conditional(self) -> str:
+        """One line when some cells' optima are the best at the other hyperparameter's grid
+        edge (:attr:`CellOptimum.conditional`), else empty."""
+        cells = [c for c in self.cells if c.conditional]
+        if not cells:
+            return ""
+        other = "batch" if self.param == "lr" else "lr"
+        return (
+            f"CONDITIONAL: in {len(cells)} of {len(self.cells)} cells the best trial's {other} "
+            f"is at its grid's edge ({'; '.join(c.label for c in cells)}): there the law gives "
+            f"the {SYMBOL[self.param]} of that {other}, the joint optimum's only if it does not "
+            f"move with {other}; widen the {other} grid"
+        )
 
 
 def _terms(cells: list[CellOptimum], wanted: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:

@@ -101,7 +101,8 @@ class SweepRules:
 def _choice(law: HparamLawFit, N: float, D: float, sweep_dir: str) -> SweepChoice:
     value, low, high = law.predict(N, D)
     b = law.exponents.get("D", 0.0)
-    return SweepChoice(value, low, high, D, law.formula, sweep_dir, law.outside(N, D), b)
+    name = f"{law.formula} ({law.conditional})" if law.conditional else law.formula
+    return SweepChoice(value, low, high, D, name, sweep_dir, law.outside(N, D), b)
 
 
 def sweep_rules(ladder: LadderConfig) -> SweepRules | None:

@@ -225,3 +225,35 @@ def test_a_sweep_dir_reads_as_annealed_points_one_horizon_per_decay(tmp_path):
     for n, rows in table.groupby("N"):
         horizons = sorted(rows["D"].unique())
         assert horizons == pytest.approx([r * n for r in DIR_RATIOS], rel=0.01)
+
+
+def coupled_sweep(best_batch: float, batches: list[float]) -> pd.DataFrame:
+    """LR* growing as sqrt(batch) (as under Adam at small batch), B* = ``best_batch``: a grid of
+    LRs x ``batches`` per cell, no noise."""
+    rows = []
+    for n, d in [(1e7, 2e8), (1e7, 8e8), (4e7, 8e8), (4e7, 3.2e9), (1.6e8, 3.2e9)]:
+        for b in batches:
+            lr_star = 0.01 * (n / 1e7) ** -0.5 * (b / best_batch) ** 0.5
+            for k in range(-3, 4):
+                lr = lr_star * 2.0 ** (k + 0.25)
+                loss = 3 + 0.05 * math.log(lr / lr_star) ** 2 + 0.03 * math.log(b / best_batch) ** 2
+                rows.append((n, d, lr, b, loss))
+    return pd.DataFrame(rows, columns=["N", "D", "lr", "batch", "loss"])
+
+
+def test_an_lr_optimum_at_the_batch_grids_edge_is_called_conditional():
+    """B* below the batch grid: each cell's best LR is the best at the smallest batch (over
+    twice the joint optimum's LR here), which the law gave with an interval excluding the
+    joint optimum and no word."""
+    laws = fit_hparam_laws(coupled_sweep(100, [400, 800, 1600]), n_bootstrap=50)
+    assert all("batch 400, the smallest tried" in c.conditional for c in laws.lr_cells)
+    assert "CONDITIONAL: best trial at batch 400" in str(laws.lr_cells[0])
+    assert laws.lr.conditional.startswith("CONDITIONAL: in 5 of 5 cells the best trial's batch")
+    assert "widen the batch grid" in str(laws.lr)
+    joint = 0.01 * (1e7 / 1e7) ** -0.5
+    lr, low, high = laws.lr.predict(1e7, 8e8)
+    assert lr > 2 * joint and not low <= joint <= high  # the smallest batch's LR, not the joint
+    inside_grid = fit_hparam_laws(coupled_sweep(800, [200, 400, 800, 1600, 3200]), n_bootstrap=50)
+    assert not any(c.conditional for c in inside_grid.lr_cells + inside_grid.batch_cells)
+    assert inside_grid.lr.predict(1e7, 8e8)[0] == pytest.approx(joint, rel=1e-6)
+    assert "CONDITIONAL" not in str(inside_grid.lr)
