@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import time
 
 import ray
+
+from trainer_core.config.loader import ConfigError
 
 # Reports are barriers that wait for a controller poll; a short poll keeps them ~0.1 s instead of ~2 s.
 RAY_ENV = {
@@ -128,6 +131,10 @@ def init_ray(
         os.environ.setdefault(key, value)
     if ray.is_initialized():
         return
+    if address and address not in ("local", "auto"):
+        check_reachable(address, "ray.address")
+    elif not address and os.environ.get("RAY_ADDRESS", "") not in ("", "local", "auto"):
+        check_reachable(os.environ["RAY_ADDRESS"], "RAY_ADDRESS")
     local = {"num_cpus": num_cpus, "include_dashboard": dashboard} if address == "local" else {}
     ray.init(
         address=address or None,
@@ -139,6 +146,31 @@ def init_ray(
         **local,
     )
     quiet_ray_loggers()
+
+
+PROBE_TIMEOUT_S = 5.0
+
+
+def check_reachable(address: str, source: str) -> None:
+    """Refuse, in one line naming ``source``, a cluster address where nothing answers: Ray would
+    retry its GCS connection for minutes, printing only its own timeouts."""
+    scheme, sep, rest = address.partition("://")
+    if sep and scheme != "ray":
+        return  # not a GCS or client address: Ray's own handling
+    host_port = rest if sep else address
+    host, _, port = host_port.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(
+            f"{source}: {address!r} is not host:port (or ray://host:port, local, auto): "
+            "give the head node's address, e.g. 10.0.0.5:6379"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as e:
+        raise ConfigError(
+            f"{source}: nothing answers at {host_port} ({e.strerror or e}); start the cluster "
+            "(ray start --head, ray up cluster.yaml) or fix the address"
+        ) from None
 
 
 def submitted_or_local() -> str:

@@ -6,7 +6,15 @@ import logging
 import sys
 import weakref
 
-from trainer_core.ray.runtime import UNHANDLED, drop_exit_during_teardown, quiet_ray_loggers
+import pytest
+
+from trainer_core.config.loader import ConfigError
+from trainer_core.ray.runtime import (
+    UNHANDLED,
+    check_reachable,
+    drop_exit_during_teardown,
+    quiet_ray_loggers,
+)
 
 # The line Ray printed mid-demo (a race inside Ray Data's metrics actor), shortened.
 STATS_RACE = (
@@ -66,3 +74,18 @@ def test_a_trial_process_ended_by_sigterm_prints_no_traceback(capsys):
     drop_exit_during_teardown(_unraisable(ValueError("a real bug")))
     assert "ValueError: a real bug" in capsys.readouterr().err
     assert sys.unraisablehook is not drop_exit_during_teardown  # set in Ray workers only
+
+
+def test_a_cluster_address_where_nothing_answers_is_refused_at_once(
+    processes, free_port, tiny_args, tmp_path
+):
+    """Ray retried its GCS connection for minutes, printing only its own timeouts."""
+    port = free_port()
+    args = tiny_args(tmp_path / "run", f"--ray.address=127.0.0.1:{port}")
+    out = processes.python("workflows/train.py", *args, timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert f"ray.address: nothing answers at 127.0.0.1:{port}" in out.stderr
+    assert "Traceback" not in out.stderr
+    with pytest.raises(ConfigError, match="ray.address: 'head' is not host:port"):
+        check_reachable("head", "ray.address")
+    check_reachable("http://127.0.0.1:8265", "ray.address")  # a dashboard URL: Ray's to judge
