@@ -10,6 +10,7 @@ cross-entropy's peak at 12 bytes per vocabulary entry and token, not 16); no pla
 One new field, added by hand to each stored run config: ``ray.reader`` at its default "ray_data".
 Another since: ``ray.runner``, "train" (the default "auto" decided for a ladder's runs). One
 demo setting since, by hand: ``evals.max_examples`` 200 -> 0 (every example of the demo task).
+One more field, by hand: ``ray.max_concurrent_trials`` at its default 0.
 One behaviour change since, regenerated: the tiny run's losses, when a run's initial weights
 came to be drawn from a generator seeded by ``trainer.seed`` after the model was built on the
 meta device (the same weights on any mesh; the draws, not the rule, changed).

@@ -66,7 +66,8 @@ def run_ladder(job: LadderJobConfig, sizes: list[str] | None, resume: bool, rule
     exp_dir = job.exp_dir
     write_experiment_record(job, plans, exp_dir, resume)
     init_ray(job.ray.address)
-    run = run_trials(specs, exp_dir, TuneSettings(), resume)
+    settings = TuneSettings(max_concurrent=job.ray.max_concurrent_trials)
+    run = run_trials(specs, exp_dir, settings, resume)
     return plans, run.grid
 
 

@@ -42,8 +42,20 @@ class RayConfig:
     from the run's latest complete checkpoint. "auto": "trial" for a sweep's one-device trials
     (many short runs: start-up dominates), "train" for everything else."""
 
+    max_concurrent_trials: int = 0
+    """A ladder's or sweep's trials at once. 0: as many as the cluster's CPUs and GPUs hold when
+    it launches, sized once (kept by --resume): an autoscaling cluster that starts without GPU
+    nodes (cluster.yaml's min_workers: 0) holds one, so its trials would run one after another:
+    set it to what the cluster scales to."""
+
     def __post_init__(self) -> None:
         require(self.num_workers >= 1, "num_workers", self.num_workers, "must be >= 1")
+        require(
+            self.max_concurrent_trials >= 0,
+            "max_concurrent_trials",
+            self.max_concurrent_trials,
+            "must be >= 0 (0 = as many as the cluster holds at launch)",
+        )
         require(self.cpus_per_worker > 0, "cpus_per_worker", self.cpus_per_worker, "must be > 0")
         require(self.gpus_per_worker > 0, "gpus_per_worker", self.gpus_per_worker, "must be > 0")
         require(

@@ -180,7 +180,9 @@ def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool) -> lis
     exp_dir = job.exp_dir
     write_experiment_record(job, [r.plan for r in runs], exp_dir, resume)
     init_ray(job.ray.address)
-    done = [run_trials(specs, exp_dir, TuneSettings(scheduler=early_stopper(job, specs)), resume)]
+    at_once = job.ray.max_concurrent_trials
+    first = TuneSettings(scheduler=early_stopper(job, specs), max_concurrent=at_once)
+    done = [run_trials(specs, exp_dir, first, resume)]
     for round_ in range(1, job.sweep.widen_rounds + 1):
         specs = widening_trials(job, runs, exp_dir, round_)
         if not specs:
@@ -190,6 +192,8 @@ def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool) -> lis
             for s in specs
         )
         print(f"widening the grid, round {round_}: a best trial at an edge; adding {added}")
-        settings = TuneSettings(scheduler=early_stopper(job, specs), name=f"tune-widen{round_}")
+        settings = TuneSettings(
+            scheduler=early_stopper(job, specs), max_concurrent=at_once, name=f"tune-widen{round_}"
+        )
         done.append(run_trials(specs, exp_dir, settings, resume))
     return done
