@@ -60,6 +60,17 @@ def write_experiment_record(
     from the recorded one, less :data:`DRIVER_KEYS`: Tune restores a trial with the config it
     was given at launch, so nothing else in a changed file would reach the resumed runs."""
     record = storage.join(exp_dir, EXPERIMENT)
+    plan_file = storage.join(exp_dir, PLAN)
+    if resume and storage.is_file(plan_file):
+        launched = [row["size"] for row in json.loads(storage.read_text(plan_file))]
+        planned = [p.size for p in plans]
+        if sorted(set(launched)) != sorted(set(planned)):
+            raise ConfigError(
+                f"--resume: the sizes {', '.join(planned)} differ from the launch's "
+                f"{', '.join(dict.fromkeys(launched))} ({plan_file}); Tune resumes the trials it "
+                "launched, whatever --sizes says: resume with the launch's --sizes (none if it "
+                "had none), or launch other sizes into a new --dir"
+            )
     if resume and storage.is_file(record):
         recorded = yaml.safe_load(storage.read_text(record)) or {}
         changed = [k for k in changed_keys(recorded, to_dict(job)) if k not in DRIVER_KEYS]
@@ -72,4 +83,4 @@ def write_experiment_record(
     storage.makedirs(exp_dir)
     write_atomic(record, to_yaml(job))
     rows = [{**p.table_row(job), "lr_source": p.lr_source, **p.hparam_record()} for p in plans]
-    write_atomic(storage.join(exp_dir, PLAN), json.dumps(rows, indent=2, default=str))
+    write_atomic(plan_file, json.dumps(rows, indent=2, default=str))

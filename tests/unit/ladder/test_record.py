@@ -74,3 +74,17 @@ def test_a_size_listed_twice_is_refused():
     job = from_dict(LadderJobConfig, {**BASE, "dir": "x"})
     with pytest.raises(ConfigError, match="sizes: 15K listed more than once"):
         plan_ladder(job, ["15K", "15K"])
+
+
+def test_resume_with_other_sizes_is_refused_and_the_plan_kept(tmp_path):
+    """Tune restores the trials it launched: a --resume without the launch's --sizes trained
+    one size and rewrote plan.json to list all of them."""
+    job = from_dict(LadderJobConfig, {**BASE, "sizes": ["15K", "25K"], "dir": str(tmp_path)})
+    write_experiment_record(job, plan_ladder(job, ["15K"]), tmp_path)
+    before = (tmp_path / "plan.json").read_text()
+    with pytest.raises(
+        ConfigError, match=r"--resume: the sizes 15K, 25K differ from the launch's 15K"
+    ):
+        write_experiment_record(job, plan_ladder(job, None), tmp_path, resume=True)
+    assert (tmp_path / "plan.json").read_text() == before
+    write_experiment_record(job, plan_ladder(job, ["15K"]), tmp_path, resume=True)
