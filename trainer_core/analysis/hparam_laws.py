@@ -103,14 +103,21 @@ def horizons_per_size(cells: list[CellOptimum]) -> int:
 def outside_cells(
     cells: list[CellOptimum], N: float, D: float, terms: tuple[str, ...] = ("N", "D")
 ) -> tuple[str, ...]:
-    """Which of ``terms`` lie outside the cells' range at (N, D): a prediction there
-    extrapolates in them."""
+    """Which of ``terms`` lie outside the cells' range at (N, D), and "D/N" when both are
+    terms and the tokens per parameter do: a prediction there extrapolates in them (N and D
+    each inside their ranges can still pair far from any cell, 2 tokens a parameter from cells
+    of 20 to 180)."""
     where = {"N": N, "D": D}
-    return tuple(
+    outside = [
         t
         for t in terms
         if not min(getattr(c, t) for c in cells) <= where[t] <= max(getattr(c, t) for c in cells)
-    )
+    ]
+    if {"N", "D"} <= set(terms):
+        ratios = [c.D / c.N for c in cells]
+        if not min(ratios) <= D / N <= max(ratios):
+            outside.append("D/N")
+    return tuple(outside)
 
 
 def _usable(df: pd.DataFrame) -> pd.DataFrame:

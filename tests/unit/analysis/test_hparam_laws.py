@@ -136,7 +136,11 @@ def test_predict_brackets_the_truth_and_names_extrapolation():
     assert p.batch is not None and inside(STEP_LAW_BATCH(n, d), p.batch[1:])
     assert p.extrapolated == []
     far = laws.predict(7e9, 1.4e12)
-    assert far.extrapolated == ["N", "D"] and "extrapolated" in str(far)
+    assert far.extrapolated == ["N", "D", "D/N"] and "extrapolated" in str(far)
+    # N and D each inside the cells' ranges (5e7..4e8, 1e9..7.2e10), paired at 2.5 and 1440
+    # tokens a parameter, where no cell (20..180) is
+    assert laws.predict(4e8, 1e9).extrapolated == ["D/N"]
+    assert laws.predict(5e7, 7.2e10).extrapolated == ["D/N"]
     assert far.lr[2] / far.lr[1] > p.lr[2] / p.lr[1], "intervals widen away from the data"
 
 

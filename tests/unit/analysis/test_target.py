@@ -50,7 +50,7 @@ def test_target_table_by_hand():
     assert text.startswith("compute-optimal at C = 6e+20 FLOPs")
     assert "H100, 9.89e+14 FLOP/s peak, 50% MFU (assumed), FLOPs = 6 N D" in text
     assert "lr*, B*: the laws of the sweep, read at each column's N_opt, D_opt" in text
-    assert "extrapolated (N outside the sweep's cells)" in text
+    assert "extrapolated (N, D/N outside the sweep's cells)" in text  # 1 token a parameter
     frame = answer.to_frame()
     assert frame.loc["device-hours", "approach 3 (L(N, D))"] == "337"
     assert frame.loc["lr*", "approach 3 (L(N, D))"].startswith("0.001 [")
