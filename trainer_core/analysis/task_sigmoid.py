@@ -151,6 +151,11 @@ def fit_sigmoid(
         raise AnalysisError(f"fit_sigmoid: chance = {chance} is not in 0 .. 1")
     if floor is not None and not 0 <= floor < 1:
         raise AnalysisError(f"fit_sigmoid: floor = {floor} is not in 0 .. 1")
+    if ceiling is not None and not (chance < ceiling <= 1 and ceiling > (floor or 0)):
+        raise AnalysisError(
+            f"fit_sigmoid: ceiling = {ceiling} must lie above chance ({chance}) and the floor, "
+            "and at most 1"
+        )
     fixed = {k: v for k, v in (("floor", floor), ("ceiling", ceiling)) if v is not None}
     theta, mse = _fit_sigmoid_once(loss, acc, chance, fixed, _starts(loss, acc, chance))
     rng = np.random.default_rng(seed)
@@ -178,11 +183,17 @@ def sigmoid_flags(fit: SigmoidFit, acc: np.ndarray) -> list[str]:
     """What the accuracies leave open: a ceiling never approached, a steepness at its bound."""
     notes = []
     span = 1 - fit.chance
-    top = float(np.max(acc))
+    top, bottom = float(np.max(acc)), float(np.min(acc))
     if top - fit.chance < NEAR_CHANCE * span:
         notes.append(
             f"ceiling: every accuracy is within {NEAR_CHANCE:.0%} of chance ({fit.chance:.3g}; "
             f"best {top:.3g}): the sigmoid's rise is not seen, so its ceiling and step are guesses"
+        )
+    elif top - bottom < NEAR_CHANCE * span:
+        notes.append(
+            f"rise: every accuracy lies in {bottom:.3g} .. {top:.3g}, within {NEAR_CHANCE:.0%} "
+            f"of chance .. 1 of each other (chance {fit.chance:.3g}): a plateau, not a rise, so "
+            "the sigmoid's floor, step and ceiling are guesses"
         )
     elif "ceiling" in fit.ci:
         lo, hi = fit.ci["ceiling"]
@@ -193,4 +204,9 @@ def sigmoid_flags(fit: SigmoidFit, acc: np.ndarray) -> list[str]:
             )
     if not K_RANGE[0] * 1.01 < fit.k < K_RANGE[1] / 1.01:
         notes.append(f"k = {fit.k:.3g} is at its bound: no sigmoid in these points")
+    if fit.floor > fit.ceiling:
+        notes.append(
+            f"floor {fit.floor:.3g} above ceiling {fit.ceiling:.3g}: accuracy falling as the "
+            "task loss falls; no sigmoid in these points"
+        )
     return notes

@@ -197,6 +197,21 @@ def test_near_chance_points_flag_the_ceiling():
     assert any("ceiling" in f and "chance" in f for f in flags)
 
 
+def test_a_plateau_above_chance_is_flagged_and_an_impossible_ceiling_refused():
+    """Accuracies flat at 0.42 (chance 0.25) passed unflagged: the floor fitted at 0 and the
+    prediction at a lower loss came with a confident interval."""
+    rng = np.random.default_rng(0)
+    loss = rng.uniform(1.0, 1.6, 40)
+    acc = 0.42 + rng.normal(0, 0.01, 40)
+    fit = fit_sigmoid(loss, acc, 0.25, n_bootstrap=10, ceiling=None)
+    assert any(f.startswith("rise: every accuracy lies in") for f in sigmoid_flags(fit, acc))
+    for bad in (0.1, 1.2):
+        with pytest.raises(AnalysisError, match=f"ceiling = {bad} must lie above chance"):
+            fit_sigmoid(loss, acc, 0.25, ceiling=bad)
+    with pytest.raises(AnalysisError, match="ceiling = 0.3 must lie above chance .* and the floor"):
+        fit_sigmoid(loss, acc, 0.25, ceiling=0.3, floor=0.6)
+
+
 def test_a_resolved_sigmoid_has_no_step2_flags(law, points):
     assert sigmoid_flags(law.step2, points["synth/acc"].to_numpy()) == []
 
