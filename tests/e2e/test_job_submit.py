@@ -106,3 +106,18 @@ def test_a_relative_output_dir_is_refused_inside_an_uploaded_working_dir(monkeyp
     assert check_output_dir("/tmp/rayladder-abs", "trainer.run_dir") == Path("/tmp/rayladder-abs")
     monkeypatch.setenv(RAY_JOB_CONFIG_ENV, json.dumps({"runtime_env": {}}))
     assert check_output_dir("runs/x", "trainer.run_dir") == Path("runs/x").absolute()
+
+
+def test_a_submitted_job_with_a_relative_dir_in_its_config_is_refused(
+    monkeypatch, run_script, repo_root
+):
+    """The config made its dirs absolute as it loaded, so inside Ray's copy of the working dir
+    the check saw an absolute path and let the run write where nothing is kept (train-tiny.yaml,
+    ladder-demo.yaml: both relative)."""
+    job = {"runtime_env": {"working_dir": "gcs://_ray_pkg_abc.zip"}}
+    monkeypatch.setenv(RAY_JOB_CONFIG_ENV, json.dumps(job))
+    tiny = repo_root / "workflows" / "configs" / "train-tiny.yaml"
+    code, _, err = run_script("workflows/train.py", "--config", str(tiny))
+    assert code == 2 and "trainer.run_dir: 'runs/train-tiny' is relative" in err
+    code, _, err = run_script("workflows/ladder.py")
+    assert code == 2 and "dir: 'runs/ladder-demo' is relative" in err

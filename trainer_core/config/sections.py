@@ -14,6 +14,7 @@ from typing import Literal
 from trainer_core.config.loader import ConfigError
 from trainer_core.config.sizes import MODEL_SIZES, check_size
 from trainer_core.io import storage
+from trainer_core.io.output_dir import canonical_output
 
 
 def require(ok: bool, name: str, value: object, allowed: str) -> None:
@@ -326,7 +327,7 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         require(bool(self.run_dir), "run_dir", self.run_dir, "give a local path or a URL")
-        self.run_dir = storage.canonical(self.run_dir)
+        self.run_dir = canonical_output(self.run_dir)
         require(
             self.global_batch_size >= 1, "global_batch_size", self.global_batch_size, "must be >= 1"
         )

@@ -52,6 +52,17 @@ def in_uploaded_working_dir() -> bool:
     return bool((job.get("runtime_env") or {}).get("working_dir"))
 
 
+def canonical_output(path: Location) -> Location:
+    """``storage.canonical(path)``, except a relative local path in a Ray job run from an
+    uploaded ``--working-dir``: that stays relative, so :func:`check_output_dir` refuses it
+    where the dir is used (made absolute here, it would point into Ray's temporary copy of the
+    working dir and pass as if the user had given it)."""
+    relative = not storage.is_url(path) and not Path(path).expanduser().is_absolute()
+    if relative and in_uploaded_working_dir():
+        return path
+    return storage.canonical(path)
+
+
 def check_output_dir(path: Location, key: str) -> Location:
     """``path`` as an absolute Path if it is, or can be made, a dir this process can write; a
     URL (``s3://bucket/prefix``) as given, once a probe object was written and deleted there.

@@ -25,6 +25,7 @@ from trainer_core.devices import (
     match_device,
 )
 from trainer_core.io import storage
+from trainer_core.io.output_dir import canonical_output
 from trainer_core.io.storage import Location
 from trainer_core.ladder.formulas import BatchFormula, Beta2Formula, DurationFormula, LRFormula
 
@@ -78,7 +79,7 @@ class LadderConfig:
 
     def __post_init__(self) -> None:
         require(bool(self.dir), "dir", self.dir, "give a local path or a URL")
-        self.dir = storage.canonical(self.dir)
+        self.dir = canonical_output(self.dir)
         require(bool(self.sizes), "sizes", self.sizes, "list at least one size")
         check_sizes(self.sizes, "sizes")
         require(self.max_devices >= 1, "max_devices", self.max_devices, "must be >= 1")
