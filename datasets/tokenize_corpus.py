@@ -42,10 +42,12 @@ from trainer_core.io.output_dir import check_output_dir, replace_when_complete
 BPE_SAMPLE_BYTES = 64 << 20
 
 
+class HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The module docstring as written, and each flag's default."""
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormat)
     p.add_argument(
         "--input", action="append", required=True, help="file, dir, quoted glob or URL (repeatable)"
     )

@@ -1,4 +1,4 @@
-"""``python workflows/analyze.py <exp_dir> [--out DIR] [--target-params 1e9] [--target-flops 1e21] [--hparam-sweep DIR] [--device H100] [--mfu 0.4] [--task-accuracy auto]``
+"""``python workflows/analyze.py <exp_dir> [--out DIR] [--target-params 1e9] [--target-flops 1e21] [--hparam-sweep DIR] [--device H100] [--mfu 0.4] [--task-accuracy auto] [--bootstrap 200]``
 
 Analyses a ladder or LR-sweep experiment dir (or one run dir). A ladder: per-size losses; L(N, D)
 (Chinchilla approach 3), the frontier L(C) and the isoFLOP line (approach 2) with bootstrap

@@ -99,6 +99,11 @@ def parse_command(
     """
     if "--help" in argv or "-h" in argv:
         print(help_text(doc.strip().splitlines()[0].strip("`"), cls), end="")
+        if default_config is not None:
+            print(
+                f"\nThe defaults above are the built-in ones. Without --config this command "
+                f"loads {default_config}, whose values win over them."
+            )
         return None
     own, overrides = split_args(argv, {"--config": True, **(flags or {})})
     if default_config is not None:

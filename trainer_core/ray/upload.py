@@ -1,6 +1,7 @@
 """Checking what ``ray job submit --working-dir`` would upload before Ray refuses it.
 
-Ray caps an uploaded working dir at 100 MiB and fails deep inside the upload when it is bigger.
+Ray caps an uploaded working dir's package at its gRPC message limit (512 MiB in Ray 2.60,
+``RAY_max_grpc_message_size`` overrides) and fails deep inside the upload when it is bigger.
 We walk the dir the way Ray does (skipping what ``.rayignore`` / ``.gitignore`` exclude) and
 stop early with the biggest offenders named.
 """
@@ -11,7 +12,9 @@ import fnmatch
 import os
 from pathlib import Path
 
-RAY_UPLOAD_LIMIT = 100 * 2**20
+RAY_UPLOAD_LIMIT = int(os.environ.get("RAY_max_grpc_message_size", 512 * 2**20))  # noqa: SIM112 (Ray's name)
+"""Ray 2.60's cap (``GCS_STORAGE_MAX_SIZE`` in its runtime-env packaging), read from the same
+variable; counted here on the files before compression, so the check errs on the safe side."""
 
 
 class UploadTooLargeError(ValueError):

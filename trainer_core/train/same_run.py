@@ -29,9 +29,13 @@ TRAINING_KEYS = (
     "data.tokenizer",
     "train_module.max_grad_norm",
     "train_module.z_loss_multiplier",
+    "train_module.autocast_precision",
+    "parallel.param_dtype",
+    "parallel.float8",
 )
-"""What the trained weights depend on (prefixes end in a dot). Parallelism, precision of the
-reduction, logging, checkpoint cadence and data locations may change between launches."""
+"""What the trained weights depend on (prefixes end in a dot). The mesh, the reduction's
+precision, logging, checkpoint cadence and the data's location (a moved copy of the corpus) may
+change between launches."""
 FREE_KEYS = frozenset({"model.attention_backend", "optim.fused"})
 """Kernels that compute the same thing."""
 
