@@ -39,7 +39,7 @@ from trainer_core.analysis.lr import (
     optimal_lr,
     optimal_lrs,
 )
-from trainer_core.analysis.lr_grid import widen_lrs, widen_sweep
+from trainer_core.analysis.lr_grid import widen_horizons, widen_lrs, widen_sweep
 from trainer_core.analysis.plots import plot_loss_curves, plot_lr_sweep, plot_lr_vs_size
 from trainer_core.analysis.plots_hparams import plot_cell_sweeps, plot_hparam_law, plot_hparam_laws
 from trainer_core.analysis.plots_scaling import plot_isoflops, plot_loss_vs_compute
@@ -145,5 +145,6 @@ __all__ = [
     "task_names",
     "unresolved",
     "widen_lrs",
+    "widen_horizons",
     "widen_sweep",
 ]

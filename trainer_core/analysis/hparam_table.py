@@ -1,5 +1,5 @@
 """A sweep experiment as the hyperparameter laws read it: one row per annealed eval of each
-trial, with N, D (tokens at that eval), peak LR, global batch (tokens) and loss.
+trial, with its run's name, N, D (tokens at that eval), peak LR, global batch (tokens) and loss.
 
 Kept apart from the fits (:mod:`trainer_core.analysis.hparam_laws`), which take any such table:
 a published sweep read from CSV as well as one of ours.
@@ -31,6 +31,7 @@ def hparam_table(results: ExperimentResults) -> pd.DataFrame:
     pts = pts.dropna(subset=["eval_loss"])
     table = pd.DataFrame(
         {
+            "name": pts["name"],
             "N": pts["N"].astype(float),
             "D": pts["tokens"].astype(float),
             "lr": pts["peak_lr"].astype(float),

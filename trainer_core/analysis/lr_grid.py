@@ -97,3 +97,34 @@ def widen_sweep(table: pd.DataFrame, loss: str = COMPARED) -> dict[str, list[tup
         if wanted:
             out[str(group)] = wanted
     return out
+
+
+def widen_horizons(points: pd.DataFrame, table: pd.DataFrame) -> dict[str, list[tuple[float, int]]]:
+    """Per early-stopping group: an LR beyond the grid's edge at each horizon (a WSD-S decay)
+    whose best LR is the smallest or largest tried there, at that horizon's best batch.
+
+    :func:`widen_sweep` judges the final horizon alone, but LR*(N, D) needs every (N, D) cell
+    bracketed, and LR* moves with the horizon: a short horizon can want an LR above the grid
+    that the final one does not. ``points``: the sweep's annealed points with their run's name
+    (:func:`~trainer_core.analysis.hparam_table.hparam_table`); ``table``: its trials
+    (:func:`~trainer_core.analysis.lr.lr_sweep_table`: groups, and the divergence that caps a
+    step up)."""
+    group_of = table.set_index("name")["group"]
+    lost = table[table["diverged"].astype(bool)]
+    pts = points.assign(group=points["name"].map(group_of)).dropna(subset=["group"])
+    out: dict[str, list[tuple[float, int]]] = {}
+    for (group, _), at_d in pts.groupby(["group", "D"]):
+        batch = at_d.loc[at_d["loss"].idxmin(), "batch"]
+        tried = at_d[at_d["batch"] == batch]
+        capped = lost[(lost["group"] == group) & (lost["batch"] == batch)]
+        frame = pd.DataFrame(
+            {
+                "size": group,
+                "lr": [*tried["lr"], *capped["lr"]],
+                "diverged": [False] * len(tried) + [True] * len(capped),
+                COMPARED: [*tried["loss"], *[math.nan] * len(capped)],
+            }
+        )
+        for lrs in widen_lrs(frame).values():
+            out.setdefault(group, []).extend((lr, int(batch)) for lr in lrs)
+    return out

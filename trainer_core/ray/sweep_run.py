@@ -105,22 +105,32 @@ def widening_trials(
     """The trials beyond the grid's edge that the earlier rounds' results call for (none: every
     group's best trial is interior in LR and in batch). Later rounds' runs already on disk (a
     resumed sweep) are left out, so a round is the same whether it runs now or is restored."""
-    from trainer_core.analysis import load, lr_sweep_table, widen_sweep
+    from trainer_core.analysis import (
+        hparam_table,
+        load,
+        lr_sweep_table,
+        widen_horizons,
+        widen_sweep,
+    )
 
     results = load(exp_dir)
     rounds = results.runs.set_index("name").get("tag_round", pd.Series(dtype=float))
     earlier = results.runs["name"].map(rounds).fillna(0) < round_
     table = lr_sweep_table(results)
-    wanted = widen_sweep(table[table["name"].map(rounds).fillna(0) < round_])
+    table = table[table["name"].map(rounds).fillna(0) < round_]
+    points = hparam_table(results)
+    points = points[points["name"].isin(table["name"])]
     trials = [
         (_run_at(runs, group, batch), lr)
-        for group, points in wanted.items()
-        for lr, batch in points
+        for wanted in (widen_sweep(table), widen_horizons(points, table))
+        for group, beyond in wanted.items()
+        for lr, batch in beyond
     ]
     specs = [trial_spec(job, run, lr, round_) for run, lr in _ordered(trials, runs)]
-    # A batch beyond the edge can round back to one tried: that run is already on disk.
+    # A batch beyond the edge can round back to one tried: that run is already on disk; and
+    # the final horizon and an earlier one can ask for the same trial.
     tried = {storage.name(d) for d in results.runs.loc[earlier, "dir"]}
-    return [s for s in specs if s.name not in tried]
+    return list({s.name: s for s in specs if s.name not in tried}.values())
 
 
 def _run_at(runs: list[SweepRun], group: str, batch: int) -> SweepRun:

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from trainer_core.analysis import widen_sweep
+from trainer_core.analysis import widen_horizons, widen_sweep
 from trainer_core.config.loader import ConfigError, load_config
 from trainer_core.ladder.plan import plan_ladder
 from trainer_core.ladder.sweep import (
@@ -245,3 +245,39 @@ def test_bad_sweep_settings_name_the_field(field, value, message):
 def test_full_length_and_horizons_do_not_mix():
     with pytest.raises(ConfigError, match="full_length"):
         SweepConfig(full_length=True, horizons=[0.5])
+
+
+def horizon_points(optima: dict[float, float], batch: int = 2048) -> pd.DataFrame:
+    """One group's trials (lr 1e-3, 2e-3, 4e-3 at one batch) read at each horizon D, whose
+    best LR is ``optima[D]``: the annealed points the laws read, with their run names."""
+    return pd.DataFrame(
+        [
+            {
+                "name": f"lr{lr:g}",
+                "D": d,
+                "lr": lr,
+                "batch": batch,
+                "loss": math.log(lr / best) ** 2,
+            }
+            for d, best in optima.items()
+            for lr in (1e-3, 2e-3, 4e-3)
+        ]
+    )
+
+
+def test_a_short_horizon_whose_best_lr_is_at_the_edge_widens_the_grid():
+    """LR* falls with the horizon: the final one is bracketed (no widening by it), the first
+    wants more than the grid's top, and its cell of LR*(N, D) stayed open."""
+    points = horizon_points({1e5: 9e-3, 4e5: 2e-3})
+    final = points[points["D"] == 4e5]
+    table = sweep_table(
+        [(lr, 2048, loss) for lr, loss in zip(final["lr"], final["loss"], strict=True)]
+    )
+    table["name"] = [f"lr{lr:g}" for lr in table["lr"]]
+    assert widen_sweep(table) == {}
+    assert widen_horizons(points, table) == {"s@1x": [(pytest.approx(8e-3), 2048)]}
+    # a diverged trial at the LR beyond caps it, as at the final horizon
+    capped = pd.concat([table, sweep_table([(8e-3, 2048, math.nan)], diverged={(8e-3, 2048)})])
+    capped["name"] = [f"lr{lr:g}" for lr in capped["lr"]]
+    assert widen_horizons(points, capped) == {}
+    assert widen_horizons(horizon_points({1e5: 2e-3, 4e5: 2e-3}), table) == {}
