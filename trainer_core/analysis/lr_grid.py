@@ -9,6 +9,7 @@ the report says it is at the edge.
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pandas as pd
@@ -110,19 +111,26 @@ def widen_horizons(points: pd.DataFrame, table: pd.DataFrame) -> dict[str, list[
     (:func:`~trainer_core.analysis.lr.lr_sweep_table`: groups, and the divergence that caps a
     step up)."""
     group_of = table.set_index("name")["group"]
-    lost = table[table["diverged"].astype(bool)]
     pts = points.assign(group=points["name"].map(group_of)).dropna(subset=["group"])
     out: dict[str, list[tuple[float, int]]] = {}
     for (group, _), at_d in pts.groupby(["group", "D"]):
         batch = at_d.loc[at_d["loss"].idxmin(), "batch"]
         tried = at_d[at_d["batch"] == batch]
-        capped = lost[(lost["group"] == group) & (lost["batch"] == batch)]
+        trials = table[(table["group"] == group) & (table["batch"] == batch)]
+        lost = trials[trials["diverged"].astype(bool)]
+        # Stopped by early stopping before this horizon: tried, and judged worse than the
+        # trials that reached it (as the final horizon's comparison at a common step has it).
+        cut = trials[trials["stopped_early"].astype(bool) & ~trials["name"].isin(tried["name"])]
         frame = pd.DataFrame(
             {
                 "size": group,
-                "lr": [*tried["lr"], *capped["lr"]],
-                "diverged": [False] * len(tried) + [True] * len(capped),
-                COMPARED: [*tried["loss"], *[math.nan] * len(capped)],
+                "lr": [*tried["lr"], *cut["lr"], *lost["lr"]],
+                "diverged": [False] * (len(tried) + len(cut)) + [True] * len(lost),
+                COMPARED: [
+                    *tried["loss"],
+                    *[sys.float_info.max] * len(cut),
+                    *[math.nan] * len(lost),
+                ],
             }
         )
         for lrs in widen_lrs(frame).values():

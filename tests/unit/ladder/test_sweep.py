@@ -167,17 +167,19 @@ def test_early_stopping_groups_compare_at_equal_tokens(demo, tmp_path):
     assert early_stopper(replace(job, sweep=replace(sweep, early_stopping="none")), specs) is None
 
 
-def sweep_table(rows: list[tuple[float, int, float]], diverged=()) -> pd.DataFrame:
-    """(lr, batch, compared loss) trials of one group."""
+def sweep_table(rows: list[tuple[float, int, float]], diverged=(), stopped=()) -> pd.DataFrame:
+    """(lr, batch, compared loss) trials of one group, named ``lr<lr>``."""
     return pd.DataFrame(
         [
             {
                 "size": "s",
                 "group": "s@1x",
+                "name": f"lr{lr:g}",
                 "lr": lr,
                 "batch": b,
                 "compared_loss": loss,
                 "diverged": (lr, b) in diverged,
+                "stopped_early": (lr, b) in stopped,
             }
             for lr, b, loss in rows
         ]
@@ -273,11 +275,19 @@ def test_a_short_horizon_whose_best_lr_is_at_the_edge_widens_the_grid():
     table = sweep_table(
         [(lr, 2048, loss) for lr, loss in zip(final["lr"], final["loss"], strict=True)]
     )
-    table["name"] = [f"lr{lr:g}" for lr in table["lr"]]
     assert widen_sweep(table) == {}
     assert widen_horizons(points, table) == {"s@1x": [(pytest.approx(8e-3), 2048)]}
     # a diverged trial at the LR beyond caps it, as at the final horizon
     capped = pd.concat([table, sweep_table([(8e-3, 2048, math.nan)], diverged={(8e-3, 2048)})])
-    capped["name"] = [f"lr{lr:g}" for lr in capped["lr"]]
     assert widen_horizons(points, capped) == {}
     assert widen_horizons(horizon_points({1e5: 2e-3, 4e5: 2e-3}), table) == {}
+
+
+def test_trials_stopped_before_a_horizon_count_there_as_tried_and_worse():
+    """Early stopping cut the low LRs before the horizon: the one trial that reached it is not
+    an optimum at both edges (the grid widened both ways with a default step)."""
+    reached = horizon_points({4e5: 4e-3})
+    reached = reached[reached["lr"] == 4e-3]
+    rows = [(1e-3, 2048, 5.0), (2e-3, 2048, 4.0), (4e-3, 2048, 1.0)]
+    table = sweep_table(rows, stopped={(1e-3, 2048), (2e-3, 2048)})
+    assert widen_horizons(reached, table) == {"s@1x": [(pytest.approx(8e-3), 2048)]}
