@@ -17,7 +17,7 @@ their un-annealed losses; non-finite losses (diverged trials) too.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -40,6 +40,8 @@ MISFIT_SCATTER = 2.0
 """Cells straying from the law by more than this many times their own intervals: the law's form
 misses something (a term, a bend), beyond what widening its intervals fixes."""
 SYMBOL = {"lr": "lr*", "batch": "B*"}
+OTHER: dict[Param, Param] = {"lr": "batch", "batch": "lr"}
+"""The hyperparameter swept beside each: its best value decides whether an optimum is joint."""
 
 
 @dataclass
@@ -65,9 +67,10 @@ class CellOptimum:
     """Distinct values of ``param`` tried in the cell."""
     conditional: str = ""
     """Where the cell's best trial sits at the edge of the *other* hyperparameter's grid (batch
-    for an LR cell, LR for a batch cell), which and where ("batch 2048, the largest tried"):
-    the optimum is then the best at that edge, the joint optimum's only if it does not move
-    with the other one. Empty when the other was not swept, or its best is inside its grid."""
+    for an LR cell, LR for a batch cell): "batch 2048, the largest tried". The optimum is then
+    the best at that edge, the joint optimum's only if it does not move with the other one
+    (:attr:`HparamLawFit.conditional` says so). Empty when the other was not swept, or its best
+    is inside its grid."""
 
     @property
     def log_sigma(self) -> float:
@@ -90,7 +93,7 @@ class CellOptimum:
             side = "smallest" if self.low == 0 else "largest"
             line += f"  NOT BRACKETED: lowest loss at the grid's {side} {self.param}; widen it"
         if self.conditional:
-            line += f"  CONDITIONAL: best trial at {self.conditional}"
+            line += f"  CONDITIONAL: best trial at {self.conditional}: widen that grid"
         return line
 
 
@@ -155,7 +158,7 @@ def _curves(df: pd.DataFrame, param: Param) -> list[Curve]:
     lowest loss over the other one traces the curve through the joint optimum, so its vertex is
     the joint optimum's LR (or batch), provided the best trial's other value is inside the
     other's grid; where it is at that grid's edge, the curve is the one at the edge value."""
-    other = "batch" if param == "lr" else "lr"
+    other = OTHER[param]
     out = []
     for (n, d), rows in _usable(df).groupby(["N", "D"]):
         best = rows.groupby(param)["loss"].min().sort_index()
@@ -166,11 +169,7 @@ def _curves(df: pd.DataFrame, param: Param) -> list[Curve]:
         conditional = ""
         if len(tried) >= 2 and at in (tried[0], tried[-1]):
             side = "smallest" if at == tried[0] else "largest"
-            conditional = (
-                f"{other} {at:.4g}, the {side} tried: the {SYMBOL[param]} of that {other}, "
-                f"the joint optimum's only if it does not move with {other}; widen the "
-                f"{other} grid"
-            )
+            conditional = f"{other} {at:.4g}, the {side} tried"
         x, y = np.log(best.index.to_numpy(float)), best.to_numpy()
         out.append(Curve(float(n), float(d), x, y, conditional))
     return out
@@ -217,8 +216,7 @@ def _cell(
     curve: Curve, param: Param, noise: float, n_bootstrap: int, rng: np.random.Generator
 ) -> CellOptimum:
     cell = _optimum(curve.N, curve.D, param, curve.x, curve.y, noise, n_bootstrap, rng)
-    cell.conditional = curve.conditional
-    return cell
+    return replace(cell, conditional=curve.conditional)
 
 
 def _optimum(
@@ -358,7 +356,7 @@ class HparamLawFit:
         cells = [c for c in self.cells if c.conditional]
         if not cells:
             return ""
-        other = "batch" if self.param == "lr" else "lr"
+        other = OTHER[self.param]
         return (
             f"CONDITIONAL: in {len(cells)} of {len(self.cells)} cells the best trial's {other} "
             f"is at its grid's edge ({'; '.join(c.label for c in cells)}): there the law gives "

@@ -57,10 +57,13 @@ def canonical_output(path: Location) -> Location:
     uploaded ``--working-dir``: that stays relative, so :func:`check_output_dir` refuses it
     where the dir is used (made absolute here, it would point into Ray's temporary copy of the
     working dir and pass as if the user had given it)."""
+    return path if _relative_in_job(path) else storage.canonical(path)
+
+
+def _relative_in_job(path: Location) -> bool:
+    """A relative local path, in a Ray job run from an uploaded ``--working-dir``."""
     relative = not storage.is_url(path) and not Path(path).expanduser().is_absolute()
-    if relative and in_uploaded_working_dir():
-        return path
-    return storage.canonical(path)
+    return relative and in_uploaded_working_dir()
 
 
 def check_output_dir(path: Location, key: str) -> Location:
@@ -82,7 +85,7 @@ def check_output_dir(path: Location, key: str) -> Location:
                 "and the credentials of this machine (AWS_* variables, ~/.aws, the instance role)"
             ) from None
         return url
-    if not Path(path).expanduser().is_absolute() and in_uploaded_working_dir():
+    if _relative_in_job(path):
         raise ConfigError(
             f"{key}: {str(path)!r} is relative, and this Ray job runs in Ray's temporary copy of "
             "--working-dir: what it writes there is not kept (nor seen by other nodes); give an "

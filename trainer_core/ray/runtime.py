@@ -131,10 +131,9 @@ def init_ray(
         os.environ.setdefault(key, value)
     if ray.is_initialized():
         return
-    if address and address not in ("local", "auto"):
-        check_reachable(address, "ray.address")
-    elif not address and os.environ.get("RAY_ADDRESS", "") not in ("", "local", "auto"):
-        check_reachable(os.environ["RAY_ADDRESS"], "RAY_ADDRESS")
+    cluster = address or os.environ.get("RAY_ADDRESS", "")
+    if cluster not in ("", "local", "auto"):
+        check_reachable(cluster, "ray.address" if address else "RAY_ADDRESS")
     local = {"num_cpus": num_cpus, "include_dashboard": dashboard} if address == "local" else {}
     ray.init(
         address=address or None,

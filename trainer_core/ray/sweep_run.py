@@ -202,6 +202,7 @@ def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool) -> lis
             for s in specs
         )
         print(f"widening the grid, round {round_}: a best trial at an edge; adding {added}")
+        check_unchanged_runs(specs)
         settings = TuneSettings(
             scheduler=early_stopper(job, specs), max_concurrent=at_once, name=f"tune-widen{round_}"
         )

@@ -180,7 +180,6 @@ def run_trials(
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
-    check_unchanged_runs(specs)
     trainable, failure, callbacks, reuse = _trial_setup(specs)
     tune_dir = storage.join(exp_dir, settings.name)
     concurrency = settings.max_concurrent or max_concurrent_trials(specs)

@@ -259,5 +259,5 @@ def test_an_lr_optimum_at_the_batch_grids_edge_is_called_conditional():
     assert lr > 2 * joint and not low <= joint <= high  # the smallest batch's LR, not the joint
     inside_grid = fit_hparam_laws(coupled_sweep(800, [200, 400, 800, 1600, 3200]), n_bootstrap=50)
     assert not any(c.conditional for c in inside_grid.lr_cells + inside_grid.batch_cells)
-    assert inside_grid.lr.predict(1e7, 8e8)[0] == pytest.approx(joint, rel=1e-6)
+    assert inside_grid.lr.predict(1e7, 8e8)[0] == pytest.approx(joint, rel=1e-4)
     assert "CONDITIONAL" not in str(inside_grid.lr)

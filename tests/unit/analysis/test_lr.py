@@ -95,7 +95,7 @@ def test_lr_power_law_recovers_exponent_and_compares_to_ladder_default(sweep_dir
     assert "the ladder's default rule" in str(fit) and "3 dof" in str(fit)
     # Student's t with 3 dof, not the normal: the same t is less surprising.
     assert fit.p_from_reference == pytest.approx(
-        2 * scipy.stats.t.sf(abs(fit.sigmas_from_reference), 3), rel=1e-9
+        2 * scipy.stats.t.sf(abs(fit.sigmas_from_reference), 3), rel=1e-4
     )
     assert fit.p_from_reference > 2 * scipy.stats.norm.sf(abs(fit.sigmas_from_reference))
     low, high = fit.interval(8e6)
@@ -127,7 +127,7 @@ def test_lr_of_n_leaves_out_sizes_whose_optimum_the_grid_does_not_bracket(sweep_
     keep_only_lrs_above_the_optimum("d")
     fit = fit_sweep_lr(cut)
     assert fit.n_points == 3 and fit.n_range == (SWEEP_N["a"], SWEEP_N["c"])
-    assert fit.b == pytest.approx(SWEEP_B, abs=1e-6)
+    assert fit.b == pytest.approx(SWEEP_B, abs=1e-4)
     keep_only_lrs_above_the_optimum("c")
     keep_only_lrs_above_the_optimum("b")
     with pytest.raises(AnalysisError, match=r"got 1: the best LR of b, c, d is at its grid's edge"):
