@@ -73,9 +73,10 @@ CHECKPOINT_COLUMNS = [
     "metrics_path",
 ]
 ANNEALED_LR_FRACTION = 0.5
-"""A checkpoint eval counts as annealed (a finished-schedule point) when the LR logged with it is
-at most this fraction of the peak: under WSD-S the ladder also saves just *before* each decay, at
-peak LR, and those points sit well above the scaling curve."""
+"""For records without the trainer's ``annealed`` flag (written before it logged one, or by
+another trainer): an eval counts as annealed when the LR logged with it is at most this fraction
+of the peak. It tells WSD-S's pre-decay saves (at peak LR) from its decay ends, but would also
+admit a cosine run's checkpoints past mid-decay, which the flag does not."""
 
 
 class AnalysisError(UserError, ValueError):
@@ -331,8 +332,7 @@ def read_metrics(run_dir: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for step, record in sorted(by_step.items()):
         row = _metric_row(run, step, record)
-        lr = record.get("lr")
-        row["annealed"] = lr is not None and _annealed(float(lr), run)
+        row["annealed"] = _annealed(record, run, unknown=False)
         rows.append(row)
     return rows
 
@@ -345,13 +345,20 @@ def read_points(run_dir: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
         row = _metric_row(run, step, record)
         lr = record.get("lr")
         row["lr_at_step"] = math.nan if lr is None else float(lr)
-        row["annealed"] = lr is None or _annealed(float(lr), run)
+        row["annealed"] = _annealed(record, run, unknown=True)
         rows.append(row)
     return rows
 
 
-def _annealed(lr: float, run: dict[str, Any]) -> bool:
-    return lr <= ANNEALED_LR_FRACTION * float(run["peak_lr"])
+def _annealed(record: dict[str, Any], run: dict[str, Any], unknown: bool) -> bool:
+    """Whether an eval is a finished-schedule point: the trainer's flag (the step ends a decay),
+    else the LR rule (:data:`ANNEALED_LR_FRACTION`), else ``unknown``."""
+    if "annealed" in record:
+        return bool(record["annealed"])
+    lr = record.get("lr")
+    if lr is None:
+        return unknown
+    return float(lr) <= ANNEALED_LR_FRACTION * float(run["peak_lr"])
 
 
 def _task_rows(metrics: list[dict[str, Any]], points: list[dict[str, Any]]) -> list[dict]:

@@ -170,6 +170,13 @@ def decay_windows(total_steps: int, cfg: ScheduleConfig) -> list[tuple[int, int]
     return [(c.decay_start, c.end) for c in _plan(total_steps, cfg)]
 
 
+def annealed_steps(total_steps: int, cfg: ScheduleConfig) -> frozenset[int]:
+    """The steps that end a decay: a model there has finished a schedule (the points a scaling
+    law is fitted to). A mid-decay step is not one, however low its LR: a cosine run's
+    checkpoint at 3/4 of the way is above the curve a run of that length would reach."""
+    return frozenset(end for start, end in decay_windows(total_steps, cfg) if start < end)
+
+
 def wsds_schedule(
     decay_end_steps: list[int],
     decay_fraction: float = 0.1,

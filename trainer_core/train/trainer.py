@@ -37,6 +37,7 @@ from trainer_core.io.storage import write_atomic
 from trainer_core.parallel.process_group import all_gather_object, collective_device
 from trainer_core.train.callbacks import Callback
 from trainer_core.train.same_run import check_same_run
+from trainer_core.train.schedule import annealed_steps
 from trainer_core.train.train_module import BatchStats, TrainModule
 
 if TYPE_CHECKING:
@@ -135,6 +136,7 @@ class Trainer:
         self.step = 0
         self.tokens = 0
         self.last_metrics: dict[str, float] = {}
+        self.annealed_steps = annealed_steps(info.total_steps, cfg.schedule)
         ckpt = cfg.checkpoint
         self.checkpointer = (
             Checkpointer(self.run_dir, ckpt, rank=rank, world_size=world_size)
@@ -242,6 +244,7 @@ class Trainer:
                 # commit cannot lose it, a kill before resumes earlier and drops it with the
                 # replayed steps (JsonlMetrics.on_start).
                 metrics["tokens"] = self.tokens
+                metrics["annealed"] = float(self.step in self.annealed_steps)
                 self.last_metrics.update(metrics)
                 self._emit("on_log", self.step, metrics)
                 if save != "none":
@@ -366,7 +369,12 @@ class Trainer:
     def _checkpoint(self, permanent: bool, metrics: dict[str, float], lr: float) -> None:
         """Save this step. A permanent save's metrics file holds this step's eval, tokens and LR
         (whether the point is annealed), over whatever the last log line said."""
-        saved = {**self.last_metrics, **metrics, "lr": lr}  # the checkpointer adds step and tokens
+        saved = {
+            **self.last_metrics,
+            **metrics,
+            "lr": lr,
+            "annealed": float(self.step in self.annealed_steps),
+        }  # the checkpointer adds step and tokens
         path = self.checkpointer.save(
             self.step, self.app_state(), tokens=self.tokens, permanent=permanent, metrics=saved
         )

@@ -74,6 +74,30 @@ def test_checkpoint_metrics_carry_their_own_step_lr_and_tokens(tmp_path, tiny_co
     assert not points.loc[7, "annealed"] and points.loc[10, "annealed"]
 
 
+def test_only_a_decay_end_is_annealed_however_low_the_lr_before_it(tmp_path, tiny_config):
+    """Cosine over updates 3-10: at step 8 the LR is a third of the peak, yet the model there
+    has not finished its schedule; the trainer's flag says so, where an LR threshold would not."""
+    from trainer_core.analysis import load
+
+    cfg = tiny_config(
+        tmp_path / "run",
+        "--trainer.max_steps=10",
+        "--schedule.kind=cosine",
+        "--schedule.warmup=2",
+        "--checkpoint.keep_steps=[8, 10]",
+    )
+    build_trainer(cfg).fit()
+    run = tmp_path / "run"
+    mid, end = (json.loads((run / f"metrics_step{s}.json").read_text()) for s in (8, 10))
+    assert mid["lr"] < 0.4 * cfg.optim.lr
+    assert (mid["annealed"], end["annealed"]) == (0.0, 1.0)
+    logged = {r["step"]: r["annealed"] for r in read_jsonl(run / "metrics.jsonl") if "eval/loss" in r}
+    assert logged == {8: 0.0, 10: 1.0}
+    res = load(run)
+    assert res.points.set_index("step")["annealed"].to_dict() == {8: False, 10: True}
+    assert res.fit_points()["step"].tolist() == [10]
+
+
 def test_resume_continues_bit_for_bit(tmp_path, tiny_config):
     straight = tiny_config(tmp_path / "a" / "run", "--checkpoint.enabled=false")
     build_trainer(straight).fit()
