@@ -91,7 +91,9 @@ def test_only_a_decay_end_is_annealed_however_low_the_lr_before_it(tmp_path, tin
     mid, end = (json.loads((run / f"metrics_step{s}.json").read_text()) for s in (8, 10))
     assert mid["lr"] < 0.4 * cfg.optim.lr
     assert (mid["annealed"], end["annealed"]) == (0.0, 1.0)
-    logged = {r["step"]: r["annealed"] for r in read_jsonl(run / "metrics.jsonl") if "eval/loss" in r}
+    logged = {
+        r["step"]: r["annealed"] for r in read_jsonl(run / "metrics.jsonl") if "eval/loss" in r
+    }
     assert logged == {8: 0.0, 10: 1.0}
     res = load(run)
     assert res.points.set_index("step")["annealed"].to_dict() == {8: False, 10: True}
