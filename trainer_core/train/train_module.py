@@ -155,6 +155,7 @@ class TrainModule:
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
         has_optim = "optim" in state
+        own = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
         set_state_dict(
             self.model,
             self.optimizer if has_optim else [],
@@ -163,8 +164,26 @@ class TrainModule:
         )
         if has_optim:
             self.scheduler.load_state_dict(state["scheduler"])
+            self._keep_own_hyperparameters(own)
         if self.after_load is not None:
             self.after_load()
+
+    def _keep_own_hyperparameters(self, own: list[dict]) -> None:
+        """A checkpoint brings the optimizer's moments and the schedule's position; its param
+        groups' LR, weight decay, betas and eps, and the schedule's base LRs, are the saving
+        run's. A branch (``checkpoint.resume_from`` with another LR, decay or schedule) would
+        train on those while its config and run.json said otherwise, so this run's own are put
+        back and the LR recomputed from its schedule at the restored step (a resume of the same
+        run gets the values it had)."""
+        sched = self.scheduler
+        for group, values in zip(self.optimizer.param_groups, own, strict=True):
+            group.update(values)
+        sched.base_lrs = [values["initial_lr"] for values in own]
+        lambdas = zip(sched.lr_lambdas, sched.base_lrs, strict=True)
+        lrs = [base * f(sched.last_epoch) for f, base in lambdas]
+        for group, lr in zip(self.optimizer.param_groups, lrs, strict=True):
+            group["lr"] = lr
+        sched._last_lr = lrs
 
     # -- helpers ------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import socket
 import time
 from dataclasses import replace
@@ -119,7 +120,10 @@ def test_resume_continues_bit_for_bit(tmp_path, tiny_config):
     assert started["time"] < resumed_at["time"]
 
 
-def test_non_finite_loss_names_the_step_and_keeps_checkpoints(tmp_path, tiny_config):
+@pytest.mark.parametrize("async_save", [False, True])
+def test_non_finite_loss_names_the_step_and_keeps_checkpoints(tmp_path, tiny_config, async_save):
+    """With async saves the step before the bad one was written but, the run ending in the
+    error, never committed: its .tmp dir was all that was left of it."""
     cfg = tiny_config(
         tmp_path / "run",
         "--optim.lr=1e4",
@@ -128,6 +132,7 @@ def test_non_finite_loss_names_the_step_and_keeps_checkpoints(tmp_path, tiny_con
         "--train_module.max_grad_norm=null",
         "--trainer.max_steps=200",
         "--checkpoint.save_interval_steps=1",
+        f"--checkpoint.async_save={str(async_save).lower()}",
     )
     with pytest.raises(
         NonFiniteLossError, match=r"non-finite (loss|gradient norm) at step \d+"
@@ -137,7 +142,7 @@ def test_non_finite_loss_names_the_step_and_keeps_checkpoints(tmp_path, tiny_con
     info = json.loads((run / "run.json").read_text())
     assert info["status"] == "diverged" and info["diverged_step"] == err.value.step
     saved = sorted(p.name for p in (run / "checkpoints").iterdir())
-    assert saved and saved[-1] == f"step-{err.value.step - 1:08d}"
+    assert saved == [f"step-{err.value.step - 1:08d}"]
 
 
 def test_the_module_runs_from_a_shell(processes):
@@ -254,6 +259,58 @@ def test_a_relaunch_with_other_training_settings_is_refused_naming_them(tmp_path
         tmp_path / "run", *args, "--model.attention_backend=math", "--trainer.log_interval=1"
     )
     assert build_trainer(same).fit()["steps"] == 10
+
+
+def test_a_branch_trains_with_its_own_optimizer_settings_not_the_origins(tmp_path, tiny_config):
+    """Loading a checkpoint put back the origin's LR, weight decay and betas in every param group
+    (and its base LR in the schedule): a branch at another LR trained at the origin's while its
+    config.yaml and run.json said otherwise."""
+    constant = ("--schedule.kind=constant", "--schedule.warmup=0")
+    build_trainer(
+        tiny_config(tmp_path / "origin", "--trainer.max_steps=10", "--optim.lr=1e-3", *constant)
+    ).fit()
+    branch = tiny_config(
+        tmp_path / "branch",
+        "--trainer.max_steps=15",
+        "--trainer.log_interval=1",
+        "--optim.lr=5e-3",
+        "--optim.weight_decay=0.5",
+        "--optim.beta2=0.99",
+        *constant,
+        f"--checkpoint.resume_from={tmp_path / 'origin' / 'checkpoints' / 'step-00000010'}",
+    )
+    trainer = build_trainer(branch)
+    assert trainer.restore() == 10
+    groups = trainer.module.optimizer.param_groups
+    assert {g["weight_decay"] for g in groups} == {0.5, 0.0}
+    assert all(g["betas"] == (0.9, 0.99) and g["lr"] == 5e-3 for g in groups)
+    trainer.fit()
+    logged = {r["step"]: r["lr"] for r in read_jsonl(tmp_path / "branch" / "metrics.jsonl")}
+    assert logged == dict.fromkeys(range(11, 16), 5e-3)
+
+
+def test_a_resume_from_that_is_not_a_checkpoint_says_where_one_is(tmp_path, tiny_config):
+    """A run dir, its checkpoints/ dir or a file in it were called an incomplete or missing
+    checkpoint, naming no key."""
+    build_trainer(tiny_config(tmp_path / "origin", "--trainer.max_steps=10")).fit()
+    origin = tmp_path / "origin"
+    newest = origin / "checkpoints" / "step-00000010"
+    cases = {
+        origin: f"is not a checkpoint dir (no step-NNNNNNNN name, no info.json); point it at one, "
+        f"<run dir>/checkpoints/step-NNNNNNNN; its newest complete one is {newest}",
+        origin / "checkpoints": f"its newest complete one is {newest}",
+        origin / "config.yaml": "is a file; point it at a checkpoint dir",
+        tmp_path / "nope": "does not exist (or is empty)",
+    }
+    for i, (path, why) in enumerate(cases.items()):
+        branch = tiny_config(tmp_path / f"b{i}", f"--checkpoint.resume_from={path}")
+        with pytest.raises(CheckpointError) as err:
+            build_trainer(branch).fit()
+        assert str(err.value).startswith(f"checkpoint.resume_from: {path} ") and why in str(
+            err.value
+        )
+        with pytest.raises(CheckpointError, match=re.escape(why)):
+            resume_step(branch)
 
 
 def flip_bytes(path, count: int = 64) -> None:
