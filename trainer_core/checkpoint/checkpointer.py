@@ -75,7 +75,7 @@ from trainer_core.io.run_dir import (
     write_metrics_step,
 )
 from trainer_core.io.storage import Location
-from trainer_core.parallel.process_group import is_distributed
+from trainer_core.parallel.process_group import all_gather_object, is_distributed
 
 log = logging.getLogger(__name__)
 # DCP warns on every save/load without a process group (also from async save's thread); a
@@ -249,10 +249,13 @@ class Checkpointer:
             (p.tmp / "info.json").write_text(json.dumps(info))
             written.append("info.json")
         listing = list_files(p.tmp, written)
+        # Every rank takes the same collectives whatever fails: a rank that skipped one would
+        # leave the others waiting on it until the process group's timeout.
+        error = self._from_rank0(error)
         if error is None:  # without rank 0's marker the save never counts as complete
             self._write_marker(p.tmp, listing)
             if self.remote:
-                self._upload(p, listing)
+                error = self._upload(p, listing)
         self._barrier()
         if self.rank == 0 and error is None:
             try:
@@ -289,17 +292,27 @@ class Checkpointer:
         partial.write_text(json.dumps({"rank": self.rank, "files": listing}))
         partial.rename(marker)
 
-    def _upload(self, p: _PendingSave, listing: FileListing) -> None:
-        """Every rank puts the files it listed into ``p.final``, its marker last.
+    def _upload(self, p: _PendingSave, listing: FileListing) -> str | None:
+        """Every rank puts the files it listed into ``p.final``, its marker last; the first
+        rank's error as text (every rank gets the same), or None.
 
         A step saved again (a run resumed from before it) first loses the old copy, whole,
         before any rank uploads: the two never mix in one dir.
         """
+        error = None
         if self.rank == 0 and storage.is_dir(p.final):
-            storage.remove(p.final)
-        self._barrier()
-        for name in [*sorted(listing), marker_name(self.rank, self.world_size)]:
-            storage.put_file(p.tmp / name, storage.join(p.final, name))
+            try:
+                storage.remove(p.final)
+            except Exception as e:
+                error = f"could not replace checkpoint {p.final}: {e}"
+        error = self._from_rank0(error)
+        if error is None:
+            try:
+                for name in [*sorted(listing), marker_name(self.rank, self.world_size)]:
+                    storage.put_file(p.tmp / name, storage.join(p.final, name))
+            except Exception as e:
+                error = f"rank {self.rank} could not upload checkpoint {p.final}: {e}"
+        return next((e for e in self._all_ranks(error) if e), None)
 
     def _put_in_place(self, p: _PendingSave) -> None:
         """Rank 0, once every rank is done: check the whole checkpoint, then (locally) rename."""
@@ -456,6 +469,11 @@ class Checkpointer:
             dist.broadcast_object_list(box, src=0)
             return box[0]
         return value
+
+    def _all_ranks(self, value: Any) -> list[Any]:
+        if self.world_size > 1 and is_distributed():
+            return all_gather_object(value)
+        return [value]
 
     def _barrier(self) -> None:
         if self.world_size > 1 and is_distributed():

@@ -417,6 +417,35 @@ def test_async_save_with_two_ranks(spawn_ranks, tmp_path):
     spawn_ranks(_rank_main, 2, "async_saves_on_ranks", tmp_path)
 
 
+def remote_save_fails_on_one_rank(failing: int, what: str, rank: int, world: int) -> None:
+    """A run dir on object storage whose write fails on one rank: rank 0's metrics file, or
+    one rank's upload. Every rank must get the same one-line error at once."""
+    from trainer_core.checkpoint import checkpointer
+
+    def fail(*args, **kwargs):
+        raise OSError(f"simulated 503 on {what}")
+
+    if rank == failing:
+        if what == "metrics":
+            checkpointer.write_metrics_step = fail
+        else:
+            checkpointer.storage.put_file = fail
+    ckpt = Checkpointer("memory://bucket/run", CheckpointConfig(), rank=rank, world_size=world)
+    with pytest.raises(CheckpointError) as err:
+        ckpt.save(5, tiny_state(5), tokens=5, permanent=True, metrics={"eval/loss": 1.0})
+    doing = "write the metrics of" if what == "metrics" else f"rank {failing} could not upload"
+    assert doing in str(err.value) and f"simulated 503 on {what}" in str(err.value)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("failing, what", [(0, "metrics"), (1, "upload"), (0, "upload")])
+def test_a_failed_remote_write_on_one_rank_fails_every_rank_alike(spawn_ranks, failing, what):
+    """Rank 0 skipped the upload's barrier when its metrics write failed, and another rank's
+    failed upload skipped it too: the others waited on it until the process group timed out."""
+    spawn_ranks(_rank_main, 2, "remote_save_fails_on_one_rank", failing, what, timeout=60)
+
+
 # -- integrity: checksums verified on load -------------------------------------------------------
 
 
