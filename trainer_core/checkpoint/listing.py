@@ -21,6 +21,7 @@ from trainer_core.checkpoint.checksums import (
 from trainer_core.errors import UserError
 from trainer_core.io import storage
 from trainer_core.io.run_dir import (
+    CHECKPOINTS,
     STEP_DIR,
     checkpoints_dir,
     metrics_step_path,
@@ -119,16 +120,30 @@ def listed_files(path: Location) -> FileListing:
     return listing
 
 
-def checkpoint_step(path: Location) -> int:
-    """The step a checkpoint dir holds: from its ``step-N`` name, else its info.json."""
-    match = STEP_DIR.match(storage.name(path))
-    step = int(match.group(1)) if match else _read_info(path).get("step")
-    if step is None:
+def branch_step(path: Location) -> int:
+    """The step of ``checkpoint.resume_from``'s checkpoint, once ``path`` is checked to be one
+    (a ``step-N`` dir, or a dir holding a checkpoint's files): a run dir or its ``checkpoints/``
+    given instead is named as such, with the checkpoint to point at."""
+    here = storage.entries(path)
+    if not here:
+        what = "is a file" if storage.is_file(path) else "does not exist (or is empty)"
         raise CheckpointError(
-            f"checkpoint {path}: no step in its name (step-NNNNNNNN) or its info.json; point "
-            "checkpoint.resume_from at a checkpoint dir"
+            f"checkpoint.resume_from: {path} {what}; point it at a checkpoint dir, "
+            "<run dir>/checkpoints/step-NNNNNNNN"
         )
-    return int(step)
+    match = STEP_DIR.match(storage.name(path))
+    if match:
+        return int(match.group(1))
+    step = _read_info(path).get("step") if "info.json" in here else None
+    if step is not None:
+        return int(step)
+    run_dir = storage.parent(path) if storage.name(path) == CHECKPOINTS else path
+    found = [c.path for c in list_checkpoints(run_dir) if c.complete]
+    hint = f"; its newest complete one is {found[-1]}" if found else ""
+    raise CheckpointError(
+        f"checkpoint.resume_from: {path} is not a checkpoint dir (no step-NNNNNNNN name, no "
+        f"info.json); point it at one, <run dir>/checkpoints/step-NNNNNNNN{hint}"
+    )
 
 
 def list_checkpoints(run_dir: Location) -> list[CheckpointInfo]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import ray.data
 
-from trainer_core.checkpoint.listing import checkpoint_step, list_checkpoints
+from trainer_core.checkpoint.listing import branch_step, list_checkpoints
 from trainer_core.config.sections import TrainConfig
 from trainer_core.data.shards import DataError, token_dtype
 from trainer_core.data.token_data import (
@@ -69,7 +69,7 @@ def resume_step(cfg: TrainConfig) -> int:
     complete = [c for c in list_checkpoints(cfg.trainer.run_dir) if c.complete]
     if complete:
         return complete[-1].step
-    return checkpoint_step(cfg.checkpoint.resume_from) if cfg.checkpoint.resume_from else 0
+    return branch_step(cfg.checkpoint.resume_from) if cfg.checkpoint.resume_from else 0
 
 
 def _token_data(spec: TokenDataSpec) -> TokenData:

@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from trainer_core.checkpoint.checkpointer import Checkpointer
 from trainer_core.checkpoint.keep import CheckpointPolicy
+from trainer_core.checkpoint.listing import branch_step
 from trainer_core.checkpoint.rng import restore_rng, rng_state
 from trainer_core.config.loader import ConfigError, to_yaml
 from trainer_core.config.sections import TrainConfig
@@ -167,6 +168,7 @@ class Trainer:
         state = self.app_state()
         resume_from = self.cfg.checkpoint.resume_from
         if resume_from and not self.checkpointer.has_checkpoint():
+            branch_step(resume_from)
             self.checkpointer.load(resume_from, state)
         elif self.checkpointer.load_latest(state) is None:
             return 0
@@ -191,6 +193,12 @@ class Trainer:
         started = time.time()
         try:
             self._run_steps(start_step, total)
+        except NonFiniteLossError:
+            # Every rank raises it at once, so together they can still commit the async save
+            # in flight: a step that passed the finite check, the newest good one.
+            if self.checkpointer is not None:
+                self.checkpointer.wait()
+            raise
         except (DataError, ConfigError) as e:
             # Bad shards or config found mid-run: no retry can fix them, so run.json says so
             # instead of staying "running".
