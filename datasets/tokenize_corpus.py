@@ -15,8 +15,11 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trainer_core.config.arg_types import positive_int, split_fraction
@@ -37,9 +40,16 @@ from trainer_core.data.text_sources import (
     sample_texts,
 )
 from trainer_core.data.tokenizer import load_tokenizer, train_bpe
-from trainer_core.io.output_dir import check_output_dir, replace_when_complete
+from trainer_core.io import storage
+from trainer_core.io.output_dir import (
+    check_output_dir,
+    replace_when_complete,
+    sigterm_raises_exit,
+)
 
 BPE_SAMPLE_BYTES = 64 << 20
+PLAIN_EVERY_S = 10.0
+"""Longest gap between progress lines when stdout is no terminal (a log)."""
 
 
 class HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -96,9 +106,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def check_out(out: str) -> Path:
-    """``--out``, checked before any work: writable (the swap renames in its parent too), and
-    new, empty or a shard dir, the only kind this command replaces, so that it never deletes
-    files it did not write."""
+    """``--out``, checked before any work: a local (or shared file system) dir, as the shards
+    are written in place and swapped in by a rename; writable (the swap renames in its parent
+    too); and new, empty or a shard dir, the only kind this command replaces, so that it never
+    deletes files it did not write."""
+    if storage.is_url(out):
+        raise ConfigError(
+            f"--out: {out} is a URL, but --out must be a local or shared-filesystem dir; build the "
+            "shards locally, upload the finished dir, and point data.shards at it"
+        )
     target = check_output_dir(out, "--out")
     check_output_dir(target.parent, "--out")
     if target.is_dir() and any(target.iterdir()) and not (target / MANIFEST).is_file():
@@ -109,12 +125,73 @@ def check_out(out: str) -> Path:
     return target
 
 
+class PlainProgress:
+    """``on_file`` for a log (``ray job logs``, a redirect), where a live bar shows nothing: a
+    line per tenth of the files or per :data:`PLAIN_EVERY_S` seconds, whichever comes first."""
+
+    def __init__(self, total: int, clock: Callable[[], float] = time.monotonic):
+        self.total, self.clock = total, clock
+        self.every_files = max(total // 10, 1)
+        self.files = self.documents = 0
+        self.mb = 0.0
+        self.start = self.last = clock()
+
+    def __call__(self, stats: ReadStats) -> None:
+        self.files += 1
+        self.documents += stats.documents
+        self.mb += stats.text_bytes / 1e6
+        now = self.clock()
+        tenth = self.files % self.every_files == 0 or self.files == self.total
+        if not tenth and now - self.last < PLAIN_EVERY_S:
+            return
+        self.last = now
+        print(
+            f"tokenizing: {self.files}/{self.total} files, {self.mb:.1f} MB, "
+            f"{self.documents:,} documents, {now - self.start:.0f} s",
+            flush=True,
+        )
+
+
+@contextmanager
+def file_progress(total: int) -> Iterator[Callable[[ReadStats], None]]:
+    """``on_file`` for :func:`tokenize_to_shards`: a live bar on a terminal, else plain lines."""
+    console = Console()
+    if not console.is_terminal:
+        yield PlainProgress(total)
+        return
+    columns = (
+        TextColumn("tokenizing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("files {task.fields[mb]:.1f} MB"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("files", total=total, mb=0.0)
+
+        def on_file(stats: ReadStats) -> None:
+            progress.update(
+                task, advance=1, mb=progress.tasks[task].fields["mb"] + stats.text_bytes / 1e6
+            )
+
+        yield on_file
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = check_out(args.out)
     opts = ReadOptions(args.text_field, args.parquet_column, args.on_decode_error)
-    files = discover_inputs(args.input)
+    files = discover_inputs(
+        args.input, lambda d: say(f"left out:   {d}: a shard dir (tokens, not text)")
+    )
     if args.train_bpe:
+        say(
+            f"training:   a BPE of vocab {args.train_bpe} on <= {args.bpe_sample_mb} MB of the text"
+        )
         tokenizer = train_bpe(sample_texts(files, opts, args.bpe_sample_mb << 20), args.train_bpe)
     else:
         tokenizer = load_tokenizer(args.tokenizer)
@@ -126,24 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     init_ray(submitted_or_local(), num_cpus=args.num_cpus, dashboard=False)
     logging.getLogger("ray.data").setLevel(logging.ERROR)
     ray.data.DataContext.get_current().enable_progress_bars = False
-    columns = (
-        TextColumn("tokenizing"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("files {task.fields[mb]:.1f} MB"),
-        TimeElapsedColumn(),
-    )
     start = time.perf_counter()
-    with replace_when_complete(out) as stage:
-        with Progress(*columns, transient=True) as progress:
-            task = progress.add_task("files", total=len(files), mb=0.0)
-
-            def on_file(stats: ReadStats) -> None:
-                progress.update(
-                    task, advance=1, mb=progress.tasks[task].fields["mb"] + stats.text_bytes / 1e6
-                )
-
-            _, totals = tokenize_to_shards(
+    with sigterm_raises_exit(), replace_when_complete(out) as stage:
+        with file_progress(len(files)) as on_file:
+            manifest, totals = tokenize_to_shards(
                 files,
                 tokenizer,
                 stage,
@@ -154,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                 info={"inputs": args.input},
             )
         tokenizer.save(stage)
+        say(f"verifying:  {len(manifest.train) + len(manifest.validation)} shard files")
         verify_shards(stage)
     print_summary(read_manifest(out), totals, time.perf_counter() - start)
     return 0

@@ -78,6 +78,15 @@ def check_ids(ids: np.ndarray, vocab_size: int, source: str = "") -> np.ndarray:
     return ids
 
 
+def is_shard_dir(directory: str | Path) -> bool:
+    """Whether ``directory`` holds a ``manifest.json`` of this format: its files are tokens."""
+    try:
+        raw = json.loads((Path(directory) / MANIFEST).read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(raw, dict) and raw.get("format") == FORMAT
+
+
 def file_sha256(path: Location) -> str:
     h = hashlib.sha256()
     with storage.open_file(path) as f:
@@ -175,12 +184,23 @@ def read_manifest(directory: Location) -> Manifest:
         )
     try:
         raw = json.loads(storage.read_text(path))
-        if raw.get("format") != FORMAT or raw.get("version") != FORMAT_VERSION:
-            raise DataError(
-                f"{path}: not a {FORMAT} v{FORMAT_VERSION} manifest "
-                f"(format={raw.get('format')!r}, version={raw.get('version')!r}); {RETOKENIZE}"
-            )
-        return Manifest(
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.start}); {RETOKENIZE}") from None
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
+        raise DataError(
+            f"{path}: unreadable manifest ({type(e).__name__}: {e}); {RETOKENIZE}"
+        ) from None
+    if not isinstance(raw, dict):
+        raise DataError(
+            f"{path}: a manifest is a JSON object, this one is a {type(raw).__name__}; {RETOKENIZE}"
+        )
+    if raw.get("format") != FORMAT or raw.get("version") != FORMAT_VERSION:
+        raise DataError(
+            f"{path}: not a {FORMAT} v{FORMAT_VERSION} manifest "
+            f"(format={raw.get('format')!r}, version={raw.get('version')!r}); {RETOKENIZE}"
+        )
+    try:
+        manifest = Manifest(
             tokenizer=TokenizerInfo(**raw["tokenizer"]),
             dtype=raw["dtype"],
             row_tokens=raw["row_tokens"],
@@ -192,10 +212,57 @@ def read_manifest(directory: Location) -> Manifest:
             page_checksums=raw.get("page_checksums", False) is True,
             dir=directory,
         )
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
+    except (KeyError, TypeError) as e:
         raise DataError(
             f"{path}: unreadable manifest ({type(e).__name__}: {e}); {RETOKENIZE}"
         ) from None
+    _check_manifest(manifest, path)
+    return manifest
+
+
+def _is_int(value: object, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _is_file_name(name: object) -> bool:
+    """A name in the shard dir itself: no separator, so no path can lead out of it."""
+    return isinstance(name, str) and name not in ("", ".", "..") and not {"/", "\\"} & set(name)
+
+
+def _check_manifest(m: Manifest, path: Location) -> None:
+    """Refuse, naming the field, a value the loader would otherwise trip over far from here
+    (a division by ``row_tokens=0``, ``np.dtype("int17")``, a file name that leaves the dir)."""
+    t, fraction = m.tokenizer, m.val_fraction
+    number = isinstance(fraction, (int, float)) and not isinstance(fraction, bool)
+    checks = [
+        ("tokenizer.kind", t.kind, isinstance(t.kind, str), "a string"),
+        ("tokenizer.vocab_size", t.vocab_size, _is_int(t.vocab_size, 1), "an integer >= 1"),
+        ("tokenizer.eos_id", t.eos_id, _is_int(t.eos_id, 0), "an integer >= 0"),
+        (
+            "tokenizer.bos_id",
+            t.bos_id,
+            t.bos_id is None or _is_int(t.bos_id, 0),
+            "null or an int >= 0",
+        ),
+        ("tokenizer.content_hash", t.content_hash, isinstance(t.content_hash, str), "a string"),
+        ("dtype", m.dtype, m.dtype in ("uint16", "uint32"), "'uint16' or 'uint32'"),
+        ("row_tokens", m.row_tokens, _is_int(m.row_tokens, 1), "an integer >= 1"),
+        ("row_group_rows", m.row_group_rows, _is_int(m.row_group_rows, 1), "an integer >= 1"),
+        ("val_fraction", fraction, number and 0 <= fraction < 1, "a number in [0, 1)"),
+        ("info", m.info, isinstance(m.info, dict), "a JSON object"),
+    ]
+    for split, files in (("train", m.train), ("validation", m.validation)):
+        for i, f in enumerate(files):
+            at = f"{split}.files[{i}]"
+            checks.append((f"{at}.name", f.name, _is_file_name(f.name), "a plain file name"))
+            checks.append((f"{at}.sha256", f.sha256, isinstance(f.sha256, str), "a string"))
+            for key in ("tokens", "documents", "rows", "bytes"):
+                value = getattr(f, key)
+                checks.append((f"{at}.{key}", value, _is_int(value, 0), "an integer >= 0"))
+    for field_name, value, ok, want in checks:
+        if not ok:
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            raise DataError(f"{path}: {field_name} is {shown}, not {want}; {RETOKENIZE}")
 
 
 def verify_shards(directory: Location, checksums: bool = True) -> Manifest:
@@ -318,8 +385,10 @@ class DatasetWriter:
     caller's job, done only once the new one is complete (:func:`trainer_core.io.output_dir.replace_when_complete`).
 
     A document goes to validation when its :func:`split_key` is below ``val_fraction``. So that
-    a small corpus still gets a validation split, the training document with the smallest key is
-    held back until the end and moved to validation if no other document landed there.
+    a small corpus still gets a validation split, the training documents with the smallest key
+    (one text and its exact duplicates) are held back until the end and moved to validation
+    together if no other document landed there: a copy left in train would make validation
+    score a text the model trained on.
     """
 
     def __init__(
@@ -351,7 +420,9 @@ class DatasetWriter:
         self.val = ShardWriter(
             self.out_dir, VAL_PREFIX, tokenizer.vocab_size, tokenizer.eos_id, **shape
         )
-        self._held: tuple[float, np.ndarray, str] | None = None
+        self._held_key = 1.0  # above every key: split_key is in [0, 1)
+        self._held: list[tuple[np.ndarray, str]] = []
+        """The documents whose key is ``_held_key``, the smallest of the training documents."""
 
     def add(self, tokens: np.ndarray | list[int], key: float, source: str = "") -> None:
         """Add one document; ``key`` is its :func:`split_key`."""
@@ -359,18 +430,20 @@ class DatasetWriter:
             self.val.add_document(tokens, source)
         elif self.val_fraction == 0:
             self.train.add_document(tokens, source)
-        elif self._held is None or key < self._held[0]:
-            if self._held is not None:
-                self.train.add_document(self._held[1], self._held[2])
-            self._held = (key, np.asarray(tokens), source)
+        elif key < self._held_key:
+            for held in self._held:
+                self.train.add_document(*held)
+            self._held_key, self._held = key, [(np.asarray(tokens), source)]
+        elif key == self._held_key:
+            self._held.append((np.asarray(tokens), source))
         else:
             self.train.add_document(tokens, source)
 
     def finish(self, info: dict | None = None) -> Manifest:
-        if self._held is not None:
-            no_val, others = self.val.documents == 0, self.train.documents > 0
-            target = self.val if no_val and others else self.train
-            target.add_document(self._held[1], self._held[2])
+        no_val, others = self.val.documents == 0, self.train.documents > 0
+        target = self.val if no_val and others else self.train
+        for held in self._held:
+            target.add_document(*held)
         train, validation = self.train.finish(), self.val.finish()
         if not train:
             raise DataError(

@@ -15,11 +15,12 @@ fsspec (0.1 s to import, in every tokenizing process) is imported only for URL i
 
 from __future__ import annotations
 
+import functools
 import glob
 import gzip
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Literal
@@ -37,6 +38,7 @@ from trainer_core.data.shards import (
     Manifest,
     TokenizerInfo,
     check_ids,
+    is_shard_dir,
     split_key,
 )
 
@@ -110,18 +112,38 @@ def _visible(path: str) -> bool:
     return not any(part.startswith(".") for part in Path(path).parts[1:])
 
 
-def _expand_local(pattern: str) -> list[tuple[str, int]]:
+def _size(path: str) -> int:
+    """Bytes of ``path``; a broken link or an entry that can't be read is one line naming it."""
+    try:
+        return os.path.getsize(path)
+    except OSError as e:
+        why = f"a broken link to {os.readlink(path)}" if os.path.islink(path) else e.strerror
+        raise DataError(f"{path}: can't read it ({why}); remove it or fix it") from None
+
+
+def _expand_local(pattern: str) -> tuple[list[tuple[str, int]], list[str]]:
+    """The files ``pattern`` names, with their sizes, and the shard dirs it reached, left out."""
     pattern = os.path.expanduser(pattern.removeprefix("file://"))
-    matches = sorted(glob.glob(pattern, recursive=True)) if GLOB_CHARS & set(pattern) else [pattern]
+    globbed = bool(GLOB_CHARS & set(pattern))
+    matches = sorted(glob.glob(pattern, recursive=True)) if globbed else [pattern]
+    shard_dir = functools.cache(is_shard_dir)
     found: list[str] = []
+    left_out: dict[str, None] = {}
     for m in matches:
+        parent = os.path.dirname(os.path.abspath(m))  # a glob's match in a shard dir: left out
         if os.path.isdir(m):
             for root, dirs, names in os.walk(m):
+                if shard_dir(root):
+                    left_out[os.path.abspath(root)] = None
+                    dirs.clear()
+                    continue
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 found += [os.path.join(root, n) for n in sorted(names) if not n.startswith(".")]
-        elif os.path.isfile(m):
+        elif globbed and shard_dir(parent):
+            left_out[parent] = None
+        elif os.path.isfile(m) or os.path.islink(m):  # a broken link too: _size names it
             found.append(m)
-    return [(os.path.abspath(p), os.path.getsize(p)) for p in found]
+    return [(os.path.abspath(p), _size(p)) for p in found], list(left_out)
 
 
 def _expand_url(pattern: str) -> list[tuple[str, int]]:
@@ -138,15 +160,28 @@ def _expand_url(pattern: str) -> list[tuple[str, int]]:
     ]
 
 
-def discover_inputs(patterns: list[str]) -> list[InputFile]:
-    """Every input file, in a deterministic order (patterns in order, each sorted), no repeats."""
+def discover_inputs(
+    patterns: list[str], on_shard_dir: Callable[[str], None] = lambda directory: None
+) -> list[InputFile]:
+    """Every input file, in a deterministic order (patterns in order, each sorted), no repeats.
+
+    A local dir that holds shards (a ``--out`` of an earlier run inside an input dir) is left
+    out, and passed to ``on_shard_dir``: its files are tokens, not text.
+    """
     if not patterns:
         raise DataError(
             "no --input given; pass files, directories or quoted globs like 'corpus/*.jsonl'"
         )
     seen: dict[str, int] = {}
     for pattern in patterns:
-        paths = _expand_url(pattern) if _is_url(pattern) else _expand_local(pattern)
+        paths, left_out = (_expand_url(pattern), []) if _is_url(pattern) else _expand_local(pattern)
+        for directory in left_out:
+            on_shard_dir(directory)
+        if not paths and left_out:
+            raise DataError(
+                f"--input {pattern!r} holds only shard dirs ({', '.join(left_out)}), the output of "
+                "tokenizing, not text; pass the text files"
+            )
         if not paths:
             raise DataError(
                 f"no input matched {pattern!r}; check the path (and quote globs so the shell leaves them alone)"
@@ -198,6 +233,10 @@ def _jsonl_docs(f: InputFile, opts: ReadOptions, stats: ReadStats, stream) -> It
             raise DataError(
                 f"{where}: not valid JSON ({e.msg}); JSONL needs one JSON object per line"
             ) from None
+        except (ValueError, RecursionError) as e:  # an integer of over 4300 digits, deep nesting
+            raise DataError(
+                f"{where}: JSON that can't be parsed ({str(e).split(';')[0]}); fix or remove the line"
+            ) from None
         if not isinstance(record, dict):
             raise DataError(
                 f"{where}: expected a JSON object, got {type(record).__name__}; JSONL needs one object per line"
@@ -227,23 +266,21 @@ def _parquet_docs(f: InputFile, opts: ReadOptions, stats: ReadStats, stream) -> 
             f"{f.path}: no column {opts.parquet_column!r} (columns: {', '.join(names)}); pass --parquet-column NAME"
         )
     kind = pf.schema_arrow.field(opts.parquet_column).type
-    binary = pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
-    if not (binary or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+    if kind not in (pa.string(), pa.large_string(), pa.binary(), pa.large_binary()):
         raise DataError(
             f"{f.path}: column {opts.parquet_column!r} holds {kind}, not text; pass --parquet-column NAME"
         )
     row = 0
     for batch in pf.iter_batches(columns=[opts.parquet_column], batch_size=1024):
-        for value in batch.column(0).to_pylist():
+        # As bytes: a string column can hold invalid UTF-8 too, which --on-decode-error handles.
+        for value in batch.column(0).cast(pa.large_binary()).to_pylist():
             row += 1
             if value is None:
                 yield ""
-            elif binary:
-                text = decode(value, opts.on_decode_error, f"{f.path} row {row}", stats)
-                if text is not None:
-                    yield text
-            else:
-                yield value
+                continue
+            text = decode(value, opts.on_decode_error, f"{f.path} row {row}", stats)
+            if text is not None:
+                yield text
 
 
 def _text_docs(f: InputFile, opts: ReadOptions, stats: ReadStats, stream) -> Iterator[str]:

@@ -20,6 +20,8 @@ gets exactly the batches of an uninterrupted one, and the Ray Data reader
 
 from __future__ import annotations
 
+import math
+import sys
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -53,6 +55,8 @@ if TYPE_CHECKING:
 MIX_BLOCK = 4096
 """Slots per mixing block: a source's share is its weight rounded to 1/MIX_BLOCK."""
 OPEN_FILES = 64
+EPOCHS_KEPT = 2
+"""Permutations cached per source: a step can end one epoch and start the next."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,10 @@ def read_mix(path: str | Path) -> tuple[tuple[str, float], ...]:
         )
     try:
         raw = yaml.safe_load(path.read_text())
+    except UnicodeDecodeError as e:
+        raise DataError(
+            f"{path}: not UTF-8 text (byte {e.start}); a mix is a YAML file of {{shard dir: weight}}"
+        ) from None
     except yaml.YAMLError as e:
         raise DataError(f"{path}: not valid YAML ({e})") from None
     if not isinstance(raw, dict) or not raw:
@@ -95,10 +103,15 @@ def read_mix(path: str | Path) -> tuple[tuple[str, float], ...]:
         )
     sources = []
     for key, weight in raw.items():
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
-            raise DataError(f"{path}: weight of {key!r} is {weight!r}; weights must be numbers > 0")
+        number = isinstance(weight, (int, float)) and not isinstance(weight, bool)
+        if not (number and 0 < weight <= sys.float_info.max):
+            raise DataError(
+                f"{path}: weight of {key!r} is {weight!r}; weights must be finite numbers > 0"
+            )
         source = key if storage.is_url(key) else path.parent / str(key)
         sources.append((str(storage.normalize(source, absolute=True)), float(weight)))
+    if not math.isfinite(sum(w for _, w in sources)):
+        raise DataError(f"{path}: the weights sum to more than a float holds; scale them down")
     return tuple(sources)
 
 
@@ -188,7 +201,7 @@ class WindowOrder:
         self.windows = np.asarray(windows, dtype=np.int64)
         self.seed = seed % (1 << 63)
         self.quotas = apportion(MIX_BLOCK, weights) if len(windows) > 1 else None
-        self._perms: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._perms: list[OrderedDict[int, np.ndarray]] = [OrderedDict() for _ in windows]
         self._blocks: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
     def consumed(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -220,13 +233,19 @@ class WindowOrder:
         return sources, windows
 
     def permutation(self, source: int, epoch: int) -> np.ndarray:
-        key = (source, epoch)
-        perm = self._perms.get(key)
+        """Source ``source``'s window order in ``epoch``.
+
+        Each source keeps its own :data:`EPOCHS_KEPT` latest epochs (the one being read and the
+        next), so steps read in order build every permutation once, however many sources the mix
+        has and however fast a small source cycles through its epochs.
+        """
+        kept = self._perms[source]
+        perm = kept.get(epoch)
         if perm is None:
             rng = np.random.default_rng([self.seed, 0, source, epoch])
-            perm = self._perms[key] = rng.permutation(int(self.windows[source]))
-            if len(self._perms) > 4:
-                self._perms.popitem(last=False)
+            perm = kept[epoch] = rng.permutation(int(self.windows[source]))
+            if len(kept) > EPOCHS_KEPT:
+                kept.popitem(last=False)
         return perm
 
     def _block(self, block: int) -> tuple[np.ndarray, np.ndarray]:

@@ -136,8 +136,17 @@ class HFTokenizer(Tokenizer):
         config_file = path.parent / HF_CONFIG
         try:
             config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+        except UnicodeDecodeError as e:
+            raise DataError(
+                f"{config_file}: not UTF-8 text (byte {e.start}); fix or remove it"
+            ) from None
         except json.JSONDecodeError as e:
             raise DataError(f"{config_file}: not valid JSON ({e}); fix or remove it") from None
+        if not isinstance(config, dict):
+            raise DataError(
+                f"{config_file}: a {type(config).__name__}, not a JSON object of settings such as "
+                "eos_token; fix or remove it"
+            )
         eos = _token_name(config.get("eos_token")) or _first_present(tok, EOS_NAMES)
         if eos is None or tok.token_to_id(eos) is None:
             raise DataError(

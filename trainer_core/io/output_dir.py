@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
+import signal
+import socket
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -112,10 +116,13 @@ def replace_when_complete(final: str | Path) -> Iterator[Path]:
     The stage sits on ``final``'s file system (beside it, or in its nearest existing ancestor),
     so the swap is a rename. On any exception the stage is deleted and ``final`` is exactly as it
     was; on success the old ``final`` is gone whole, so nothing of it mixes with the new content.
+    A stage that a killed process left (SIGKILL, out of memory) is deleted by the next call.
     """
     final = Path(final).expanduser().resolve()
-    token = f"{os.getpid()}-{secrets.token_hex(3)}"
-    stage = _nearest_existing(final.parent) / f".{final.name}.staging-{token}"
+    parent = _nearest_existing(final.parent)
+    _remove_dead_stages(parent, final.name)
+    token = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+    stage = parent / f".{final.name}.staging-{token}"
     stage.mkdir()
     try:
         yield stage
@@ -124,6 +131,54 @@ def replace_when_complete(final: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+
+
+def _remove_dead_stages(parent: Path, name: str) -> None:
+    """Delete the stages for ``name`` in ``parent`` that a process of this host made and that
+    outlived it. Another host's stage (on a shared file system) is never touched: its process
+    can't be looked up from here."""
+    host = re.escape(socket.gethostname())
+    made_here = re.compile(rf"\.{re.escape(name)}\.staging-{host}-(\d{{1,7}})-[0-9a-f]{{6}}")
+    try:
+        entries = list(parent.iterdir())
+    except OSError:  # a dir this process may write in but not list: nothing to find
+        return
+    for entry in entries:
+        match = made_here.fullmatch(entry.name)
+        if match and not _alive(int(match[1])) and not entry.is_symlink() and entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # no signal sent: only whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, and is another user's
+        pass
+    return True
+
+
+@contextmanager
+def sigterm_raises_exit() -> Iterator[None]:
+    """Within the block, SIGTERM (``ray job stop``, ``kill``) raises SystemExit (status 143) in
+    the main thread, so cleanup such as :func:`replace_when_complete`'s runs; by default the
+    process would die at once and leave its stage behind. A second SIGTERM is ignored until the
+    block ends, so it can't cut that cleanup short; then the previous handler is back. Outside
+    the main thread, where no handler can be set, the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _swap_in(stage: Path, final: Path, old: Path) -> None:

@@ -24,7 +24,13 @@ from trainer_core.data.shards import (
     read_manifest,
     write_manifest,
 )
-from trainer_core.data.token_data import MIX_BLOCK, TokenData, open_token_data
+from trainer_core.data.token_data import (
+    MIX_BLOCK,
+    TokenData,
+    WindowOrder,
+    open_token_data,
+    read_mix,
+)
 
 SEQ = 16
 
@@ -154,6 +160,46 @@ def test_mix_errors(tmp_path, make_shards, random_texts):
         DataError, match=r"mix sources use different tokenizers: .*a \(byte.*b \(other"
     ):
         open_token_data(DataConfig(mix=str(mix)), 320)
+
+
+def test_a_mix_of_many_sources_builds_each_permutation_once(monkeypatch):
+    """The cache once held 4 permutations in all while every step visits every source, so a mix
+    of 5 or more rebuilt each whole permutation on every step (0.7 s a step at 5M windows)."""
+    windows = [50, 70, 90, 110, 130, 9]  # 9: a source that goes through several epochs a step
+    built = []
+    default_rng = np.random.default_rng
+
+    def counting_rng(seed):
+        if seed[1] == 0:  # [seed, 0, source, epoch]: a permutation's stream, not a block's
+            built.append((seed[2], seed[3]))
+        return default_rng(seed)
+
+    monkeypatch.setattr(np.random, "default_rng", counting_rng)
+    order = WindowOrder(windows, [1.0] * len(windows), seed=3)
+    steps = [order.locate(np.arange(k * 64, (k + 1) * 64)) for k in range(40)]
+    sources, picked = (np.concatenate(parts) for parts in zip(*steps, strict=True))
+    consumed_sources, before = order.consumed(np.arange(40 * 64))
+    needed = {(int(s), int(b) // windows[s]) for s, b in zip(consumed_sources, before, strict=True)}
+    assert sorted(built) == sorted(needed), "every (source, epoch) permutation built exactly once"
+    assert sources[:12].tolist() == [1, 1, 4, 5, 2, 4, 2, 4, 5, 0, 4, 3], "the order of before"
+    assert picked[:12].tolist() == [29, 11, 69, 2, 84, 68, 30, 33, 8, 2, 26, 98]
+    at_once = WindowOrder(windows, [1.0] * len(windows), seed=3).locate(np.arange(40 * 64))
+    assert np.array_equal(sources, at_once[0]) and np.array_equal(picked, at_once[1])
+
+
+def test_mix_weights_must_be_finite_and_the_file_utf8(tmp_path):
+    mix = tmp_path / "mix.yaml"
+    mix.write_text("a: .inf\nb: 1\n")
+    with pytest.raises(
+        DataError, match=r"mix\.yaml: weight of 'a' is inf; weights must be finite numbers > 0$"
+    ):
+        read_mix(mix)
+    mix.write_text("a: 1.0e+308\nb: 1.0e+308\n")
+    with pytest.raises(DataError, match=r"mix\.yaml: the weights sum to more than a float holds"):
+        read_mix(mix)
+    mix.write_bytes(b"\xff\xfe: 1\n")
+    with pytest.raises(DataError, match=r"mix\.yaml: not UTF-8 text \(byte 0\); a mix is a YAML"):
+        read_mix(mix)
 
 
 def test_eval_batches_are_fixed_validation_windows(data, shards):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import fsspec
 import numpy as np
@@ -29,11 +30,12 @@ from trainer_core.data.tokenizer import ByteTokenizer, load_tokenizer, train_bpe
 BYTE = ByteTokenizer()
 
 
-def shard_documents(directory) -> list[str]:
-    """Every document in a shard dir (train then validation), decoded from the parquet files."""
+def shard_documents(directory, split: str | None = None) -> list[str]:
+    """Every document in a shard dir (train then validation, or only ``split``), decoded from
+    the parquet files."""
     manifest = read_manifest(directory)
     docs = []
-    for f in manifest.train + manifest.validation:
+    for f in getattr(manifest, split) if split else manifest.train + manifest.validation:
         table = pq.read_table(directory / f.name)
         assert table.column_names == ["tokens"]
         stream = table.column("tokens").combine_chunks().flatten().to_numpy()
@@ -216,6 +218,17 @@ def test_tiny_corpus_still_gets_one_validation_document(tmp_path):
     assert single.validation == [] and single.num_train_tokens == 5
 
 
+def test_copies_of_the_held_back_document_all_go_to_validation(tmp_path):
+    """The document with the smallest split key, moved to validation when no other got there,
+    once left its exact copies in train: the only validation text was trained on."""
+    texts = ["the same license header\n", "another document here", "third doc text", "fourth one"]
+    first = min(texts, key=split_key)
+    assert split_key(first) >= 0.01, "no document goes to validation by its key alone"
+    _write_texts(tmp_path, [first, *texts, first], val_fraction=0.01)
+    assert shard_documents(tmp_path / "out", "validation") == [first] * 3
+    assert sorted(shard_documents(tmp_path / "out", "train")) == sorted(set(texts) - {first})
+
+
 def _write_texts(tmp_path, texts, **kw):
     tmp_path.mkdir(exist_ok=True)
     for i, t in enumerate(texts):
@@ -310,6 +323,97 @@ def test_invalid_json_and_missing_parquet_column(tmp_path):
         )
 
 
+def test_broken_link_in_an_input_dir_is_named(tmp_path):
+    (tmp_path / "a.txt").write_text("text")
+    (tmp_path / "b.txt").symlink_to(tmp_path / "gone.txt")
+    with pytest.raises(
+        DataError,
+        match=rf"^{re.escape(str(tmp_path / 'b.txt'))}: can't read it \(a broken link "
+        r"to .*gone\.txt\); remove it or fix it$",
+    ):
+        discover_inputs([str(tmp_path)])
+
+
+def test_invalid_utf8_in_a_parquet_string_column_follows_the_policy(tmp_path):
+    offsets = pa.array([0, 4, 9], pa.int32()).buffers()[1]
+    column = pa.StringArray.from_buffers(2, offsets, pa.py_buffer(b"good\xff\xfebad"))
+    pq.write_table(pa.table({"text": column}), tmp_path / "s.parquet")
+    files = discover_inputs([str(tmp_path / "s.parquet")])
+    with pytest.raises(
+        DataError, match=r"s\.parquet row 2: not valid UTF-8 \(byte 0.*--on-decode-error replace"
+    ):
+        write_shards(files, BYTE, tmp_path / "o", ReadOptions())
+    _, stats = write_shards(files, BYTE, tmp_path / "o", ReadOptions(on_decode_error="replace"))
+    assert stats.replaced_documents == 1
+    assert sorted(shard_documents(tmp_path / "o")) == ["good", "\ufffd\ufffdbad"]
+    _, stats = write_shards(files, BYTE, tmp_path / "o2", ReadOptions(on_decode_error="skip"))
+    assert (stats.skipped_documents, shard_documents(tmp_path / "o2")) == (1, ["good"])
+
+
+def test_json_python_cannot_parse_is_named_by_line(tmp_path):
+    (tmp_path / "n.jsonl").write_text('{"text": "a"}\n{"text": "b", "id": ' + "1" * 5000 + "}\n")
+    (tmp_path / "d.jsonl").write_text('{"text": "x", "m": ' + "[" * 10**5 + "]" * 10**5 + "}\n")
+    for name, why in (("n.jsonl line 2", r"Exceeds the limit"), ("d.jsonl line 1", "recursion")):
+        with pytest.raises(DataError) as err:
+            write_shards(
+                discover_inputs([str(tmp_path / name.split()[0])]),
+                BYTE,
+                tmp_path / "o",
+                ReadOptions(),
+            )
+        assert re.fullmatch(
+            rf".*{re.escape(name)}: JSON that can't be parsed \(.*{why}.*\); fix or remove the line",
+            str(err.value),
+        )
+
+
+def test_a_file_error_reaches_the_ray_driver_as_its_one_line(tmp_path):
+    """The Ray task body forwards a DataError as a row; other exceptions would surface as a
+    remote traceback. Called directly here: no Ray is started."""
+    from trainer_core.ray.tokenization import _tokenize_files
+
+    (tmp_path / "n.jsonl").write_text('{"text": "b", "id": ' + "1" * 5000 + "}\n")
+    batch = {"first": np.array([0]), "last": np.array([1])}
+    files = discover_inputs([str(tmp_path / "n.jsonl")])
+    (table,) = _tokenize_files(batch, files, BYTE, ReadOptions())
+    error = json.loads(table.column("stats")[0].as_py())["error"]
+    assert error.startswith(f"{files[0].path} line 1: JSON that can't be parsed (")
+
+
+def test_shard_dirs_in_an_input_dir_are_left_out(tmp_path):
+    """An --out inside an --input dir: the next run once read the shards as text."""
+    corpus = tmp_path / "corpus"
+    (corpus / "notes").mkdir(parents=True)
+    (corpus / "a.txt").write_text("text")
+    (corpus / "notes" / "manifest.json").write_text('{"text": "not a shard manifest"}')
+    write_shards(discover_inputs([str(corpus)]), BYTE, corpus / "shards", ReadOptions())
+    left_out = []
+    files = discover_inputs([str(corpus), str(corpus / "**" / "*")], left_out.append)
+    assert [f.path for f in files] == [
+        str(corpus / "a.txt"),
+        str(corpus / "notes" / "manifest.json"),
+    ]
+    assert left_out == [str(corpus / "shards")] * 2
+    with pytest.raises(
+        DataError,
+        match=rf"^--input '.*\*\.parquet' holds only shard dirs \({re.escape(str(corpus))}/shards\)",
+    ):
+        discover_inputs([str(corpus / "*" / "*.parquet")])
+
+
+def test_tokenizer_config_must_be_a_utf8_json_object(tmp_path):
+    train_bpe(["some text for a tokenizer"] * 5, 270).save(tmp_path / "tok")
+    config = tmp_path / "tok" / "tokenizer_config.json"
+    config.write_bytes(b"\xff\xfe")
+    with pytest.raises(
+        DataError, match=rf"^{re.escape(str(config))}: not UTF-8 text \(byte 0\); fix or remove it$"
+    ):
+        load_tokenizer(tmp_path / "tok")
+    config.write_text("[]")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(config))}: a list, not a JSON object"):
+        load_tokenizer(tmp_path / "tok")
+
+
 def test_token_id_outside_vocab_is_named(tmp_path):
     writer = ShardWriter(tmp_path, "part", vocab_size=259, eos_id=256)
     with pytest.raises(
@@ -339,6 +443,37 @@ def test_truncated_or_altered_shard(tmp_path, make_shards, random_texts):
     part.unlink()
     with pytest.raises(DataError, match=r"part-00001\.parquet: shard file listed .* is missing"):
         verify_shards(out)
+
+
+def _first_file(**fields):
+    return lambda m: m["train"]["files"][0].update(fields) or m
+
+
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        (lambda m: [], "a manifest is a JSON object, this one is a list"),
+        (b'{"format": "\xff"}', r"not UTF-8 text \(byte 12\)"),
+        (lambda m: {**m, "row_tokens": 0}, "row_tokens is 0, not an integer >= 1"),
+        (lambda m: {**m, "row_group_rows": 0}, "row_group_rows is 0, not an integer >= 1"),
+        (lambda m: {**m, "dtype": "int17"}, "dtype is 'int17', not 'uint16' or 'uint32'"),
+        (_first_file(name=5), r"train\.files\[0\]\.name is 5, not a plain file name"),
+        (_first_file(name="../x.parquet"), r"name is '\.\./x\.parquet', not a plain file name"),
+        (_first_file(bytes="1056"), r"train\.files\[0\]\.bytes is '1056', not an integer >= 0"),
+        (lambda m: m["tokenizer"].update(eos_id=None) or m, "tokenizer.eos_id is None, not an"),
+    ],
+)
+def test_a_malformed_manifest_names_its_field(make_shards, random_texts, content, why):
+    shards = make_shards(random_texts(10))
+    path = shards / "manifest.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(json.dumps(content(json.loads(path.read_text()))))
+    with pytest.raises(DataError) as err:
+        open_token_data(DataConfig(shards=str(shards)), 320)
+    assert str(err.value).startswith(f"{path}: ") and "\n" not in str(err.value)
+    assert re.search(f"{why}.*; re-run datasets/tokenize_corpus\\.py", str(err.value))
 
 
 def test_missing_manifest(tmp_path):
