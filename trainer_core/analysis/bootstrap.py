@@ -69,6 +69,23 @@ def residual_resamples(
     return log_fitted + drawn_offsets[:, index] + drawn_scatter
 
 
+def centred_on_estimate(
+    samples: np.ndarray, estimate: np.ndarray, at_smoother: np.ndarray
+) -> np.ndarray:
+    """Refits of resamples drawn around an L(N, D) smoother, moved to scatter around the
+    estimate instead of around what the smoother implies.
+
+    Approach 2 and the frontier are resampled around approach 3's fit, so their refits spread
+    around ``at_smoother`` (the same estimator on the smoother's noise-free predictions), not
+    around their own ``estimate``: an interval taken as it is sits on approach 3's answer and
+    hides a disagreement between the two. Shifted by ``estimate - at_smoother`` it is the
+    estimate's own sampling spread. Unchanged where the smoother implies no value (NaN).
+    """
+    if not np.all(np.isfinite(at_smoother)):
+        return samples
+    return samples - at_smoother + estimate
+
+
 def percentile_interval(values: np.ndarray) -> tuple[float, float]:
     """The central CI_LEVEL interval of the finite values; NaNs when fewer than 2 are finite."""
     finite = np.asarray(values, dtype=float)

@@ -15,7 +15,11 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from trainer_core.analysis.bootstrap import parallel_map, residual_resamples
+from trainer_core.analysis.bootstrap import (
+    centred_on_estimate,
+    parallel_map,
+    residual_resamples,
+)
 from trainer_core.analysis.curves import budget_grid, size_curves
 from trainer_core.analysis.fits import (
     CHINCHILLA_SIZE_PARAMS,
@@ -65,8 +69,9 @@ def fit_frontier(
     """L(C) fitted to the envelope of ``points`` (annealed N, tokens, flops, eval_loss, size).
 
     Bootstrap: each resample redraws the points' noise around ``smoother`` (an L(N, D) fit of the
-    same points, fitted here when not given) and rebuilds the envelope before refitting. Without
-    3 sizes there is no L(N, D) to resample around and the fit has no intervals.
+    same points, fitted here when not given) and rebuilds the envelope before refitting; the
+    refits are centred on this fit (:func:`centred_on_estimate`). Without 3 sizes there is no
+    L(N, D) to resample around and the fit has no intervals.
     """
     if points["size"].nunique() < 2:
         raise AnalysisError("frontier needs annealed points from >= 2 sizes")
@@ -86,6 +91,8 @@ def fit_frontier(
         smoother = smoother or chinchilla_smoother(points)
         if smoother is not None:
             samples = _bootstrap(points, smoother, trimmed, n_bootstrap, seed)
+            at_smoother = _refit_envelope(points, trimmed, np.log(smoother.predict_frame(points)))
+            samples = centred_on_estimate(samples, theta, at_smoother)
     fit = PowerLawFit.from_samples(theta, samples, len(front), full.objective, title)
     fit.n_sizes = points["size"].nunique() if len(samples) else 0
     return fit

@@ -16,7 +16,12 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from trainer_core.analysis.bootstrap import CI_LEVEL, parallel_map, percentile_interval
+from trainer_core.analysis.bootstrap import (
+    CI_LEVEL,
+    centred_on_estimate,
+    parallel_map,
+    percentile_interval,
+)
 from trainer_core.analysis.curves import budget_grid, size_curves
 from trainer_core.analysis.fits import ChinchillaFit
 from trainer_core.analysis.frontier import chinchilla_smoother, smoother_resamples
@@ -135,7 +140,8 @@ def fit_isoflop(
     """Approach 2 on annealed points (N, tokens, flops, eval_loss, size).
 
     Bootstrap: each resample redraws the points' noise around ``smoother`` (an L(N, D) fit of the
-    same points, fitted here when not given) and redoes every parabola and the line.
+    same points, fitted here when not given) and redoes every parabola and the line; the refits
+    are centred on this fit (:func:`centred_on_estimate`).
     """
     parabolas = isoflop_parabolas(points)
     a, log_k = _slope(parabolas)
@@ -151,6 +157,10 @@ def fit_isoflop(
     if n_bootstrap > 0 and smoother is not None:
         resamples = smoother_resamples(points, smoother, n_bootstrap, seed)
         slopes = np.array(parallel_map(partial(_resampled_slope, points), resamples))
+        at_smoother = np.array(
+            _resampled_slope(points, np.log(smoother.predict_frame(points))), dtype=float
+        )
+        slopes = centred_on_estimate(slopes, np.array([a, log_k]), at_smoother)
         fit.samples = {"a": slopes[:, 0], "b": 1 - slopes[:, 0], "log_k": slopes[:, 1]}
         fit.ci = {name: percentile_interval(fit.samples[name]) for name in ("a", "b")}
         fit.n_bootstrap = n_bootstrap

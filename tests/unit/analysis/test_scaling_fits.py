@@ -97,6 +97,40 @@ def test_isoflop_recovers_compute_optimal_exponent(noisy: pd.DataFrame, tmp_path
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_approach_2_and_the_frontier_get_intervals_around_their_own_estimates():
+    """Truth with an N-D interaction L(N, D) can't express: approach 2's a (0.506) disagrees with
+    approach 3's (0.440). Resampled around approach 3's fit, its interval sat there (0.388 ..
+    0.503, leaving out its own estimate and hiding the disagreement)."""
+    from trainer_core.analysis.load import analysis_flops
+
+    def law(n, d):
+        return LAW.E + LAW.A / n**LAW.alpha + LAW.B / d**LAW.beta * (d / (20 * n)) ** 0.06
+
+    rng = np.random.default_rng(5)
+    rows = []
+    for i, n in enumerate(1e7 * 2.0 ** np.arange(7)):
+        for m in (0.125, 0.25, 0.5, 1, 2, 4, 8):
+            d = 20 * n * m
+            loss = law(n, d) * np.exp(0.005 * rng.standard_normal())
+            rows.append(
+                {
+                    "size": f"s{i}",
+                    "N": n,
+                    "tokens": d,
+                    "flops": analysis_flops(n, d),
+                    "eval_loss": loss,
+                }
+            )
+    pts = pd.DataFrame(rows)
+    chin = fit_chinchilla(pts["N"], pts["tokens"], pts["eval_loss"], 0, groups=pts["size"])
+    iso = fit_isoflop(pts, 60, 5, smoother=chin)
+    lo, hi = iso.ci["a"]
+    assert lo < iso.a < hi and chin.a < lo
+    front = fit_frontier(pts, 60, 5, smoother=chin)
+    lo, hi = front.ci["alpha"]
+    assert lo < front.alpha < hi
+
+
 def test_isoflop_without_an_interior_minimum_says_so():
     """Every size heavily over-trained: each budget's optimum is larger than the sizes there."""
     pts = SyntheticLadder(noise=0.0, multiples=(16, 32, 64, 128, 256, 512, 1024)).points()
