@@ -37,7 +37,8 @@ from trainer_core.io.run_dir import (
 
 def analysis_flops(n: float | np.ndarray, tokens: float | np.ndarray) -> float | np.ndarray:
     """The compute every fit, plot and target of the analysis is in: C = 6 N D (N non-embedding
-    parameters, D tokens), as in Chinchilla's approach 3 and the target table's price.
+    parameters, D tokens), as in Chinchilla's approach 3 and the target table's C (its price
+    counts attention too, as the planner does).
 
     The planner and MFU count attention's FLOPs too (``flops_per_token``: 27-57% more at the
     demo's sizes, 10-30% at 20M-1B with 2,048-token sequences); fitting the frontier and the
@@ -139,16 +140,16 @@ class ExperimentResults:
     def fit_points(self, annealed_only: bool = True) -> pd.DataFrame:
         """(N, tokens, flops, eval_loss) points for scaling fits, diverged runs left out.
 
-        The permanent-checkpoint evals when there are any (only annealed ones by default), else
-        each run's final eval from ``metrics.jsonl``.
+        The permanent-checkpoint evals when there are any, else the evals of ``metrics.jsonl``
+        (runs without permanent checkpoints); only annealed ones by default, so a ladder read
+        before any decay has ended gives no points rather than stable-phase losses.
         """
         ok = set(self.runs.loc[self.runs["status"] != "diverged", "name"])
         pts = self.points[self.points["name"].isin(ok)]
-        if annealed_only:
-            pts = pts[pts["annealed"]]
         if pts.empty:
-            final = self.final().rename(columns={"final_eval_loss": "eval_loss"})
-            pts = final[final["name"].isin(ok)]
+            pts = self.metrics[self.metrics["name"].isin(ok)].dropna(subset=["eval_loss"])
+        if annealed_only:
+            pts = pts[pts["annealed"].astype(bool)]
         cols = ["size", "name", "N", "peak_lr", "step", "tokens", "flops", "eval_loss"]
         pts = pts[cols].dropna(subset=["eval_loss"])
         return pts[pts["eval_loss"].map(math.isfinite)].reset_index(drop=True)
@@ -254,7 +255,7 @@ def _load_local(root: Path) -> ExperimentResults:
     return ExperimentResults(
         path=root,
         runs=runs_df,
-        metrics=_frame(metrics, METRIC_COLUMNS, ["N", "peak_lr", "name", "step"]),
+        metrics=_frame(metrics, [*METRIC_COLUMNS, "annealed"], ["N", "peak_lr", "name", "step"]),
         points=_frame(points, POINT_COLUMNS, ["N", "peak_lr", "name", "step"]),
         checkpoints=_frame(checkpoints, CHECKPOINT_COLUMNS, ["name", "step"]),
         tasks=_frame(tasks, _task_frame_columns(tasks), ["N", "peak_lr", "name", "step"]),

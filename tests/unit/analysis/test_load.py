@@ -12,6 +12,7 @@ from synthetic_experiments import (
     chinchilla_loss,
     make_ladder,
     write_checkpoint,
+    write_jsonl,
     write_run,
 )
 
@@ -45,6 +46,28 @@ def test_load_builds_tidy_frames(ladder_dir: Path):
     fit_pts = res.fit_points()
     assert len(fit_pts) == len(LADDER_N) * len(FRACTIONS)
     assert set(fit_pts.columns) >= {"N", "tokens", "flops", "eval_loss", "size"}
+
+
+def test_runs_without_checkpoints_give_only_their_annealed_evals(tmp_path: Path):
+    """Runs read before any decay ended (evals at peak LR, no permanent checkpoint): their final
+    evals were fitted as if annealed, 0.2 above the curve; now they give no points, and a run's
+    eval at a decay end is the one kept (with its own step's tokens)."""
+    for i, n in enumerate((1e6, 2e6, 4e6)):
+        run = tmp_path / "runs" / f"s{i}"
+        write_run(run, size=f"s{i}", n=int(n), lr=1e-3, total_steps=100, status="running")
+        lines = [
+            {"step": 40, "tokens": 40 * BATCH, "eval/loss": 3.0, "lr": 1e-3, "annealed": 0.0},
+            {"step": 45, "tokens": 45 * BATCH, "train/loss": 3.1, "lr": 1e-3, "annealed": 0.0},
+        ]
+        write_jsonl(run / "metrics.jsonl", lines)
+    assert load(tmp_path).fit_points().empty
+    assert len(load(tmp_path).fit_points(annealed_only=False)) == 3
+    ended = {"step": 50, "tokens": 50 * BATCH, "eval/loss": 2.5, "lr": 1e-5, "annealed": 1.0}
+    write_jsonl(tmp_path / "runs" / "s0" / "metrics.jsonl", [*lines, ended])
+    pts = load(tmp_path).fit_points()
+    assert pts[["name", "step", "tokens", "eval_loss"]].values.tolist() == [
+        ["s0", 50, 50 * BATCH, 2.5]
+    ]
 
 
 def test_checkpoint_listing_follows_marker_rule(tmp_path: Path):
