@@ -48,7 +48,8 @@ def residual_resamples(
     used up, so each layer is inflated by its own: the k size offsets by sqrt(k / (k - g)), where
     ``group_params`` g of the ``n_params`` vary between sizes (E, A, alpha of L(N, D): with 4
     sizes they absorb 3 of the 4 offsets), the scatter by the rest. Default g: all of them (every
-    point its own group, one layer).
+    point its own group, one layer). With one point per size there is no scatter layer, so
+    all ``n_params`` came out of the offsets.
     """
     if n_resamples < 0:
         raise AnalysisError(f"n_bootstrap = {n_resamples}: must be >= 0 (0: no intervals)")
@@ -56,7 +57,7 @@ def residual_resamples(
     n = resid.size
     labels, index = np.unique(groups, return_inverse=True)
     k = labels.size
-    g = n_params if group_params is None else group_params
+    g = n_params if group_params is None or n == k else group_params
     offsets = np.array([resid[index == i].mean() for i in range(k)])
     scatter = resid - offsets[index]
     # Centred: a robust (Huber) fit leaves the offsets' mean off zero, and drawing them as they

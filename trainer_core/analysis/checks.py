@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from trainer_core.analysis.fits import CHINCHILLA_SIZE_PARAMS, ChinchillaFit, PowerLawFit
-from trainer_core.analysis.isoflop import IsoFLOPFit
+from trainer_core.analysis.isoflop import MIN_BUDGETS, IsoFLOPFit
 
 EXPONENT_RANGE = (0.05, 2.0)
 """Exponents outside this range are not scaling laws a ladder can support."""
@@ -52,6 +52,8 @@ def _ci_flags(ci: dict[str, tuple[float, float]], n_bootstrap: int) -> list[str]
 
 COEFFICIENT_SPAN = 100.0
 """A coefficient whose 95% interval spans more than this factor is not identified on its own."""
+FAILED_RESAMPLES = 0.05
+"""The share of isoFLOP resamples without a slope above which its interval is called truncated."""
 SPLIT_RANGE = (0.0, 1.0)
 """Every possible split of compute between N and D: an interval for ``a`` covering all of it
 says nothing about the split."""
@@ -102,6 +104,12 @@ def isoflop_unresolved(fit: IsoFLOPFit) -> list[str]:
     if fit.n_bootstrap == 0 or "a" not in fit.ci:
         return []
     notes = too_few_sizes(fit)
+    if fit.n_failed > FAILED_RESAMPLES * fit.n_bootstrap:
+        notes.append(
+            f"a: {fit.n_failed} of {fit.n_bootstrap} resamples had fewer than {MIN_BUDGETS} "
+            "budgets with the minimum inside the sizes and gave no slope; the interval is of the "
+            "others, so narrower than approach 2's real spread"
+        )
     lo, hi = fit.ci["a"]
     if lo <= SPLIT_RANGE[0] and hi >= SPLIT_RANGE[1]:
         return notes + [

@@ -348,6 +348,13 @@ def fit_chinchilla(
             f"fit_chinchilla needs >= 3 model sizes and >= 2 token counts (got {np.unique(n).size} "
             f"and {np.unique(d).size}): E + A/N^alpha can't be pinned down otherwise"
         )
+    ratios = np.unique(np.round(np.log(d / n), 6))
+    if ratios.size < 2:
+        raise AnalysisError(
+            f"fit_chinchilla: every point has the same tokens per parameter (D/N = "
+            f"{math.exp(ratios[0]):.3g}): with D tied to N, L(N, D) can't tell the N term from the "
+            "D term; give some sizes points at another D/N (a WSD-S run's decays do)"
+        )
     exps = np.arange(0, 2.01, 0.5)
     logs = np.arange(0, 26, 5.0)
     grid = np.array(list(itertools.product(np.arange(-1, 1.6, 0.5), logs, exps, logs, exps)))

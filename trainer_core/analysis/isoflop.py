@@ -95,6 +95,8 @@ class IsoFLOPFit:
     n_bootstrap: int = 0
     n_sizes: int = 0
     """Sizes whose points shared a resampled offset in the bootstrap (0: no bootstrap)."""
+    n_failed: int = 0
+    """Resamples with fewer than MIN_BUDGETS valid budgets: no slope, so not in the intervals."""
 
     @property
     def b(self) -> float:
@@ -116,11 +118,17 @@ class IsoFLOPFit:
         n_opt = np.exp(s["log_k"]) * float(C) ** s["a"]
         return {"N": percentile_interval(n_opt), "D": percentile_interval(float(C) / (6 * n_opt))}
 
+    def _resamples_used(self) -> str:
+        used = self.n_bootstrap - self.n_failed
+        if not self.n_failed:
+            return f"{used} bootstrap resamples"
+        return f"{used} of {self.n_bootstrap} bootstrap resamples gave a slope"
+
     def __str__(self) -> str:
         lines = [
             f"isoFLOP (Chinchilla approach 2): N_opt ~ C^a, D_opt ~ C^b   ({self.n_budgets} of "
             f"{len(self.parabolas)} budgets with the minimum inside the sizes, "
-            f"{self.n_bootstrap} bootstrap resamples)"
+            f"{self._resamples_used()})"
         ]
         for name, value in (("a", self.a), ("b", self.b)):
             line = f"  {name:<6}= {value:.4g}"
@@ -164,5 +172,6 @@ def fit_isoflop(
         fit.samples = {"a": slopes[:, 0], "b": 1 - slopes[:, 0], "log_k": slopes[:, 1]}
         fit.ci = {name: percentile_interval(fit.samples[name]) for name in ("a", "b")}
         fit.n_bootstrap = n_bootstrap
+        fit.n_failed = int(np.sum(~np.isfinite(slopes[:, 0])))
         fit.n_sizes = points["size"].nunique()
     return fit

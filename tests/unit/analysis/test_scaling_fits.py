@@ -12,6 +12,7 @@ import pytest
 from scripts import load_script
 
 from trainer_core.analysis import (
+    AnalysisError,
     ChinchillaFit,
     PowerLawFit,
     chinchilla_from_points,
@@ -131,6 +132,29 @@ def test_approach_2_and_the_frontier_get_intervals_around_their_own_estimates():
     assert lo < front.alpha < hi
 
 
+def test_a_ladder_with_one_tokens_per_parameter_ratio_is_refused_by_approach_3():
+    """One cosine run per size at 80 tokens a parameter: log D = log N + const, so the N and D
+    terms trade freely (it fitted beta 5-10, B 1e88, N_opt 60x the truth, with intervals)."""
+    n = 1e7 * 2.0 ** np.arange(6)
+    with pytest.raises(AnalysisError, match=r"same tokens per parameter \(D/N = 80\)"):
+        fit_chinchilla(n, 80 * n, LAW.predict(n, 80 * n))
+
+
+def test_isoflop_resamples_without_a_slope_are_counted_and_flagged():
+    """Resamples with too few interior minima give no slope: they were dropped from the interval
+    while the report still said "100 bootstrap resamples"."""
+    ladder = SyntheticLadder(
+        n_sizes=4, noise=0.005, size_noise=0.01, multiples=(0.25, 0.5, 1, 2, 4, 8, 16)
+    )
+    pts = ladder.points(1)
+    chin = fit_chinchilla(pts["N"], pts["tokens"], pts["eval_loss"], 0, groups=pts["size"])
+    fit = fit_isoflop(pts, 100, 1, smoother=chin)
+    assert 5 < fit.n_failed < 50
+    assert f"{100 - fit.n_failed} of 100 bootstrap resamples gave a slope" in str(fit)
+    [note] = [n for n in isoflop_unresolved(fit) if "gave no slope" in n]
+    assert note.startswith(f"a: {fit.n_failed} of 100 resamples had fewer than 3 budgets")
+
+
 def test_isoflop_without_an_interior_minimum_says_so():
     """Every size heavily over-trained: each budget's optimum is larger than the sizes there."""
     pts = SyntheticLadder(noise=0.0, multiples=(16, 32, 64, 128, 256, 512, 1024)).points()
@@ -222,6 +246,11 @@ def test_residual_resamples_keep_the_design_and_share_size_offsets():
     # Without groups, every point draws its own residual.
     draws = residual_resamples(observed, fitted, np.arange(6), 0, 200, rng)
     assert not np.allclose(draws[:, 0], draws[:, 1])
+    # One point per size (a cosine ladder): all 5 parameters of L(N, D) came out of the 8
+    # offsets, not the 3 that vary between sizes, so they are inflated by sqrt(8 / 3).
+    resid = np.array([1, -1, 2, -2, 1, -1, 2, -2]) * 0.01
+    draws = residual_resamples(resid, np.zeros(8), np.arange(8), 5, 10, rng, group_params=3)
+    assert set(np.round(np.abs(draws.ravel()) / np.sqrt(8 / 3), 6)) <= {0.01, 0.02}
 
 
 def _write_ladder(root: Path, points: pd.DataFrame) -> Path:
