@@ -9,6 +9,7 @@ device-hours; the largest size held out and predicted by both laws.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from rich.console import Console
 from rich.table import Table
@@ -31,7 +32,12 @@ from trainer_core.analysis.predict import (
 )
 from trainer_core.analysis.report_data import Report, fmt_loss
 from trainer_core.analysis.report_tasks import task_section
-from trainer_core.analysis.target import TargetSettings, sweep_laws, target_answer
+from trainer_core.analysis.target import (
+    FlopsPerToken,
+    TargetSettings,
+    sweep_laws,
+    target_answer,
+)
 
 TARGET_MULTIPLE = 10.0
 """Default target budget: this many times the largest run's compute (the ladder's next rung)."""
@@ -167,6 +173,7 @@ def _final_table(report: Report, console: Console) -> None:
 def _target_table(report: Report, settings: TargetSettings) -> Table:
     """The whole answer at the target compute (:func:`target_answer`), kept on the report."""
     cost, sweep = settings.resolve(report.results.path)
+    cost = replace(cost, per_token=FlopsPerToken.of_runs(report.results.runs))
     laws = report.attempt(f"lr*, B* laws of {sweep}", lambda: sweep_laws(sweep)) if sweep else None
     answer = target_answer(
         report.target_flops,

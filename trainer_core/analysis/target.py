@@ -1,11 +1,13 @@
 """The whole answer at a target compute C: per approach, N*, D* and the loss with intervals; the
 LR* and B* the sweep laws give at that (N*, D*); and the run's cost in device-hours.
 
-One table, printed by ``workflows/analyze.py`` and returned by :func:`target_answer`. The cost
-is ``flops_per_param_token * N * D`` FLOPs (6 N D: the forward and backward matmuls; attention's
-share left out) over the device's peak FLOP/s times an assumed MFU, both stated in the table. The
-device and MFU default to the experiment's ``device_type`` and ``assumed_mfu``; the laws to the
-sweep its ladder took ``lr.from_sweep`` / ``batch.from_sweep`` from.
+One table, printed by ``workflows/analyze.py`` and returned by :func:`target_answer`. C and the
+laws count 6 N D; the cost counts FLOPs as the planner and the trainer's MFU do, attention
+included (:class:`FlopsPerToken`, from the runs' own counts), over the device's peak FLOP/s
+times an assumed MFU, both stated in the table: pricing 6 N D at an MFU measured on the larger
+count came out 20-40% cheap at seq 4096. The device and MFU default to the experiment's
+``device_type`` and ``assumed_mfu``; the laws to the sweep its ladder took ``lr.from_sweep`` /
+``batch.from_sweep`` from.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -40,16 +43,53 @@ NO_CI = (math.nan, math.nan)
 
 
 @dataclass(frozen=True)
+class FlopsPerToken:
+    """A token's training FLOPs at N parameters: 6 N plus attention, whose FLOPs per parameter
+    ``coef * N^-power`` fall as the ladder's shapes widen (fitted over its runs' counts)."""
+
+    coef: float = 0.0
+    power: float = 0.0
+
+    def __call__(self, N: float) -> float:
+        return 6.0 * N + self.coef * N ** (1.0 - self.power)
+
+    def __str__(self) -> str:
+        if not self.coef:
+            return "6 N D"
+        return (
+            f"6 N D + attention ({self.coef:.3g} N^{-self.power:.2f} per parameter-token, "
+            "from the runs' counts)"
+        )
+
+    @classmethod
+    def of_runs(cls, runs: pd.DataFrame) -> FlopsPerToken:
+        """Fitted to the runs' ``flops_per_token`` beyond 6 N: a line in log-log over their
+        sizes, a constant with one size, none when they count 6 N alone."""
+        if "flops_per_token" not in runs:
+            return cls()
+        sizes = runs.groupby("num_params")["flops_per_token"].first()
+        n = sizes.index.to_numpy(float)
+        extra = sizes.to_numpy(float) / n - 6.0
+        keep = np.isfinite(extra) & (extra > 0)
+        if not keep.any():
+            return cls()
+        if keep.sum() == 1:
+            return cls(float(extra[keep][0]), 0.0)
+        slope, log_coef = np.polyfit(np.log(n[keep]), np.log(extra[keep]), 1)
+        return cls(math.exp(log_coef), float(-slope))
+
+
+@dataclass(frozen=True)
 class DeviceCost:
     """What one device delivers: its peak FLOP/s times the MFU a run is assumed to reach."""
 
     device: str
     peak_flops: float
     mfu: float = DEFAULT_MFU
-    flops_per_param_token: float = 6.0
+    per_token: FlopsPerToken = FlopsPerToken()
 
     def flops(self, N: float, D: float) -> float:
-        return self.flops_per_param_token * N * D
+        return self.per_token(N) * D
 
     def hours(self, N: float, D: float) -> float:
         return device_hours(self.flops(N, D), self.peak_flops, self.mfu)
@@ -57,7 +97,7 @@ class DeviceCost:
     def __str__(self) -> str:
         return (
             f"{self.device}, {self.peak_flops:.3g} FLOP/s peak, {100 * self.mfu:.0f}% MFU "
-            f"(assumed), FLOPs = {self.flops_per_param_token:g} N D"
+            f"(assumed), FLOPs = {self.per_token}"
         )
 
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from synthetic_experiments import make_ladder
 from synthetic_hparams import make_hparam_sweep
@@ -20,6 +23,7 @@ from trainer_core.analysis import (
 )
 from trainer_core.analysis.fits import ChinchillaFit
 from trainer_core.analysis.synthetic_sweep import PlantedLaw, SyntheticSweep
+from trainer_core.analysis.target import FlopsPerToken
 
 C = 6e20
 """With A = B and alpha = beta, N* = D* = sqrt(C / 6) = 1e10."""
@@ -54,6 +58,24 @@ def test_target_table_by_hand():
     frame = answer.to_frame()
     assert frame.loc["device-hours", "approach 3 (L(N, D))"] == "337"
     assert frame.loc["lr*", "approach 3 (L(N, D))"].startswith("0.001 [")
+
+
+def test_device_hours_count_attention_as_the_runs_did():
+    """The runs (and the planner, and the trainer's MFU) count attention's FLOPs; pricing 6 N D
+    at that MFU came out 20-40% cheap at seq 4096. Attention's FLOPs per parameter, fitted over
+    the runs' sizes, are carried to N_opt."""
+    n = np.array([1e6, 4e6, 16e6])
+    runs = pd.DataFrame({"num_params": n, "flops_per_token": 6 * n + 3.0 * n**0.75})
+    per_token = FlopsPerToken.of_runs(runs)
+    assert (per_token.coef, per_token.power) == pytest.approx((3.0, 0.25), rel=1e-4)
+    cost = replace(device_cost("H100", 0.5), per_token=per_token)
+    (col,) = target_answer(C, cost, chinchilla=symmetric_law()).columns
+    flops = (6 * 1e10 + 3.0 * 1e10**0.75) * 1e10
+    assert col.flops == pytest.approx(flops, rel=1e-4)
+    assert col.device_hours == pytest.approx(flops / (989e12 * 0.5) / 3600, rel=1e-4)
+    assert "FLOPs = 6 N D + attention (3 N^-0.25 per parameter-token" in str(cost)
+    six = pd.DataFrame({"num_params": n, "flops_per_token": 6 * n})
+    assert FlopsPerToken.of_runs(six)(1e10) == 6e10
 
 
 def test_without_laws_the_rows_stay_empty_and_say_how_to_fill_them():
