@@ -56,6 +56,7 @@ from trainer_core.analysis.report import report_experiment
 from trainer_core.analysis.report_data import Report
 from trainer_core.analysis.target import (
     DeviceCost,
+    FlopsPerToken,
     TargetAnswer,
     TargetColumn,
     TargetSettings,
@@ -76,6 +77,7 @@ from trainer_core.analysis.tasks import (
 __all__ = [
     "AnalysisError",
     "DeviceCost",
+    "FlopsPerToken",
     "TargetAnswer",
     "TargetColumn",
     "TargetSettings",

@@ -180,7 +180,7 @@ ROWS = (
     ("loss", "loss", ".4f"),
     ("lr*", "lr", ".3g"),
     ("B* (tokens)", "batch", ",.0f"),
-    ("FLOPs", "flops", ".3g"),
+    ("FLOPs priced", "flops", ".3g"),
     ("device-hours", "device_hours", ",.3g"),
 )
 
