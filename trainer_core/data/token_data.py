@@ -20,6 +20,8 @@ gets exactly the batches of an uninterrupted one, and the Ray Data reader
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import sys
 import warnings
@@ -314,6 +316,21 @@ class TokenData:
     @property
     def manifest(self) -> Manifest:
         return self.manifests[0]
+
+    @property
+    def content_id(self) -> str:
+        """What the batches are drawn from, by content: every source's files (name, tokens,
+        sha256), its tokenizer and its weight. A moved copy of the corpus keeps it; shards
+        tokenized again from other text, another tokenizer or a reweighted mix change it."""
+        parts = [
+            [
+                weight,
+                m.tokenizer.content_hash,
+                [[f.name, f.tokens, f.sha256] for f in (*m.train, *m.validation)],
+            ]
+            for weight, m in zip(self.weights, self.manifests, strict=True)
+        ]
+        return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
     @property
     def vocab_size(self) -> int:

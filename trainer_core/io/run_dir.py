@@ -70,6 +70,9 @@ class RunInfo:
     total_steps: int
     size: str = ""
     tags: dict[str, Any] = field(default_factory=dict)
+    data_id: str = ""
+    """The training data's content (``TokenData.content_id``): a relaunch on other data is
+    refused, as one with other settings is."""
 
 
 @dataclass

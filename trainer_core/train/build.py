@@ -122,7 +122,7 @@ def build_trainer(
     )
     task_evaluator = build_task_evaluator(cfg, data.manifest, dp_rank, dp_size)
 
-    info = run_info(cfg, tags)
+    info = replace(run_info(cfg, tags), data_id=data.content_id)
     callbacks: list[Callback] = []
     if dist_info.rank == 0:
         run_dir = cfg.trainer.run_location

@@ -13,8 +13,9 @@ import yaml
 from trainer_core.config.diff import changed_keys
 from trainer_core.config.loader import ConfigError, to_dict
 from trainer_core.config.sections import TrainConfig
+from trainer_core.data.shards import DataError
 from trainer_core.io import storage
-from trainer_core.io.run_dir import config_path
+from trainer_core.io.run_dir import config_path, read_run_json, run_json_path
 from trainer_core.io.storage import Location
 
 TRAINING_KEYS = (
@@ -59,4 +60,18 @@ def check_same_run(cfg: TrainConfig, run_dir: Location) -> None:
             "going on would keep its weights under the new settings: give the changed run a new "
             "run dir (checkpoint.resume_from branches it from one of this run's checkpoints), "
             "or undo the change"
+        )
+
+
+def check_same_data(data_id: str, run_dir: Location) -> None:
+    """Refuse to go on in ``run_dir`` when its run trained on data with another content id: its
+    checkpoints' data position would index into other tokens, with no error. A record without
+    an id (written before runs kept one) passes."""
+    recorded = (read_run_json(run_dir) or {}).get("data_id") or ""
+    if recorded and data_id and recorded != data_id:
+        raise DataError(
+            f"trainer.run_dir: {run_json_path(run_dir)} records a run trained on other data "
+            f"(content id {recorded}, now {data_id}: the shards at data.shards / data.mix were "
+            "re-tokenized or reweighted since); resume it on the data it started on, or give the "
+            "run on the new data a new run dir (checkpoint.resume_from branches it)"
         )

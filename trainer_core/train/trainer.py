@@ -37,7 +37,7 @@ from trainer_core.io.run_dir import (
 from trainer_core.io.storage import write_atomic
 from trainer_core.parallel.process_group import all_gather_object, collective_device
 from trainer_core.train.callbacks import Callback
-from trainer_core.train.same_run import check_same_run
+from trainer_core.train.same_run import check_same_data, check_same_run
 from trainer_core.train.schedule import annealed_steps
 from trainer_core.train.train_module import BatchStats, TrainModule
 
@@ -181,6 +181,7 @@ class Trainer:
 
     def fit(self) -> dict[str, Any]:
         check_same_run(self.cfg, self.run_dir)
+        check_same_data(self.info.data_id, self.run_dir)
         start_step = self.restore()
         self._record_worker_group(start_step)
         total = self.info.total_steps

@@ -15,6 +15,7 @@ import pytest
 from trainer_core.checkpoint.listing import CheckpointError
 from trainer_core.config.loader import ConfigError, load_config
 from trainer_core.config.sections import TrainConfig
+from trainer_core.data.shards import DataError
 from trainer_core.ray.reader import resume_step
 from trainer_core.train.build import build_trainer
 from trainer_core.train.callbacks import BaseCallback
@@ -311,6 +312,34 @@ def test_a_resume_from_that_is_not_a_checkpoint_says_where_one_is(tmp_path, tiny
         )
         with pytest.raises(CheckpointError, match=re.escape(why)):
             resume_step(branch)
+
+
+def test_a_relaunch_on_other_data_is_refused_and_a_moved_copy_is_not(
+    tmp_path, tiny_config, make_shards, random_texts
+):
+    """The shards re-tokenized from other text between a crash and its relaunch: the run went on
+    from its checkpoint's data position into other tokens, and its record said nothing."""
+    import shutil
+
+    shards = make_shards(random_texts(200, seed=1), name="corpus")
+    args = ("--trainer.max_steps=10", "--checkpoint.save_interval_steps=5")
+    cfg = tiny_config(tmp_path / "run", *args, f"--data.shards={shards}")
+    crash_after(build_trainer(cfg), 5)
+    first = json.loads((tmp_path / "run" / "run.json").read_text())["data_id"]
+    moved = tmp_path / "moved"
+    shutil.copytree(shards, moved)
+    shutil.rmtree(shards)
+    shutil.copytree(make_shards(random_texts(200, seed=2), name="other"), shards)
+    before = snapshot(tmp_path / "run")
+    with pytest.raises(DataError) as err:
+        build_trainer(cfg).fit()
+    assert str(err.value).startswith(
+        f"trainer.run_dir: {tmp_path / 'run' / 'run.json'} records a run trained on other data "
+        f"(content id {first}, now "
+    )
+    assert snapshot(tmp_path / "run") == before
+    elsewhere = tiny_config(tmp_path / "run", *args, f"--data.shards={moved}")
+    assert build_trainer(elsewhere).fit()["steps"] == 10
 
 
 def flip_bytes(path, count: int = 64) -> None:
