@@ -419,6 +419,29 @@ def test_demo_ladder_is_designed_to_carry_a_scaling_law(repo_root):
     assert covered, ranges
 
 
+def test_gpu_ladder_gives_approach_2_budgets_with_three_sizes(repo_root):
+    """With every size at 4x Chinchilla no compute budget had three sizes' annealed points, so
+    approach 2 could never be fitted on the shipped GPU ladder. Its planned points, scored by
+    Chinchilla's law, now give isoFLOP parabolas with their minimum inside the sizes."""
+    import pandas as pd
+
+    from trainer_core.analysis.isoflop import isoflop_parabolas
+    from trainer_core.analysis.load import analysis_flops
+    from trainer_core.analysis.synthetic import CHINCHILLA
+    from trainer_core.config.loader import load_config
+    from trainer_core.ray.ladder_run import LadderJobConfig
+
+    job = load_config(LadderJobConfig, repo_root / "workflows" / "configs" / "ladder-gpu.yaml")
+    rows = []
+    for p in plan_ladder(job):
+        for _, end in decay_windows(p.steps, p.schedule):
+            n, d = p.num_params, end * p.batch_tokens
+            loss = float(CHINCHILLA.predict(n, d))
+            rows.append({"size": p.size, "N": n, "flops": analysis_flops(n, d), "eval_loss": loss})
+    valid = [b for b in isoflop_parabolas(pd.DataFrame(rows)) if b.valid]
+    assert len(valid) >= 5
+
+
 def test_multiple_by_size_overrides_the_duration_of_one_size():
     job = from_dict(
         LadderConfig,
