@@ -76,11 +76,13 @@ def centred_on_estimate(
     """Refits of resamples drawn around an L(N, D) smoother, moved to scatter around the
     estimate instead of around what the smoother implies.
 
-    Approach 2 and the frontier are resampled around approach 3's fit, so their refits spread
-    around ``at_smoother`` (the same estimator on the smoother's noise-free predictions), not
-    around their own ``estimate``: an interval taken as it is sits on approach 3's answer and
-    hides a disagreement between the two. Shifted by ``estimate - at_smoother`` it is the
-    estimate's own sampling spread. Unchanged where the smoother implies no value (NaN).
+    Approach 2 is resampled around approach 3's fit, so its refits spread around
+    ``at_smoother`` (the same estimator on the smoother's noise-free predictions), not around
+    its own ``estimate``: an interval taken as it is sits on approach 3's answer and hides a
+    disagreement between the two. Shifted by ``estimate - at_smoother`` it is the estimate's own
+    sampling spread. Sound for parameters a prediction is linear in (approach 2's line: the
+    shift moves every predicted N_opt by the two lines' difference), not for a nonlinear law.
+    Unchanged where the smoother implies no value (NaN).
     """
     if not np.all(np.isfinite(at_smoother)):
         return samples

@@ -86,6 +86,14 @@ def unresolved(fit: ChinchillaFit | PowerLawFit, min_loss: float) -> list[str]:
             f"E: 95% CI {lo:.2g} .. {hi:.3g} reaches zero: the irreducible loss is not pinned down "
             "by these sizes (a wider range of N, or longer runs, would)"
         )
+    if isinstance(fit, PowerLawFit):
+        lo, hi = fit.ci["alpha"]
+        if not lo <= fit.alpha <= hi:
+            notes.append(
+                f"alpha: {fit.alpha:.3g} is outside its 95% CI {lo:.3g} .. {hi:.3g}: the "
+                "resamples are drawn around L(N, D), whose frontier the envelope does not follow; "
+                "the interval is approach 3's, not this fit's"
+            )
     for name in ("A", "B"):
         if name not in fit.ci:
             continue

@@ -15,11 +15,7 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from trainer_core.analysis.bootstrap import (
-    centred_on_estimate,
-    parallel_map,
-    residual_resamples,
-)
+from trainer_core.analysis.bootstrap import parallel_map, residual_resamples
 from trainer_core.analysis.curves import budget_grid, size_curves
 from trainer_core.analysis.fits import (
     CHINCHILLA_SIZE_PARAMS,
@@ -69,8 +65,11 @@ def fit_frontier(
     """L(C) fitted to the envelope of ``points`` (annealed N, tokens, flops, eval_loss, size).
 
     Bootstrap: each resample redraws the points' noise around ``smoother`` (an L(N, D) fit of the
-    same points, fitted here when not given) and rebuilds the envelope before refitting; the
-    refits are centred on this fit (:func:`centred_on_estimate`). Without 3 sizes there is no
+    same points, fitted here when not given) and rebuilds the envelope before refitting. The
+    refits spread around the frontier L(N, D) implies; unlike approach 2's line they are not
+    moved onto this fit (shifting E, A and alpha apart breaks their trade-off: on the demo,
+    prediction intervals of 0.5 .. 7.3), and an estimate outside its own interval is flagged
+    instead (:func:`trainer_core.analysis.checks.unresolved`). Without 3 sizes there is no
     L(N, D) to resample around and the fit has no intervals.
     """
     if points["size"].nunique() < 2:
@@ -91,8 +90,6 @@ def fit_frontier(
         smoother = smoother or chinchilla_smoother(points)
         if smoother is not None:
             samples = _bootstrap(points, smoother, trimmed, n_bootstrap, seed)
-            at_smoother = _refit_envelope(points, trimmed, np.log(smoother.predict_frame(points)))
-            samples = centred_on_estimate(samples, theta, at_smoother)
     fit = PowerLawFit.from_samples(theta, samples, len(front), full.objective, title)
     fit.n_sizes = points["size"].nunique() if len(samples) else 0
     return fit

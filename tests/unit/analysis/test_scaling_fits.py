@@ -98,10 +98,11 @@ def test_isoflop_recovers_compute_optimal_exponent(noisy: pd.DataFrame, tmp_path
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_approach_2_and_the_frontier_get_intervals_around_their_own_estimates():
+def test_approach_2_gets_an_interval_around_its_own_estimate():
     """Truth with an N-D interaction L(N, D) can't express: approach 2's a (0.506) disagrees with
     approach 3's (0.440). Resampled around approach 3's fit, its interval sat there (0.388 ..
-    0.503, leaving out its own estimate and hiding the disagreement)."""
+    0.503, leaving out its own estimate and hiding the disagreement). The frontier's interval
+    stays approach 3's and says so when its estimate falls outside it."""
     from trainer_core.analysis.load import analysis_flops
 
     def law(n, d):
@@ -130,6 +131,11 @@ def test_approach_2_and_the_frontier_get_intervals_around_their_own_estimates():
     front = fit_frontier(pts, 60, 5, smoother=chin)
     lo, hi = front.ci["alpha"]
     assert lo < front.alpha < hi
+    assert not [n for n in unresolved(front, 1.0) if n.startswith("alpha:")]
+    moved = PowerLawFit(front.E, front.A, hi + 0.01, n_points=1, objective=0.0)
+    moved.ci, moved.n_bootstrap = front.ci, front.n_bootstrap
+    [note] = [n for n in unresolved(moved, 1.0) if n.startswith("alpha:")]
+    assert "is outside its 95% CI" in note and "the interval is approach 3's" in note
 
 
 def test_a_ladder_with_one_tokens_per_parameter_ratio_is_refused_by_approach_3():
