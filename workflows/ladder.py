@@ -25,7 +25,7 @@ from trainer_core.ladder.lr_feedback import sweep_rules
 from trainer_core.ladder.plan import plan_ladder, sweep_notes
 from trainer_core.ladder.record import preflight
 from trainer_core.ray.ladder_run import LadderJobConfig, benchmark_size, run_ladder
-from trainer_core.train.schedule import plot_schedule
+from trainer_core.train.schedule import MIN_DECAY_UPDATES, plot_schedule, short_decays
 
 FLAGS = {
     "--dry-run": False,
@@ -64,6 +64,13 @@ def print_plan(job: LadderJobConfig, plans) -> None:
             print(
                 f"note: {p.size}: FSDP's unsharded gradients would not fit during accumulation; "
                 "gradients are reduced after every micro-batch instead (more traffic)"
+            )
+        short = short_decays(p.steps, p.schedule)
+        if short:
+            print(
+                f"warning: {p.size}: the decays ending at steps {', '.join(map(str, short))} "
+                f"have fewer than {MIN_DECAY_UPDATES} updates, too few to anneal: their evals are "
+                "not fitted (raise duration.chinchilla_multiple or drop early decay_points)"
             )
         if p.warmup_steps < p.uncapped_warmup:
             print(

@@ -24,7 +24,7 @@ from trainer_core.ray.sweep_run import (
     sweep_plans,
     sweep_trials,
 )
-from trainer_core.train.schedule import decay_windows
+from trainer_core.train.schedule import decay_windows, short_decays
 
 FLAGS = {"--dry-run": False, "--resume": False, "--sizes": True}
 
@@ -44,9 +44,13 @@ def main() -> int:
     )
     for spec in specs:
         cfg = spec.config
+        short = short_decays(cfg.total_steps, cfg.schedule)
+        unfitted = (
+            f" ({', '.join(map(str, short))}: too short to anneal, not fitted)" if short else ""
+        )
         print(
             f"  {spec.name}: lr {cfg.optim.lr:.3e}, batch {cfg.trainer.global_batch_size} tokens, "
-            f"{cfg.total_steps} steps, decays ending at {_decay_ends(cfg)}"
+            f"{cfg.total_steps} steps, decays ending at {_decay_ends(cfg)}{unfitted}"
         )
     if "--dry-run" in own:
         return 0

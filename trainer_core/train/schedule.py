@@ -170,11 +170,24 @@ def decay_windows(total_steps: int, cfg: ScheduleConfig) -> list[tuple[int, int]
     return [(c.decay_start, c.end) for c in _plan(total_steps, cfg)]
 
 
+MIN_DECAY_UPDATES = 3
+"""Fewer decay updates do not anneal: a linear decay of D updates takes its last at 1 / (D + 1)
+of the peak, half of it for one update (a short run's 20% of a short period)."""
+
+
 def annealed_steps(total_steps: int, cfg: ScheduleConfig) -> frozenset[int]:
-    """The steps that end a decay: a model there has finished a schedule (the points a scaling
-    law is fitted to). A mid-decay step is not one, however low its LR: a cosine run's
-    checkpoint at 3/4 of the way is above the curve a run of that length would reach."""
-    return frozenset(end for start, end in decay_windows(total_steps, cfg) if start < end)
+    """The steps that end a decay of at least :data:`MIN_DECAY_UPDATES` updates: a model there
+    has finished a schedule (the points a scaling law is fitted to). A mid-decay step is not
+    one, however low its LR: a cosine run's checkpoint at 3/4 of the way is above the curve a
+    run of that length would reach."""
+    windows = decay_windows(total_steps, cfg)
+    return frozenset(end for start, end in windows if end - start >= MIN_DECAY_UPDATES)
+
+
+def short_decays(total_steps: int, cfg: ScheduleConfig) -> list[int]:
+    """The steps that end a decay too short to anneal (their evals are not fitted)."""
+    windows = decay_windows(total_steps, cfg)
+    return [end for start, end in windows if 0 < end - start < MIN_DECAY_UPDATES]
 
 
 def wsds_schedule(

@@ -17,11 +17,13 @@ import torch
 from trainer_core.config.loader import ConfigError
 from trainer_core.config.sections import ScheduleConfig
 from trainer_core.train.schedule import (
+    annealed_steps,
     build_scheduler,
     cycle_boundaries,
     decay_windows,
     lr_multiplier,
     plot_schedule,
+    short_decays,
     wsds_schedule,
 )
 
@@ -266,3 +268,14 @@ def test_plot_writes_a_png(tmp_path):
     assert path == tmp_path / "sub" / "lr.png"
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 10_000
+
+
+def test_a_decay_of_one_or_two_updates_does_not_anneal():
+    """A short run's 20% of a 7-step period is one update, taken at half the peak LR: the demo's
+    LR sweep fitted such points as finished runs (its 15K trials at 1/8 and 1/4 of 53 steps)."""
+    cfg = wsds_schedule([7, 13, 26, 53], 0.2, warmup_steps=5, min_lr_ratio=0.0)
+    windows = decay_windows(53, cfg)
+    assert [end - start for start, end in windows] == [1, 1, 3, 5]
+    assert lr_multiplier(6, 53, cfg) == pytest.approx(0.5)  # the one decayed update of cycle 1
+    assert annealed_steps(53, cfg) == {26, 53}
+    assert short_decays(53, cfg) == [7, 13]
