@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
+from trainer_core.config.loader import ConfigError
 from trainer_core.io import storage
 from trainer_core.io.storage import Location
 from trainer_core.ladder.plan import named_run
@@ -96,7 +97,16 @@ def sweep_trials(job: SweepJobConfig, runs: list[SweepRun]) -> list[TrialSpec]:
     """Every size x run length x batch x LR trial, in :func:`_ordered`'s order."""
     seed = job.run.trainer.seed
     trials = [(run, lr) for run in runs for lr in sweep_lrs(run.plan, job.sweep, seed)]
-    return [trial_spec(job, run, lr) for run, lr in _ordered(trials, runs)]
+    specs = [trial_spec(job, run, lr) for run, lr in _ordered(trials, runs)]
+    names = [spec.name for spec in specs]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ConfigError(
+            f"sweep.factors / sweep.batch_factors: {len(twice)} trials share a name with another "
+            f"(e.g. {twice[0]}), so they would share a run dir; make the factors distinct (a "
+            "name shows an LR to 4 significant digits)"
+        )
+    return specs
 
 
 def widening_trials(

@@ -167,6 +167,15 @@ def test_early_stopping_groups_compare_at_equal_tokens(demo, tmp_path):
     assert early_stopper(replace(job, sweep=replace(sweep, early_stopping="none")), specs) is None
 
 
+def test_factors_that_name_the_same_trial_are_refused(demo, tmp_path):
+    """Factors equal, or equal to a name's 4 digits, made two trials of one name: one run dir."""
+    for factors in ([1.0, 1.0, 2.0], [1.0, 1.00001]):
+        sweep = SweepConfig(factors=factors)
+        job = replace(demo, sweep=sweep, dir=str(tmp_path))
+        with pytest.raises(ConfigError, match=r"1 trials share a name .*15K-c0\.25-b2048-lr8"):
+            sweep_trials(job, plan_sweep(job, sweep, ["15K"]))
+
+
 def sweep_table(rows: list[tuple[float, int, float]], diverged=(), stopped=()) -> pd.DataFrame:
     """(lr, batch, compared loss) trials of one group, named ``lr<lr>``."""
     return pd.DataFrame(
