@@ -44,6 +44,12 @@ class BatchFormula:
     def __post_init__(self) -> None:
         require_power_law(self)
         require(
+            0 <= self.exponent <= 2,
+            "exponent",
+            self.exponent,
+            "must be in [0, 2] (the batch grows with N: OLMo's 2/3, 0 for one batch for all)",
+        )
+        require(
             self.sweep_law in BATCH_SWEEP_LAWS,
             "sweep_law",
             self.sweep_law,
@@ -68,6 +74,12 @@ class LRFormula:
 
     def __post_init__(self) -> None:
         require_power_law(self)
+        require(
+            -2 <= self.exponent <= 0,
+            "exponent",
+            self.exponent,
+            "must be in [-2, 0] (the peak LR falls with N: OLMo's -1/3, 0 for one LR for all)",
+        )
 
 
 @dataclass
@@ -102,10 +114,10 @@ class DurationFormula:
         )
         pts = self.decay_points
         require(
-            bool(pts) and pts == sorted(pts) and pts[0] > 0 and pts[-1] == 1.0,
+            bool(pts) and pts == sorted(set(pts)) and pts[0] > 0 and pts[-1] == 1.0,
             "decay_points",
             pts,
-            "must increase and end at 1.0",
+            "must strictly increase and end at 1.0",
         )
         require(
             0 < self.decay_fraction < 1, "decay_fraction", self.decay_fraction, "must be in (0, 1)"

@@ -216,12 +216,25 @@ def plan_size(size: str, ladder: LadderConfig, rules: SweepRules | None = None) 
     horizon = train_tokens(n, multiple, ladder.duration)
     batch_choice = rules.batch(n, horizon) if rules else None
     target = round(batch_choice.value) if batch_choice else target_batch_tokens(n, ladder.batch)
+    if target > horizon:
+        raise ConfigError(
+            f"{size}: a batch of {target:,} tokens is more than its whole run of {horizon:,} "
+            f"tokens; lower batch.coef or batch.exponent, or raise duration.chinchilla_multiple "
+            f"(multiple_by_size.{size})"
+        )
     mesh = _mesh_and_batch(size, model, ladder, target, _batch_tolerance(batch_choice))
     batch = mesh.batch_tokens
     steps = max(1, math.ceil(horizon / batch))
     uncapped_warmup = max(1, round(ladder.duration.warmup_tokens_per_param * n / batch))
     warmup = min(uncapped_warmup, max(1, steps // 10))
-    schedule, ckpt_steps = _schedule_and_checkpoints(steps, warmup, ladder.duration)
+    try:
+        schedule, ckpt_steps = _schedule_and_checkpoints(steps, warmup, ladder.duration)
+    except ConfigError as e:  # named in schedule.* keys, which a ladder sets through duration.*
+        raise ConfigError(
+            f"{size}: its {steps} steps of {batch:,} tokens can't hold its warmup and decays "
+            f"({e}); raise duration.chinchilla_multiple (multiple_by_size.{size}), drop early "
+            "duration.decay_points or lower duration.warmup_tokens_per_param"
+        ) from None
     lr_choice = rules.lr(n, steps * batch) if rules else None
     lr, source = (
         (lr_choice.value, f"sweep {ladder.lr.from_sweep}")

@@ -442,6 +442,32 @@ def test_gpu_ladder_gives_approach_2_budgets_with_three_sizes(repo_root):
     assert len(valid) >= 5
 
 
+def test_plans_that_cannot_run_name_the_ladder_keys_to_change():
+    """A batch above the whole run planned a 2-step run, or (1e12) searched meshes for minutes;
+    a run too short for its warmup and decays named schedule.* keys a ladder can't set; equal
+    decay points and an LR growing as N^5 passed."""
+    with pytest.raises(
+        ConfigError, match=r"^15K: a batch of [0-9,]+ tokens is more than its whole run"
+    ):
+        plan_size("15K", from_dict(LadderConfig, {"batch": {"coef": 1e12}}))
+    short = {"chinchilla_multiple": 0.25, "decay_points": [0.0625, 0.125, 0.25, 0.5, 1.0]}
+    with pytest.raises(ConfigError) as err:
+        plan_size(
+            "15K",
+            from_dict(LadderConfig, {"batch": {"coef": 2048, "exponent": 0}, "duration": short}),
+        )
+    assert str(err.value).startswith("15K: its 53 steps of ") and str(err.value).endswith(
+        "raise duration.chinchilla_multiple (multiple_by_size.15K), drop early "
+        "duration.decay_points or lower duration.warmup_tokens_per_param"
+    )
+    with pytest.raises(ConfigError, match=r"decay_points: \[0.5, 0.5, 1.0\] .* strictly"):
+        from_dict(LadderConfig, {"duration": {"decay_points": [0.5, 0.5, 1.0]}})
+    with pytest.raises(ConfigError, match=r"lr.exponent: 5.0 .* must be in \[-2, 0\]"):
+        from_dict(LadderConfig, {"lr": {"exponent": 5}})
+    with pytest.raises(ConfigError, match=r"batch.exponent: -1.0 .* must be in \[0, 2\]"):
+        from_dict(LadderConfig, {"batch": {"exponent": -1}})
+
+
 def test_multiple_by_size_overrides_the_duration_of_one_size():
     job = from_dict(
         LadderConfig,
