@@ -418,8 +418,10 @@ def write_shards(
     val_fraction: float = DEFAULT_VAL_FRACTION,
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
     info: dict | None = None,
+    on_file: Callable[[ReadStats], None] | None = None,
 ) -> tuple[Manifest, ReadStats]:
-    """Tokenize ``files`` in this process into shards: the same output as the Ray pipeline."""
+    """Tokenize ``files`` in this process into shards: the same output as the Ray pipeline,
+    ``on_file`` called with each file's stats as the pipeline calls it."""
     writer = new_writer(out_dir, tokenizer, val_fraction, shard_tokens)
     totals = ReadStats()
     for f in files:
@@ -428,4 +430,6 @@ def write_shards(
             for ids, key in zip(docs.tokens, docs.keys, strict=True):
                 writer.add(ids, key, f.path)
         totals.add(stats)
+        if on_file is not None:
+            on_file(stats)
     return finish_shards(writer, totals, len(files), info), totals

@@ -16,7 +16,7 @@ import pytest
 from scripts import load_script
 
 from trainer_core.data.shards import read_manifest
-from trainer_core.data.text_sources import ReadStats, finish_shards, new_writer, tokenize_file
+from trainer_core.data.text_sources import ReadStats, write_shards
 from trainer_core.io.output_dir import replace_when_complete
 
 SCRIPT = "datasets/tokenize_corpus.py"
@@ -31,18 +31,11 @@ def tokenize_here(monkeypatch):
 
     hooks = []
 
-    def tokenize(files, tokenizer, out_dir, opts, *, val_fraction, shard_tokens, on_file, info):
-        writer, totals = new_writer(out_dir, tokenizer, val_fraction, shard_tokens), ReadStats()
-        for f in files:
-            stats = ReadStats()
-            for docs in tokenize_file(f, tokenizer, opts, stats):
-                for ids, key in zip(docs.tokens, docs.keys, strict=True):
-                    writer.add(ids, key, f.path)
-            totals.add(stats)
-            on_file(stats)
+    def tokenize(files, tokenizer, out_dir, opts, **kwargs):
+        written = write_shards(files, tokenizer, out_dir, opts, **kwargs)
         for hook in hooks:
             hook(out_dir)
-        return finish_shards(writer, totals, len(files), info), totals
+        return written
 
     monkeypatch.setattr(runtime, "init_ray", lambda *args, **kwargs: None)
     monkeypatch.setattr(tokenization, "tokenize_to_shards", tokenize)
