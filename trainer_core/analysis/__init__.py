@@ -6,7 +6,13 @@ by ``ExperimentResults.result_grid()``.
 
 from __future__ import annotations
 
-from trainer_core.analysis.checks import fit_flags, isoflop_flags, isoflop_unresolved, unresolved
+from trainer_core.analysis.checks import (
+    fit_flags,
+    frontier_unresolved,
+    isoflop_flags,
+    isoflop_unresolved,
+    unresolved,
+)
 from trainer_core.analysis.fits import (
     ChinchillaFit,
     PowerLawFit,
@@ -124,6 +130,7 @@ __all__ = [
     "hparam_table",
     "isoflop_flags",
     "isoflop_unresolved",
+    "frontier_unresolved",
     "leave_one_out",
     "load",
     "lr_sweep_table",

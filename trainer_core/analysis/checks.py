@@ -86,14 +86,6 @@ def unresolved(fit: ChinchillaFit | PowerLawFit, min_loss: float) -> list[str]:
             f"E: 95% CI {lo:.2g} .. {hi:.3g} reaches zero: the irreducible loss is not pinned down "
             "by these sizes (a wider range of N, or longer runs, would)"
         )
-    if isinstance(fit, PowerLawFit):
-        lo, hi = fit.ci["alpha"]
-        if not lo <= fit.alpha <= hi:
-            notes.append(
-                f"alpha: {fit.alpha:.3g} is outside its 95% CI {lo:.3g} .. {hi:.3g}: the "
-                "resamples are drawn around L(N, D), whose frontier the envelope does not follow; "
-                "the interval is approach 3's, not this fit's"
-            )
     for name in ("A", "B"):
         if name not in fit.ci:
             continue
@@ -107,11 +99,31 @@ def unresolved(fit: ChinchillaFit | PowerLawFit, min_loss: float) -> list[str]:
     return notes
 
 
+def frontier_unresolved(fit: PowerLawFit, min_loss: float) -> list[str]:
+    """:func:`unresolved`, and an alpha outside its own interval: the frontier is resampled
+    around L(N, D)'s frontier, which the envelope need not follow."""
+    notes = unresolved(fit, min_loss)
+    lo, hi = fit.ci.get("alpha", (math.nan, math.nan))
+    if math.isfinite(lo) and math.isfinite(hi) and not lo <= fit.alpha <= hi:
+        notes.append(
+            f"alpha: {fit.alpha:.3g} is outside its 95% CI {lo:.3g} .. {hi:.3g}: the resamples "
+            "are drawn around L(N, D), whose frontier the envelope does not follow; the interval "
+            "is approach 3's, not this fit's"
+        )
+    return notes
+
+
 def isoflop_unresolved(fit: IsoFLOPFit) -> list[str]:
     """Approach 2 without an answer: ``a``'s interval covers every split of compute."""
     if fit.n_bootstrap == 0 or "a" not in fit.ci:
         return []
     notes = too_few_sizes(fit)
+    if not fit.centred:
+        notes.append(
+            "a: approach 3's fit, which the resamples are drawn around, gives no approach-2 slope "
+            "of its own (too few budgets with an inside minimum), so the interval is around its "
+            "answer, not centred on this estimate"
+        )
     if fit.n_failed > FAILED_RESAMPLES * fit.n_bootstrap:
         notes.append(
             f"a: {fit.n_failed} of {fit.n_bootstrap} resamples had fewer than {MIN_BUDGETS} "

@@ -329,6 +329,11 @@ FRONTIER_MIN = 1e-6
 """Coefficients and exponents at or below this count as zero (fitted to the bound)."""
 
 
+MIN_RATIO_SPREAD = 1.1
+"""Tokens per parameter must vary by more than this factor across the points: a plan's steps,
+rounded up to whole batches, move one multiple's D/N by a fraction of a percent."""
+
+
 def fit_chinchilla(
     N: ArrayLike,
     D: ArrayLike,
@@ -348,12 +353,12 @@ def fit_chinchilla(
             f"fit_chinchilla needs >= 3 model sizes and >= 2 token counts (got {np.unique(n).size} "
             f"and {np.unique(d).size}): E + A/N^alpha can't be pinned down otherwise"
         )
-    ratios = np.unique(np.round(np.log(d / n), 6))
-    if ratios.size < 2:
+    ratio = d / n
+    if ratio.max() < MIN_RATIO_SPREAD * ratio.min():
         raise AnalysisError(
-            f"fit_chinchilla: every point has the same tokens per parameter (D/N = "
-            f"{math.exp(ratios[0]):.3g}): with D tied to N, L(N, D) can't tell the N term from the "
-            "D term; give some sizes points at another D/N (a WSD-S run's decays do)"
+            f"fit_chinchilla: every point has about the same tokens per parameter (D/N = "
+            f"{ratio.min():.3g} .. {ratio.max():.3g}): with D tied to N, L(N, D) can't tell the N "
+            "term from the D term; give some sizes points at another D/N (a WSD-S run's decays do)"
         )
     exps = np.arange(0, 2.01, 0.5)
     logs = np.arange(0, 26, 5.0)

@@ -97,6 +97,8 @@ class IsoFLOPFit:
     """Sizes whose points shared a resampled offset in the bootstrap (0: no bootstrap)."""
     n_failed: int = 0
     """Resamples with fewer than MIN_BUDGETS valid budgets: no slope, so not in the intervals."""
+    centred: bool = False
+    """Whether the intervals are centred on this fit (approach 3's smoother implied a slope)."""
 
     @property
     def b(self) -> float:
@@ -169,6 +171,7 @@ def fit_isoflop(
             _resampled_slope(points, np.log(smoother.predict_frame(points))), dtype=float
         )
         slopes = centred_on_estimate(slopes, np.array([a, log_k]), at_smoother)
+        fit.centred = bool(np.all(np.isfinite(at_smoother)))
         fit.samples = {"a": slopes[:, 0], "b": 1 - slopes[:, 0], "log_k": slopes[:, 1]}
         fit.ci = {name: percentile_interval(fit.samples[name]) for name in ("a", "b")}
         fit.n_bootstrap = n_bootstrap

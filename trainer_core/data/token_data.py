@@ -320,15 +320,17 @@ class TokenData:
     @property
     def content_id(self) -> str:
         """What the batches are drawn from, by content: every source's files (name, tokens,
-        sha256), its tokenizer and its weight. A moved copy of the corpus keeps it; shards
-        tokenized again from other text, another tokenizer or a reweighted mix change it."""
+        sha256), its tokenizer and its share of each mixing block (so weights 1:1 and 2:2 are
+        one mix). A moved copy of the corpus keeps it; shards tokenized again from other text,
+        another tokenizer or a reweighted mix change it."""
+        quotas = apportion(MIX_BLOCK, self.weights).tolist()
         parts = [
             [
-                weight,
+                quota,
                 m.tokenizer.content_hash,
                 [[f.name, f.tokens, f.sha256] for f in (*m.train, *m.validation)],
             ]
-            for weight, m in zip(self.weights, self.manifests, strict=True)
+            for quota, m in zip(quotas, self.manifests, strict=True)
         ]
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 

@@ -220,7 +220,8 @@ def plan_size(size: str, ladder: LadderConfig, rules: SweepRules | None = None) 
         raise ConfigError(
             f"{size}: a batch of {target:,} tokens is more than its whole run of {horizon:,} "
             f"tokens; lower batch.coef or batch.exponent, or raise duration.chinchilla_multiple "
-            f"(multiple_by_size.{size})"
+            f"(multiple_by_size.{size}); in an LR sweep, lower sweep.batch_factors or raise "
+            "sweep.horizons"
         )
     mesh = _mesh_and_batch(size, model, ladder, target, _batch_tolerance(batch_choice))
     batch = mesh.batch_tokens
@@ -233,7 +234,8 @@ def plan_size(size: str, ladder: LadderConfig, rules: SweepRules | None = None) 
         raise ConfigError(
             f"{size}: its {steps} steps of {batch:,} tokens can't hold its warmup and decays "
             f"({e}); raise duration.chinchilla_multiple (multiple_by_size.{size}), drop early "
-            "duration.decay_points or lower duration.warmup_tokens_per_param"
+            "duration.decay_points or lower duration.warmup_tokens_per_param; in an LR sweep, "
+            "raise sweep.horizons or lower sweep.batch_factors"
         ) from None
     lr_choice = rules.lr(n, steps * batch) if rules else None
     lr, source = (

@@ -64,9 +64,9 @@ def check_same_run(cfg: TrainConfig, run_dir: Location) -> None:
 
 
 def check_same_data(data_id: str, run_dir: Location) -> None:
-    """Refuse to go on in ``run_dir`` when its run trained on data with another content id: its
-    checkpoints' data position would index into other tokens, with no error. A record without
-    an id (written before runs kept one) passes."""
+    """Refuse to go on in ``run_dir`` (from its own checkpoints) when its run trained on data
+    with another content id: the checkpoints' data position would index into other tokens, with
+    no error. A record without an id (written before runs kept one) passes."""
     recorded = (read_run_json(run_dir) or {}).get("data_id") or ""
     if recorded and data_id and recorded != data_id:
         raise DataError(

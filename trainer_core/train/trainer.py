@@ -8,6 +8,7 @@ with update N + 1 and the batch for step N (0-based index of the next batch).
 
 from __future__ import annotations
 
+import logging
 import math
 import socket
 import time
@@ -20,7 +21,7 @@ import torch.distributed as dist
 
 from trainer_core.checkpoint.checkpointer import Checkpointer
 from trainer_core.checkpoint.keep import CheckpointPolicy
-from trainer_core.checkpoint.listing import branch_step
+from trainer_core.checkpoint.listing import CheckpointError, branch_step
 from trainer_core.checkpoint.rng import restore_rng, rng_state
 from trainer_core.config.loader import ConfigError, to_yaml
 from trainer_core.config.sections import TrainConfig
@@ -43,6 +44,8 @@ from trainer_core.train.train_module import BatchStats, TrainModule
 
 if TYPE_CHECKING:
     from trainer_core.train.task_eval import TaskEvaluator
+
+log = logging.getLogger(__name__)
 
 
 class NonFiniteLossError(UserError, RuntimeError):
@@ -181,7 +184,8 @@ class Trainer:
 
     def fit(self) -> dict[str, Any]:
         check_same_run(self.cfg, self.run_dir)
-        check_same_data(self.info.data_id, self.run_dir)
+        if self.checkpointer is not None and self.checkpointer.has_checkpoint():
+            check_same_data(self.info.data_id, self.run_dir)  # a restart from 0 reads afresh
         start_step = self.restore()
         self._record_worker_group(start_step)
         total = self.info.total_steps
@@ -196,9 +200,13 @@ class Trainer:
             self._run_steps(start_step, total)
         except NonFiniteLossError:
             # Every rank raises it at once, so together they can still commit the async save
-            # in flight: a step that passed the finite check, the newest good one.
+            # in flight: a step that passed the finite check, the newest good one. A failure
+            # there is logged: the divergence stays the run's error (Ray reports it, not retries).
             if self.checkpointer is not None:
-                self.checkpointer.wait()
+                try:
+                    self.checkpointer.wait()
+                except CheckpointError as e:
+                    log.warning("the async save before the divergence was lost: %s", e)
             raise
         except (DataError, ConfigError) as e:
             # Bad shards or config found mid-run: no retry can fix them, so run.json says so

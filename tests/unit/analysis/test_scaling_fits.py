@@ -23,6 +23,7 @@ from trainer_core.analysis import (
     fit_isoflop,
     fit_loss_vs_compute,
     frontier_points,
+    frontier_unresolved,
     isoflop_flags,
     isoflop_unresolved,
     plot_isoflops,
@@ -131,19 +132,21 @@ def test_approach_2_gets_an_interval_around_its_own_estimate():
     front = fit_frontier(pts, 60, 5, smoother=chin)
     lo, hi = front.ci["alpha"]
     assert lo < front.alpha < hi
-    assert not [n for n in unresolved(front, 1.0) if n.startswith("alpha:")]
+    assert not [n for n in frontier_unresolved(front, 1.0) if n.startswith("alpha:")]
     moved = PowerLawFit(front.E, front.A, hi + 0.01, n_points=1, objective=0.0)
     moved.ci, moved.n_bootstrap = front.ci, front.n_bootstrap
-    [note] = [n for n in unresolved(moved, 1.0) if n.startswith("alpha:")]
+    [note] = [n for n in frontier_unresolved(moved, 1.0) if n.startswith("alpha:")]
     assert "is outside its 95% CI" in note and "the interval is approach 3's" in note
+    assert iso.centred and not [n for n in isoflop_unresolved(iso) if "not centred" in n]
 
 
 def test_a_ladder_with_one_tokens_per_parameter_ratio_is_refused_by_approach_3():
     """One cosine run per size at 80 tokens a parameter: log D = log N + const, so the N and D
     terms trade freely (it fitted beta 5-10, B 1e88, N_opt 60x the truth, with intervals)."""
     n = 1e7 * 2.0 ** np.arange(6)
-    with pytest.raises(AnalysisError, match=r"same tokens per parameter \(D/N = 80\)"):
-        fit_chinchilla(n, 80 * n, LAW.predict(n, 80 * n))
+    d = 80 * n * (1 + np.array([0.0, 2e-3, 1e-3, 3e-4, 1e-4, 5e-4]))  # steps rounded up
+    with pytest.raises(AnalysisError, match=r"about the same tokens per parameter \(D/N = 80 "):
+        fit_chinchilla(n, d, LAW.predict(n, d))
 
 
 def test_isoflop_resamples_without_a_slope_are_counted_and_flagged():

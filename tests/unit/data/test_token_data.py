@@ -139,6 +139,12 @@ def test_mix_follows_weights_deterministically(tmp_path, make_shards, random_tex
     resumed = take(data.train_batches(SEQ, 32, seed=0, start_step=150), 2)
     full = take(data.train_batches(SEQ, 32, seed=0), 152)
     assert torch.equal(resumed[0], full[150]) and torch.equal(resumed[1], full[151])
+    # The content id (a resume on other data is refused) follows the shares, not how the
+    # weights are written: 3:1 and 75:25 draw the same batches.
+    mix.write_text("a: 75\nb: 25\n")
+    assert open_token_data(DataConfig(mix=str(mix)), 320).content_id == data.content_id
+    mix.write_text("a: 1\nb: 1\n")
+    assert open_token_data(DataConfig(mix=str(mix)), 320).content_id != data.content_id
 
 
 def test_mix_errors(tmp_path, make_shards, random_texts):

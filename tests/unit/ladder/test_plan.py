@@ -458,7 +458,8 @@ def test_plans_that_cannot_run_name_the_ladder_keys_to_change():
         )
     assert str(err.value).startswith("15K: its 53 steps of ") and str(err.value).endswith(
         "raise duration.chinchilla_multiple (multiple_by_size.15K), drop early "
-        "duration.decay_points or lower duration.warmup_tokens_per_param"
+        "duration.decay_points or lower duration.warmup_tokens_per_param; in an LR sweep, "
+        "raise sweep.horizons or lower sweep.batch_factors"
     )
     with pytest.raises(ConfigError, match=r"decay_points: \[0.5, 0.5, 1.0\] .* strictly"):
         from_dict(LadderConfig, {"duration": {"decay_points": [0.5, 0.5, 1.0]}})
