@@ -221,12 +221,18 @@ class Checkpointer:
         pending, self._pending = self._pending, None
         if pending is None:
             return
+        error = None
         try:
             pending.future.result()
         except (Exception, CheckpointException) as e:
-            raise CheckpointError(
+            error = (
                 f"async save of step {pending.step} into {pending.tmp} failed ({_root_cause(e)})"
-            ) from None
+            )
+        # Every rank learns of a failure on any one before the commit's collectives, which a
+        # rank that raised here would leave the others waiting in.
+        error = next((e for e in self._all_ranks(error) if e), None)
+        if error:
+            raise CheckpointError(error)
         self._commit(pending)
 
     def close(self) -> None:

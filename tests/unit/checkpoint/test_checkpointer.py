@@ -437,6 +437,34 @@ def remote_save_fails_on_one_rank(failing: int, what: str, rank: int, world: int
     assert doing in str(err.value) and f"simulated 503 on {what}" in str(err.value)
 
 
+def async_save_fails_on_one_rank(run_dir: Path, rank: int, world: int) -> None:
+    """Rank 1's background save fails (a full local disk): rank 0 went on into the commit's
+    collectives while rank 1 raised, and waited there until the process group timed out."""
+    from concurrent.futures import Future
+
+    ckpt = Checkpointer(run_dir, CheckpointConfig(async_save=True), rank=rank, world_size=world)
+    if rank == 1:
+        save = ckpt._async_save
+
+        def failed(*args, **kwargs):
+            save(*args, **kwargs).result()  # the collective write, then this rank's own failure
+            future = Future()
+            future.set_exception(OSError("simulated: no space left on device"))
+            return future
+
+        ckpt._async_save = failed
+    ckpt.save(5, tiny_state(5), tokens=5, permanent=False)
+    with pytest.raises(CheckpointError, match="async save of step 5 .* no space left on device"):
+        ckpt.wait()
+    assert list_checkpoints(run_dir) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_an_async_save_failed_on_one_rank_fails_every_rank_alike(spawn_ranks, tmp_path):
+    spawn_ranks(_rank_main, 2, "async_save_fails_on_one_rank", tmp_path, timeout=60)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("failing, what", [(0, "metrics"), (1, "upload"), (0, "upload")])
