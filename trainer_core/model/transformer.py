@@ -164,13 +164,19 @@ class Transformer(nn.Module):
         # A ModuleDict keyed by layer index keeps names stable under activation checkpointing.
         self.blocks = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layers)})
         self.lm_head = LMHead(cfg)
-        if cfg.tie_embeddings:
-            self.lm_head.w_out.weight = self.embed.weight
+        self.tie_weights()
         self.register_buffer(
             "rotations", rope_tables(cfg.head_dim, max_seq_len, cfg.rope_theta), persistent=False
         )
         if not self.rotations.is_meta:
             self.init_weights(init_seed)
+
+    def tie_weights(self) -> None:
+        """With ``tie_embeddings``, make the head's weight the embedding's, one parameter. Again
+        after ``to_empty``: it allocates each module's parameters anew, which split a tie made
+        on the meta device unless FSDP's DTensors (swapped in place) kept it."""
+        if self.cfg.tie_embeddings and self.lm_head.w_out.weight is not self.embed.weight:
+            self.lm_head.w_out.weight = self.embed.weight
 
     def initial_parameters(
         self, seed: int, device: torch.device

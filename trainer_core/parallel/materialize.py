@@ -43,6 +43,7 @@ def materialize(model: Transformer, device: torch.device, seed: int, *, sharded:
     if sharded:  # DTensor's modules (~1 s to import) only where a mesh made DTensors
         from torch.distributed.tensor import DTensor, distribute_tensor
     model.to_empty(device=device)
+    model.tie_weights()
     model.init_buffers()
     for p, value in model.initial_parameters(seed, device):
         if sharded and isinstance(p, DTensor):

@@ -3,9 +3,12 @@ model constructed whole, set by the seed alone (sharded runs: tests/unit/paralle
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from trainer_core.config.sections import ModelConfig, ParallelConfig
+from trainer_core.model.counts import count_params
 from trainer_core.model.transformer import Transformer, rope_tables
 from trainer_core.parallel.materialize import build_model
 
@@ -23,6 +26,20 @@ def test_a_meta_built_model_has_the_weights_of_one_constructed_whole():
     for (name, a), b in zip(built.state_dict().items(), whole.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
     assert torch.equal(built.rotations, rope_tables(MODEL.head_dim, 16, MODEL.rope_theta))
+
+
+def test_tied_embeddings_stay_one_parameter_in_a_meta_built_model():
+    """``to_empty`` gave the head a weight of its own: a tied single-device (or TP) run trained
+    an untied model, V x d parameters more than its N, the head drawn apart from the embedding."""
+    tied = replace(MODEL, tie_embeddings=True)
+    for parallel in (ParallelConfig(), ParallelConfig(activation_checkpointing="full")):
+        built = build_model(tied, 16, None, parallel, CPU, seed=7)
+        assert built.lm_head.w_out.weight is built.embed.weight
+        assert sum(p.numel() for p in built.parameters()) == count_params(tied)["total"]
+    whole = Transformer(tied, 16, init_seed=7)
+    assert torch.equal(
+        build_model(tied, 16, None, ParallelConfig(), CPU, 7).embed.weight, whole.embed.weight
+    )
 
 
 def test_the_seed_sets_the_weights_and_the_init_rule_holds():
