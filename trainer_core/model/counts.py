@@ -32,9 +32,12 @@ def count_params(cfg: ModelConfig) -> dict[str, int]:
 def num_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
     """Training FLOPs per token: ``6 N + 12 L H Q T`` (PaLM, Chowdhery et al. 2022, appendix B).
 
-    6N counts the forward (2N) and backward (4N) matmuls over the non-embedding parameters N;
-    ``12 L H Q T`` adds the attention score and value matmuls (L layers, H heads of dim Q,
-    sequence length T), not halved for the causal mask, matching the usual MFU convention.
+    6N counts the forward (2N) and backward (4N) matmuls over the non-embedding parameters N,
+    the output projection included even when it shares the embedding's matrix (N then leaves the
+    matrix out, but the matmul runs all the same); ``12 L H Q T`` adds the attention score and
+    value matmuls (L layers, H heads of dim Q, sequence length T), not halved for the causal
+    mask, matching the usual MFU convention.
     """
-    n = count_params(cfg)["non_embedding"]
-    return 6 * n + 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * seq_len
+    counts = count_params(cfg)
+    matmul_params = counts["non_embedding"] + (counts["embedding"] if cfg.tie_embeddings else 0)
+    return 6 * matmul_params + 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * seq_len
