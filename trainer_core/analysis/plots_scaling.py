@@ -78,7 +78,7 @@ def _held_out(ax, held_out: ExtrapolationCheck, c: np.ndarray) -> None:
         if math.isfinite(lo_ci):
             yerr = [[p.predicted - lo_ci], [hi_ci - p.predicted]]
         ax.errorbar(
-            [held_out.flops],
+            [p.flops],
             [p.predicted],
             yerr=yerr,
             fmt=marker,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from trainer_core.analysis.checks import fit_flags, too_few_sizes
@@ -38,13 +39,15 @@ def chinchilla_from_points(
 
 @dataclass
 class HeldOutPrediction:
-    """One law's prediction of the held-out size's final loss, with its bootstrap interval."""
+    """One law's prediction of a held-out point's loss, with its bootstrap interval."""
 
     law: str
     at: str
     predicted: float
     interval: tuple[float, float]
     actual: float
+    flops: float = math.nan
+    """The compute of the point scored (the frontier's need not be the final one)."""
     flags: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """What the interval leaves out (:func:`~trainer_core.analysis.checks.too_few_sizes`)."""
@@ -100,10 +103,13 @@ class ExtrapolationCheck:
 def extrapolation_check(
     points: pd.DataFrame, n_bootstrap: int = 0, seed: int = 0
 ) -> ExtrapolationCheck:
-    """Fit L(N, D) and the frontier L(C) without the largest N and predict its final loss.
+    """Fit L(N, D) and the frontier L(C) without the largest N and predict its loss.
 
-    L(N, D) predicts at the held-out size's N and final D, the frontier at its final compute
-    (its own compute-optimal claim). Either law may be skipped (too few sizes left), not both.
+    L(N, D) predicts the final point, at its N and D. The frontier claims the best loss at a
+    compute, which a point trained at another split of it does not reach: it is scored at the
+    held-out point nearest the compute-optimal split L(N, D) (fitted without it) gives, the final
+    one when there is no such fit, and says so when even that one is far off. Either law may be
+    skipped (too few sizes left), not both.
     """
     if points["N"].nunique() < 2:
         raise AnalysisError("extrapolation_check needs points from at least 2 sizes")
@@ -114,35 +120,38 @@ def extrapolation_check(
     table = held[["tokens", "flops"]].assign(actual=held["eval_loss"]).reset_index(drop=True)
     fits: dict[str, ChinchillaFit | PowerLawFit] = {}
     laws = {
-        LAW_CHINCHILLA: (
-            lambda: chinchilla_from_points(rest, n_bootstrap, seed),
-            f"N={largest:.3g}, D={last['tokens']:.3g}",
-            (largest, last["tokens"]),
-        ),
-        LAW_FRONTIER: (
-            # Resampled around the L(N, D) just fitted, when it could be.
-            lambda: fit_frontier(rest, n_bootstrap, seed, smoother=fits.get(LAW_CHINCHILLA)),
-            f"C={last['flops']:.3g}",
-            (last["flops"],),
+        LAW_CHINCHILLA: lambda: chinchilla_from_points(rest, n_bootstrap, seed),
+        # Resampled around the L(N, D) just fitted, when it could be.
+        LAW_FRONTIER: lambda: fit_frontier(
+            rest, n_bootstrap, seed, smoother=fits.get(LAW_CHINCHILLA)
         ),
     }
     predictions, skipped = [], []
-    for law, (fit_law, at, where) in laws.items():
+    for law, fit_law in laws.items():
         try:
             fit = fits[law] = fit_law()
         except AnalysisError as e:
             skipped.append((law, str(e)))
             continue
         table[law] = fit.predict_frame(held)
+        notes = too_few_sizes(fit)
+        if law == LAW_CHINCHILLA:
+            point, at, where = last, f"N={largest:.3g}, D={last['tokens']:.3g}", None
+        else:
+            point, off = _nearest_the_frontier(fits.get(LAW_CHINCHILLA), held)
+            at, where = f"C={point['flops']:.3g}", (point["flops"],)
+            notes += off
+        where = where or (largest, point["tokens"])
         predictions.append(
             HeldOutPrediction(
                 law,
                 at,
                 float(fit.predict(*where)),
                 fit.predict_interval(*where),
-                float(last["eval_loss"]),
+                float(point["eval_loss"]),
+                float(point["flops"]),
                 fit_flags(fit, rest["eval_loss"].min()),
-                too_few_sizes(fit),
+                notes,
             )
         )
     if not predictions:
@@ -159,6 +168,33 @@ def extrapolation_check(
         points=table,
         fits=fits,
     )
+
+
+OFF_FRONTIER = 2.0
+"""A held-out point whose tokens per parameter differ from the compute-optimal ratio by more
+than this factor is not on the frontier: measured above L(C) by design."""
+
+
+def _nearest_the_frontier(
+    law: ChinchillaFit | None, held: pd.DataFrame
+) -> tuple[pd.Series, list[str]]:
+    """The held-out point whose tokens per parameter are nearest the compute-optimal ratio at
+    its compute (by L(N, D) without it; the final point when there is none), and a note when
+    even that one is off the frontier: it then sits above L(C) by design, which its error does
+    not tell apart from a wrong law."""
+    if law is None or not law.has_frontier:
+        return held.iloc[-1], []
+    ratios = held["tokens"].to_numpy(float) / held["N"].to_numpy(float)
+    optima = np.array([d / n for n, d in (law.compute_optimal(float(c)) for c in held["flops"])])
+    gaps = np.abs(np.log(ratios / optima))
+    i = int(np.argmin(gaps))
+    if gaps[i] < np.log(OFF_FRONTIER):
+        return held.iloc[i], []
+    return held.iloc[i], [
+        f"the held-out point nearest the frontier has {ratios[i]:.3g} tokens a parameter, L(N, D) "
+        f"puts that budget's optimum at {optima[i]:.3g}: off the frontier, it sits above L(C) by "
+        "design, so this error is not the frontier's alone (the L(N, D) row tests this size)"
+    ]
 
 
 @dataclass

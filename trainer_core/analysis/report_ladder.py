@@ -199,7 +199,8 @@ def _held_out_table(report: Report) -> Table:
     check = report.extrapolation
     table = Table(
         title=f"held out: {check.held_out_size} (N={check.held_out_N:,}), predicted from the "
-        "smaller sizes vs its measured final eval loss"
+        "smaller sizes vs its measured eval loss (L(N, D) at its final point, the frontier at "
+        "its point nearest the compute-optimal split)"
     )
     for col in ("law", "at", "predicted", "95% interval", "measured", "error"):
         table.add_column(col, justify="left" if col in ("law", "at") else "right")

@@ -186,6 +186,17 @@ def test_held_out_size_predicted_by_both_laws_with_intervals(noisy: pd.DataFrame
         assert p.flags == []
     text = str(check)
     assert "L(N, D) at N=6.4e+08" in text and "frontier L(C) at C=" in text and "95%" in text
+    # The frontier claims the best loss at a compute: it is scored at s6's point nearest the
+    # compute-optimal split (Chinchilla's law puts it at 20-40 tokens a parameter there), not at
+    # its last (160: off the frontier, above L(C) by design; scored there it read as an error).
+    held = noisy[noisy["size"] == "s6"].set_index("flops")["tokens"] / 6.4e8
+    frontier = check.prediction("frontier L(C)")
+    assert held[frontier.flops] in (20, 40) and frontier.notes == []
+    assert check.prediction("L(N, D)").flops == final["flops"]
+    long = noisy[(noisy["size"] != "s6") | (noisy["tokens"] >= 160 * noisy["N"])]  # s6: 160 only
+    frontier = extrapolation_check(long, n_bootstrap=0).prediction("frontier L(C)")
+    [off] = frontier.notes
+    assert off.startswith("the held-out point nearest the frontier has 160 tokens a parameter")
 
 
 def test_degenerate_fits_are_flagged():
