@@ -136,12 +136,12 @@ def extrapolation_check(
         table[law] = fit.predict_frame(held)
         notes = too_few_sizes(fit)
         if law == LAW_CHINCHILLA:
-            point, at, where = last, f"N={largest:.3g}, D={last['tokens']:.3g}", None
+            point, where = last, (largest, last["tokens"])
+            at = f"N={largest:.3g}, D={last['tokens']:.3g}"
         else:
             point, off = _nearest_the_frontier(fits.get(LAW_CHINCHILLA), held)
-            at, where = f"C={point['flops']:.3g}", (point["flops"],)
+            where, at = (point["flops"],), f"C={point['flops']:.3g}"
             notes += off
-        where = where or (largest, point["tokens"])
         predictions.append(
             HeldOutPrediction(
                 law,

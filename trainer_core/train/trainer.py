@@ -165,15 +165,20 @@ class Trainer:
 
         So a run branched from another's checkpoint resumes, after a failure, from its own
         progress, not from the branch point again (:func:`trainer_core.ray.reader.resume_step`
-        follows the same rule for the data)."""
+        follows the same rule for the data). Resuming its own checkpoints, the run must be on
+        the data it started on (:func:`check_same_data`; a branch may change it)."""
         if self.checkpointer is None:
             return 0
         state = self.app_state()
         resume_from = self.cfg.checkpoint.resume_from
-        if resume_from and not self.checkpointer.has_checkpoint():
+        if self.checkpointer.has_checkpoint():
+            check_same_data(self.info.data_id, self.run_dir)
+            if self.checkpointer.load_latest(state) is None:
+                return 0
+        elif resume_from:
             branch_step(resume_from)
             self.checkpointer.load(resume_from, state)
-        elif self.checkpointer.load_latest(state) is None:
+        else:
             return 0
         self.step = int(state["trainer"]["step"])
         self.tokens = int(state["trainer"]["tokens"])
@@ -184,8 +189,6 @@ class Trainer:
 
     def fit(self) -> dict[str, Any]:
         check_same_run(self.cfg, self.run_dir)
-        if self.checkpointer is not None and self.checkpointer.has_checkpoint():
-            check_same_data(self.info.data_id, self.run_dir)  # a restart from 0 reads afresh
         start_step = self.restore()
         self._record_worker_group(start_step)
         total = self.info.total_steps
@@ -384,14 +387,9 @@ class Trainer:
         )
 
     def _checkpoint(self, permanent: bool, metrics: dict[str, float], lr: float) -> None:
-        """Save this step. A permanent save's metrics file holds this step's eval, tokens and LR
-        (whether the point is annealed), over whatever the last log line said."""
-        saved = {
-            **self.last_metrics,
-            **metrics,
-            "lr": lr,
-            "annealed": float(self.step in self.annealed_steps),
-        }  # the checkpointer adds step and tokens
+        """Save this step. A permanent save's metrics file holds this step's eval, tokens, LR and
+        ``annealed`` flag, over whatever the last log line said."""
+        saved = {**self.last_metrics, **metrics, "lr": lr}  # the checkpointer adds step and tokens
         path = self.checkpointer.save(
             self.step, self.app_state(), tokens=self.tokens, permanent=permanent, metrics=saved
         )
