@@ -3,7 +3,10 @@
 Names are the approximate parameter count of the transformer blocks alone (embeddings and
 LM head depend on the vocabulary). The exact non-embedding count ``N`` used by ladder formulas is
 computed from these dims and the vocabulary by :func:`trainer_core.model.counts.count_params`.
-CPU sizes (1M-50M) run in tests and the demo; the rest follow Llama/OLMo-2 shapes up to 7B.
+CPU sizes (15K-50M) run in tests and the demo. The GPU ladder's sizes (100M-1B) are one shape
+family, as OLMo's ladder: 16 layers, an MLP 4x d_model, only the width grows (head dim 64, and
+128 at 1B, OLMo-core's 1B), so a fit across them, and its held-out largest size, measure scale
+and not a change of shape. 3B and 7B are Llama shapes with grouped key/value heads.
 """
 
 from __future__ import annotations
@@ -37,10 +40,10 @@ MODEL_SIZES: dict[str, SizeSpec] = {
     "10M": SizeSpec(320, 8, 5, 5, 896),
     "20M": SizeSpec(384, 12, 6, 6, 1024),
     "50M": SizeSpec(512, 16, 8, 8, 1408),
-    "100M": SizeSpec(640, 20, 10, 10, 1792),
-    "200M": SizeSpec(1024, 16, 16, 16, 2816),
-    "400M": SizeSpec(1024, 32, 16, 16, 2816),
-    "700M": SizeSpec(1536, 24, 16, 16, 4096),
+    "100M": SizeSpec(640, 16, 10, 10, 2560),
+    "200M": SizeSpec(896, 16, 14, 14, 3584),
+    "400M": SizeSpec(1280, 16, 20, 20, 5120),
+    "700M": SizeSpec(1664, 16, 26, 26, 6656),
     "1B": SizeSpec(2048, 16, 16, 16, 8192),
     "3B": SizeSpec(3072, 28, 24, 8, 8192),
     "7B": SizeSpec(4096, 32, 32, 8, 14336),

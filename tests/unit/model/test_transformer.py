@@ -43,6 +43,17 @@ def test_size_names_are_roughly_block_params():
         assert 0.65 * nominal < blocks < 1.25 * nominal, name
 
 
+def test_gpu_ladder_sizes_are_one_shape_family(repo_root):
+    """A ladder whose largest size changes depth or MLP ratio fits that change into its law:
+    the GPU config's sizes keep 16 layers and a 4x MLP, and grow in width only."""
+    import yaml
+
+    config = yaml.safe_load((repo_root / "workflows/configs/ladder-gpu.yaml").read_text())
+    specs = [MODEL_SIZES[name] for name in config["sizes"]]
+    assert {(s.n_layers, s.mlp_hidden / s.d_model) for s in specs} == {(16, 4.0)}
+    assert [s.d_model for s in specs] == sorted({s.d_model for s in specs})
+
+
 def test_flops_per_token_formula():
     cfg = ModelConfig(size="5M")
     n = count_params(cfg)["non_embedding"]
