@@ -14,7 +14,13 @@ from ray import tune
 from reference import SIXTEEN_STEPS, fit_on_one_thread
 
 from trainer_core.ray.run_config import RayTrainConfig
-from trainer_core.ray.tune_run import TrialsFailedError, TrialSpec, TuneSettings, run_trials
+from trainer_core.ray.tune_run import (
+    TrialsFailedError,
+    TrialSpec,
+    TuneSettings,
+    max_concurrent_trials,
+    run_trials,
+)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -95,3 +101,29 @@ def test_bad_input_fails_the_trial_once_in_one_line(ray_session, tiny_config, tm
     assert "Traceback" not in str(failed.value)
     errors = (tmp_path / "tune" / "bad" / "error.txt").read_text()
     assert "Failure # 1 " in errors and "Failure # 2 " not in errors
+
+
+class MostRunning(tune.Callback):
+    """The most trials Tune had running at once, seen at each result."""
+
+    def __init__(self):
+        self.most = 0
+
+    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+        self.most = max(self.most, sum(t.status == "RUNNING" for t in trials))
+
+
+def test_trials_at_once_reaches_tune(ray_session, tiny_config, tmp_path):
+    """``ray.max_concurrent_trials`` (TuneSettings.max_concurrent) caps what Tune runs at once,
+    below what the cluster's CPUs would hold: an autoscaling cluster with no GPU node yet is
+    sized at launch, so a ladder names the width it scales to."""
+    specs = [
+        TrialSpec(name, tiny_config(tmp_path / "runs" / name, *IN_TRIAL, cls=RayTrainConfig))
+        for name in ("a", "b")
+    ]
+    assert max_concurrent_trials(specs) == 2  # two 0.8-CPU trials fit the session's 2 CPUs
+    seen = MostRunning()
+    run = run_trials(specs, tmp_path, TuneSettings(max_concurrent=1, callbacks=[seen]), False)
+    assert seen.most == 1 and run.concurrency == 1
+    for name in ("a", "b"):
+        assert json.loads((tmp_path / "runs" / name / "run.json").read_text())["last_step"] == 16

@@ -58,7 +58,7 @@ def run_ladder(job: LadderJobConfig, sizes: list[str] | None, resume: bool, rule
     """Plan and run every size as a Tune trial (after ``preflight``); returns (plans, ResultGrid).
     ``rules``: the sweep laws of ``lr.from_sweep`` / ``batch.from_sweep`` (``sweep_rules``)."""
     from trainer_core.ray.runtime import init_ray
-    from trainer_core.ray.tune_run import TuneSettings, check_unchanged_runs, run_trials
+    from trainer_core.ray.tune_run import check_unchanged_runs, run_trials
 
     plans = plan_ladder(job, sizes, rules)
     specs = ladder_trials(job, plans)
@@ -66,9 +66,16 @@ def run_ladder(job: LadderJobConfig, sizes: list[str] | None, resume: bool, rule
     exp_dir = job.exp_dir
     write_experiment_record(job, plans, exp_dir, resume)
     init_ray(job.ray.address)
-    settings = TuneSettings(max_concurrent=job.ray.max_concurrent_trials)
-    run = run_trials(specs, exp_dir, settings, resume)
+    run = run_trials(specs, exp_dir, tune_settings(job), resume)
     return plans, run.grid
+
+
+def tune_settings(job: LadderJobConfig):
+    """The ladder's Tune settings: as many trials at once as ``ray.max_concurrent_trials`` names
+    (0: what the cluster holds at launch)."""
+    from trainer_core.ray.tune_run import TuneSettings
+
+    return TuneSettings(max_concurrent=job.ray.max_concurrent_trials)
 
 
 def benchmark_size(job: LadderJobConfig, size: str, steps: int = 20) -> dict:

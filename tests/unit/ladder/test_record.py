@@ -4,7 +4,10 @@ launch whose runs' dirs hold runs trained otherwise."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import yaml
 
 from trainer_core.config.diff import changed_keys
 from trainer_core.config.loader import ConfigError, from_dict, to_yaml
@@ -35,10 +38,24 @@ def test_resume_with_a_changed_config_is_refused_and_the_record_kept(tmp_path):
 
 
 def test_resume_takes_the_same_config_and_a_new_ray_address(tmp_path):
+    """The driver's keys (the Ray address) may change on --resume and are recorded; a new
+    launch records its whole config and plan."""
+
+    def recorded() -> tuple[dict, list[dict]]:
+        exp = yaml.safe_load((tmp_path / "experiment.yaml").read_text())
+        return exp, json.loads((tmp_path / "plan.json").read_text())
+
     record(tmp_path, BASE, resume=False)
+    exp, plan = recorded()
+    assert (exp["lr"]["coef"], [row["size"] for row in plan]) == (6.9e-4, ["15K"])
+    first_lr = plan[0]["peak lr"]
     record(tmp_path, BASE, resume=True)
     record(tmp_path, {**BASE, "ray": {"address": "ray://head:10001"}}, resume=True)
+    assert recorded()[0]["ray"]["address"] == "ray://head:10001"
     record(tmp_path, {**BASE, "lr": {"coef": 1e-3}}, resume=False)  # a new launch may change it
+    exp, plan = recorded()
+    assert exp["lr"]["coef"] == 1e-3
+    assert plan[0]["peak lr"] == pytest.approx(first_lr * 1e-3 / 6.9e-4, rel=1e-9)
 
 
 def test_changed_keys_are_dotted_and_include_keys_on_one_side():

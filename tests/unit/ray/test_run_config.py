@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from trainer_core.config.loader import ConfigError
@@ -97,25 +95,16 @@ def test_a_single_run_on_ray_refuses_the_trial_runner(tiny_config, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_trials_at_once_is_a_setting_a_ladder_hands_to_tune(repo_root, tmp_path, monkeypatch):
-    """Sized once from the cluster at launch, an autoscaling cluster with no GPU node yet ran
-    one trial at a time; ``ray.max_concurrent_trials`` names the width it scales to."""
+def test_trials_at_once_is_checked_and_handed_to_tune(repo_root, tmp_path):
+    """``ray.max_concurrent_trials`` must be >= 0, and a ladder gives it to Tune's settings
+    (tests/e2e/test_trial_runner.py shows Tune keeping to it)."""
     from trainer_core.config.loader import load_config
-    from trainer_core.ray import ladder_run, runtime, tune_run
+    from trainer_core.ray import ladder_run
 
     demo = repo_root / "workflows" / "configs" / "ladder-demo.yaml"
     with pytest.raises(ConfigError, match="ray.max_concurrent_trials: -1 .*must be >= 0"):
         load_config(ladder_run.LadderJobConfig, demo, ["--ray.max_concurrent_trials=-1"])
-    seen = []
-    monkeypatch.setattr(runtime, "init_ray", lambda address: None)
-
-    def run_trials(specs, exp_dir, settings, resume):
-        seen.append(settings)
-        return SimpleNamespace(grid=None)
-
-    monkeypatch.setattr(tune_run, "run_trials", run_trials)
     job = load_config(
         ladder_run.LadderJobConfig, demo, [f"--dir={tmp_path}", "--ray.max_concurrent_trials=8"]
     )
-    ladder_run.run_ladder(job, ["15K"], resume=False)
-    assert [s.max_concurrent for s in seen] == [8]
+    assert ladder_run.tune_settings(job).max_concurrent == 8
