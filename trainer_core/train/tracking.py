@@ -6,20 +6,31 @@ object storage gets its ``wandb/`` files from a node-local stage when the run en
 online``) and an API key is available. Only rank 0 logs. The logged config is the resolved
 TrainConfig, which holds no secrets (W&B reads its key from the environment / netrc).
 ``wandb`` (2 s to import) is imported when a tracked run starts, never by untracked ones.
+
+A resumed run continues its W&B run (the id: the run dir and its first start) and logs only the
+steps past those it logged before (``LOGGED_STEP``): steps replayed after a resume from a
+checkpoint keep the values first logged (the same losses; ``metrics.jsonl`` holds the replay's
+throughput), so W&B's steps only increase.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any
 
+from trainer_core.config.decode import ConfigError
 from trainer_core.config.loader import to_dict
 from trainer_core.config.sections import TrainConfig
 from trainer_core.io import storage
+from trainer_core.io.run_dir import worker_groups
 from trainer_core.io.storage import Location
 from trainer_core.train.callbacks import BaseCallback
+
+LOGGED_STEP = "rayladder-logged-step"
+"""In W&B's dir: the last step this run logged to W&B, over all of its starts."""
 
 
 class WandbCallback(BaseCallback):
@@ -27,6 +38,8 @@ class WandbCallback(BaseCallback):
         self.cfg, self.info = cfg, info
         self.run = None
         self.local_dir: Path | None = None
+        self.marker: Path | None = None
+        self.logged_step = 0
 
     def on_start(self, info: dict[str, Any]) -> None:
         import wandb
@@ -44,37 +57,51 @@ class WandbCallback(BaseCallback):
         if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _has_netrc_key()):
             print("[wandb] no API key found: logging offline (sync later with `wandb sync`)")
             mode = "offline"
+        wandb_root = Path(self.local_dir or run_dir)
         self.run = wandb.init(
             project=t.project,
             entity=t.entity or None,
             group=t.group or None,
             name=t.name or self.info.name,
-            id=_stable_id(run_dir),
+            id=_run_id(run_dir),
             resume="allow",
             tags=t.tags or None,
-            dir=str(self.local_dir or run_dir),
+            dir=str(wandb_root),
             mode=mode,
             config={**to_dict(self.cfg), "run_info": self.info.__dict__},
             settings=wandb.Settings(console="off", silent=True, x_disable_stats=True),
         )
+        self.marker = wandb_root / "wandb" / LOGGED_STEP
+        self.logged_step = int(self.marker.read_text()) if self.marker.is_file() else 0
 
     def on_log(self, step: int, metrics: dict[str, float]) -> None:
-        if self.run is not None:
-            self.run.log(metrics, step=step)
+        if self.run is not None and step > self.logged_step:
+            self.run.log(metrics, step=step, commit=True)
+            self.logged_step = step
+            self.marker.write_text(str(step))
 
     def on_end(self, summary: dict[str, Any]) -> None:
         if self.run is not None:
+            import wandb
+
             self.run.summary.update({k: v for k, v in summary.items() if k != "name"})
             self.run.finish()
+            # finish() returns before W&B's service has written the last rows to the run's
+            # files; teardown waits for it (and removes its temp dirs), so they are complete
+            # when uploaded below or read by whatever runs next.
+            wandb.teardown()
             self.run = None
         if self.local_dir is not None:
             run_dir = self.cfg.trainer.run_dir
             storage.upload_dir(self.local_dir / "wandb", storage.join(run_dir, "wandb"))
 
 
-def _stable_id(run_dir: Location) -> str:
-    """One W&B run per run dir, so a resumed run continues the same W&B run."""
-    return hashlib.sha1(str(run_dir).encode()).hexdigest()[:16]
+def _run_id(run_dir: Location) -> str:
+    """One W&B run per run: a resumed run continues it, while a new run in a reused dir (the
+    old one deleted) starts its own, as its first start's time differs."""
+    groups = worker_groups(run_dir)
+    first = f"{groups[0].time!r}" if groups else ""
+    return hashlib.sha1(f"{run_dir}@{first}".encode()).hexdigest()[:16]
 
 
 def _has_netrc_key() -> bool:
@@ -83,6 +110,19 @@ def _has_netrc_key() -> bool:
 
 
 def tracking_callbacks(cfg: TrainConfig, info: Any) -> list[BaseCallback]:
+    """W&B's callback when tracked, checked before the run starts: a missing package or a
+    ``wandb`` file where W&B writes its dir would fail only once the model is built."""
     if not cfg.tracking.wandb or cfg.tracking.mode == "disabled":
         return []
+    if importlib.util.find_spec("wandb") is None:
+        raise ConfigError(
+            "tracking.wandb: true needs the wandb package: pip install wandb, or set "
+            "--tracking.wandb=false"
+        )
+    run_dir = cfg.trainer.run_location
+    if not storage.is_url(run_dir) and (Path(run_dir) / "wandb").is_file():
+        raise ConfigError(
+            f"tracking.wandb: {Path(run_dir) / 'wandb'} is a file where W&B writes its dir: "
+            "move it, or set --tracking.wandb=false"
+        )
     return [WandbCallback(cfg, info)]

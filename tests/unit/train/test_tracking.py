@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+import shutil
 from types import SimpleNamespace
 
 import pytest
@@ -27,3 +29,70 @@ def test_a_run_started_after_one_that_never_ended_logs_to_its_own_wandb_run(tiny
             stopped.run.log({"train/loss": 2.0})
     finally:
         following.on_end({})
+
+
+class StopAfter:
+    """Stops the loop like a kill once ``step`` is logged (its metrics out, nothing saved)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def __getattr__(self, name):
+        return lambda *args: None
+
+    def on_step_end(self, step: int) -> None:
+        if step == self.step:
+            raise KeyboardInterrupt
+
+
+def test_a_resumed_run_logs_each_step_to_wandb_once_in_order(tiny_config, tmp_path):
+    """Killed at step 7 with its last checkpoint at 4, the run replays 5..7: W&B, like
+    metrics.jsonl, holds each step once, in order, in one W&B run, with the same losses."""
+    from wandb_history import history
+
+    from trainer_core.train.build import build_trainer
+
+    run_dir = tmp_path / "run"
+    args = ("--tracking.wandb=true", "--trainer.max_steps=12", "--trainer.log_interval=1")
+    cfg = tiny_config(run_dir, *args, "--checkpoint.save_interval_steps=4")
+    with pytest.raises(KeyboardInterrupt):
+        build_trainer(cfg, extra_callbacks=[StopAfter(7)]).fit()
+    build_trainer(cfg).fit()
+
+    rows = history(run_dir)
+    logged = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["_step"] for _, _, r in rows] == [r["step"] for r in logged] == list(range(1, 13))
+    assert len({segment for segment, _, _ in rows}) == 2 and len({i for _, i, _ in rows}) == 1
+    for (_, _, row), record in zip(rows, logged, strict=True):
+        assert row["train/loss"] == pytest.approx(record["train/loss"], rel=1e-6), row["_step"]
+
+    first_id = rows[0][1]
+    shutil.rmtree(run_dir)  # a new run in the same dir: a W&B run of its own
+    build_trainer(tiny_config(run_dir, *args, "--trainer.max_steps=2")).fit()
+    assert {i for _, i, _ in history(run_dir)} - {first_id}
+
+
+def test_tracking_without_wandb_or_with_a_wandb_file_stops_before_the_run(
+    tiny_config, tmp_path, monkeypatch
+):
+    import importlib.util
+
+    from trainer_core.config.decode import ConfigError
+    from trainer_core.train.build import build_trainer
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "wandb").write_text("not a dir")
+    with pytest.raises(ConfigError, match=r"^tracking.wandb: .*/run/wandb is a file where W&B"):
+        build_trainer(tiny_config(run_dir, "--tracking.wandb=true"))
+    assert not (run_dir / "run.json").exists()
+    (run_dir / "wandb").unlink()
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "wandb" else find_spec(name, *a),
+    )
+    with pytest.raises(ConfigError, match=r"^tracking.wandb: true needs the wandb package"):
+        build_trainer(tiny_config(run_dir, "--tracking.wandb=true"))
+    assert not (run_dir / "run.json").exists()
