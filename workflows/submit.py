@@ -1,6 +1,6 @@
 """``python workflows/submit.py [--address URL] [--no-wait] -- workflows/ladder.py [args...]``
 
-``ray job submit --working-dir .`` with a check first: the upload must fit Ray's 512 MiB cap
+``ray job submit --working-dir .`` with a check first: the upload must fit Ray's 100 MiB cap
 (what .rayignore excludes does not count), else a clear error names the biggest entries.
 """
 

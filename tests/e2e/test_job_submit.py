@@ -20,14 +20,14 @@ def test_upload_guard_names_the_biggest_entries(tmp_path):
     (tmp_path / "code.py").write_text("print('hi')\n")
     (tmp_path / "data").mkdir()
     with open(tmp_path / "data" / "big.bin", "wb") as f:
-        f.truncate(600 * 2**20)  # sparse: no disk used
+        f.truncate(120 * 2**20)  # sparse: no disk used; over the dashboard's 100 MiB request cap
     (tmp_path / "runs").mkdir()
     with open(tmp_path / "runs" / "ckpt.bin", "wb") as f:
         f.truncate(900 * 2**20)
     (tmp_path / ".rayignore").write_text("runs\n")
     with pytest.raises(
         UploadTooLargeError,
-        match=r"would upload 600 MiB, over Ray's 512 MiB limit.*biggest: data \(600 MiB\)",
+        match=r"would upload 120 MiB, over Ray's 100 MiB limit.*biggest: data \(120 MiB\)",
     ):
         check_upload(tmp_path)
     (tmp_path / ".rayignore").write_text("runs\ndata\n")

@@ -1,7 +1,9 @@
 """Checking what ``ray job submit --working-dir`` would upload before Ray refuses it.
 
-Ray caps an uploaded working dir's package at its gRPC message limit (512 MiB in Ray 2.60,
-``RAY_max_grpc_message_size`` overrides) and fails deep inside the upload when it is bigger.
+``ray job submit`` sends the working dir's package to the dashboard's HTTP server, which takes
+at most 100 MiB a request (Ray 2.60's ``DASHBOARD_CLIENT_MAX_SIZE``, fixed), and the dashboard
+stores it in the GCS, capped at the gRPC message limit (512 MiB, ``RAY_max_grpc_message_size``
+overrides): Ray answers "413 ... Maximum request body size exceeded" past the first.
 We walk the dir the way Ray does (skipping what ``.rayignore`` / ``.gitignore`` exclude) and
 stop early with the biggest offenders named.
 """
@@ -12,9 +14,11 @@ import fnmatch
 import os
 from pathlib import Path
 
-RAY_UPLOAD_LIMIT = int(os.environ.get("RAY_max_grpc_message_size", 512 * 2**20))  # noqa: SIM112 (Ray's name)
-"""Ray 2.60's cap (``GCS_STORAGE_MAX_SIZE`` in its runtime-env packaging), read from the same
-variable; counted here on the files before compression, so the check errs on the safe side."""
+DASHBOARD_REQUEST_LIMIT = 100 * 2**20
+GCS_PACKAGE_LIMIT = int(os.environ.get("RAY_max_grpc_message_size", 512 * 2**20))  # noqa: SIM112 (Ray's name)
+RAY_UPLOAD_LIMIT = min(DASHBOARD_REQUEST_LIMIT, GCS_PACKAGE_LIMIT)
+"""The smaller of the two caps; counted here on the files before compression, so the check
+errs on the safe side."""
 
 
 class UploadTooLargeError(ValueError):
