@@ -146,7 +146,7 @@ def optimal_lr(table: pd.DataFrame, loss: str = COMPARED) -> OptimalLR:
     x = np.log(lrs)
     y = ok[loss].to_numpy(float)
     i = int(np.argmin(y))
-    at_edge = len(x) > 1 and i in (0, len(x) - 1)
+    at_edge = i in (0, len(x) - 1)  # one LR brackets nothing
     lo, hi = max(0, i - QUADRATIC_HALF_WINDOW), min(len(x), i + QUADRATIC_HALF_WINDOW + 1)
     quad = _quadratic_vertex(x[lo:hi], y[lo:hi])
     if quad is not None:
@@ -309,6 +309,11 @@ def fit_sweep_lr(sweep: str | Path | ExperimentResults, loss: str = COMPARED) ->
     optima = optimal_lrs(table, loss)
     bracketed = {size: o for size, o in optima.items() if not o.at_edge}
     if len(bracketed) < 2:
+        if all(o.n_trials == 1 for o in optima.values()):
+            raise AnalysisError(
+                f"lr*(N): every size of {sweep} was trained at one LR: a ladder, not an LR "
+                "sweep (python workflows/lr_sweep.py writes one, beside the ladder: <dir>-lr-sweep)"
+            )
         edge = [size for size, o in optima.items() if o.at_edge]
         raise AnalysisError(
             f"lr*(N) needs a bracketed optimum at >= 2 sizes, got {len(bracketed)}: the best LR "

@@ -160,3 +160,12 @@ def test_ladder_takes_its_lr_from_a_sweep(sweep_dir: Path, tmp_path: Path):
 
     with pytest.raises(ConfigError, match="lr.from_sweep: .*nope.* can't give an LR fit"):
         sweep_rules(bad)
+
+
+def test_a_ladder_dir_is_no_lr_sweep(ladder_dir: Path):
+    """One LR per size brackets nothing: lr*(N) from a ladder would be the ladder's own LR rule
+    fitted back, with an interval of zero width."""
+    one = optimal_lr(lr_sweep_table(load(ladder_dir)).query("size == 's1'"))
+    assert one.at_edge and one.n_trials == 1
+    with pytest.raises(AnalysisError, match=r"trained at one LR: a ladder, not an LR sweep"):
+        fit_sweep_lr(ladder_dir)
