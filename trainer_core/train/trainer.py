@@ -13,7 +13,7 @@ import math
 import socket
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -78,16 +78,16 @@ class _Window:
 
     sums: torch.Tensor
     first_bad: torch.Tensor
-    start_time: float = field(default_factory=time.perf_counter)
+    start_time: float
     steps: int = 0
     eval_s: float = 0.0
     task_eval_s: float = 0.0
     checkpoint_s: float = 0.0
 
     @classmethod
-    def on(cls, device: torch.device) -> _Window:
+    def on(cls, device: torch.device, start_time: float) -> _Window:
         zeros = torch.zeros(4, dtype=torch.float64, device=device)
-        return cls(sums=zeros, first_bad=zeros.clone())
+        return cls(sums=zeros, first_bad=zeros.clone(), start_time=start_time)
 
     def add(self, step: int, stats: BatchStats, norm: torch.Tensor) -> None:
         """Device ops only: no host sync."""
@@ -148,6 +148,9 @@ class Trainer:
             else None
         )
         self.policy = CheckpointPolicy(ckpt) if ckpt.enabled else None
+        self.clock: Callable[[], float] = time.perf_counter
+        """Seconds for the throughput window and the eval and checkpoint time it leaves out;
+        a test swaps in a fake one to check that arithmetic without timing real work."""
 
     # -- state --------------------------------------------------------------------------------
 
@@ -235,7 +238,7 @@ class Trainer:
         """The loop. A step that neither logs, evaluates nor saves never waits for the device:
         the non-finite check is read (:meth:`_check_finite`) only on steps that do."""
         batches = self.train_batches(start_step)
-        window = _Window.on(self.module.device)
+        window = _Window.on(self.module.device, self.clock())
         while self.step < total:
             stats = self.module.train_batch(next(batches))
             lr = self.module.lr  # this update's LR; optim_step moves it to the next one's
@@ -258,7 +261,7 @@ class Trainer:
                 # after this step's eval (its time is on this line), before its checkpoint,
                 # which follows the record and so is counted on the next line
                 metrics.update(self._log_metrics(window, stats, norm, lr))
-                window = _Window.on(self.module.device)
+                window = _Window.on(self.module.device, self.clock())
             if metrics or save != "none":
                 # The step's record goes out before its checkpoint commits: a kill after the
                 # commit cannot lose it, a kill before resumes earlier and drops it with the
@@ -316,14 +319,13 @@ class Trainer:
 
     # -- internals ----------------------------------------------------------------------------
 
-    @staticmethod
-    def _timed(window: _Window, field_name: str, fn: Callable[..., Any], *args: Any) -> Any:
+    def _timed(self, window: _Window, field_name: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, its seconds added to the window's ``field_name``."""
-        start = time.perf_counter()
+        start = self.clock()
         try:
             return fn(*args)
         finally:
-            elapsed = time.perf_counter() - start
+            elapsed = self.clock() - start
             setattr(window, field_name, getattr(window, field_name) + elapsed)
 
     def _check_finite(self, window: _Window) -> None:
@@ -354,7 +356,7 @@ class Trainer:
         ce, tokens, last_ce, last_tokens, z, grad_norm, grad_norm_last = torch.cat(
             [sums, local]
         ).tolist()
-        wall = time.perf_counter() - window.start_time
+        wall = self.clock() - window.start_time
         elapsed = max(wall - window.eval_s - window.task_eval_s - window.checkpoint_s, 1e-9)
         tokens_per_s = window.steps * self.info.global_batch_tokens / elapsed
         flops_per_s = tokens_per_s * self.info.flops_per_token

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import re
 import socket
-import time
 from dataclasses import replace
 
 import pytest
@@ -432,14 +430,36 @@ def test_a_non_finite_gradient_norm_is_named_as_such(tmp_path, tiny_config):
     assert (info["status"], info["diverged_step"]) == ("diverged", 1)
 
 
+class FakeClock:
+    """Seconds that pass only where the test advances them, so the throughput's arithmetic is
+    checked exactly, however loaded the machine."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 class SlowCheckpoint(BaseCallback):
-    """Makes every checkpoint take a second longer (its own commit hook, like a slow disk)."""
+    """Makes every checkpoint take ``seconds`` on the clock (its own commit hook, like a slow
+    disk)."""
+
+    def __init__(self, clock: FakeClock, seconds: float):
+        self.clock, self.seconds = clock, seconds
 
     def on_checkpoint(self, step, path, permanent) -> None:
-        time.sleep(1.0)
+        self.clock.advance(self.seconds)
 
 
 def test_step_throughput_leaves_out_eval_and_checkpoint_time(tmp_path, tiny_config):
+    """Each batch takes 0.25 s, each eval 0.5 s and each checkpoint 2 s on a fake clock (powers
+    of two: the sums are exact), so a window of two steps trains for 0.5 s whatever else it
+    spent."""
+    step_s, eval_s, checkpoint_s = 0.25, 0.5, 2.0
     args = (
         "--trainer.max_steps=6",
         "--trainer.log_interval=2",
@@ -447,24 +467,35 @@ def test_step_throughput_leaves_out_eval_and_checkpoint_time(tmp_path, tiny_conf
         "--checkpoint.save_interval_steps=2",
         "--train_module.z_loss_multiplier=1e-4",
     )
-    cfg = tiny_config(tmp_path / "run", *args)
-    build_trainer(cfg, extra_callbacks=[SlowCheckpoint()]).fit()
+    clock = FakeClock()
+    trainer = build_trainer(
+        tiny_config(tmp_path / "run", *args),
+        extra_callbacks=[SlowCheckpoint(clock, checkpoint_s)],
+    )
+    trainer.clock = clock
+    batches, evaluate = trainer.train_batches, trainer.evaluate
+
+    def slow_batches(start_step):
+        for batch in batches(start_step):
+            clock.advance(step_s)
+            yield batch
+
+    def slow_evaluate():
+        clock.advance(eval_s)
+        return evaluate()
+
+    trainer.train_batches, trainer.evaluate = slow_batches, slow_evaluate
+    trainer.fit()
     lines = read_jsonl(tmp_path / "run" / "metrics.jsonl")
     logged = [r for r in lines if "throughput/tokens_per_s" in r]
     assert [r["step"] for r in logged] == [2, 4, 6]
     # each line has its own step's eval; a checkpoint follows its step's record (so a kill
-    # cannot lose the record), so step 2's slow checkpoint is on the line of step 4
-    assert all(r["time/eval_s"] > 0 for r in logged)
-    assert logged[0]["time/checkpoint_s"] == 0
-    for before, after in itertools.pairwise(logged):
-        assert after["time/checkpoint_s"] >= 1.0
-        window_tokens = 2 * cfg.trainer.global_batch_size
-        wall = after["time"] - before["time"]
-        # step time is the window's wall less its checkpoint, eval and logging: whatever the
-        # machine's load, leaving the checkpoint out alone puts throughput above this bound
-        assert after["throughput/tokens_per_s"] > window_tokens / (
-            wall - after["time/checkpoint_s"]
-        )
+    # cannot lose the record), so step 2's checkpoint is on the line of step 4
+    assert [r["time/eval_s"] for r in logged] == [eval_s] * 3
+    assert [r["time/checkpoint_s"] for r in logged] == [0.0, checkpoint_s, checkpoint_s]
+    window_tokens = 2 * trainer.info.global_batch_tokens
+    for r in logged:
+        assert r["throughput/tokens_per_s"] == pytest.approx(window_tokens / (2 * step_s), rel=1e-9)
     # the z-loss is logged as a token mean beside the loss, far smaller at this multiplier
     assert all(0 < r["train/z_loss"] < 1e-2 * r["train/loss"] for r in logged)
 
