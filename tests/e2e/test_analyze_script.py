@@ -86,3 +86,24 @@ def test_analyze_script_checks_the_device_before_fitting(run_script, ladder_dir,
     )
     assert (code, stdout) == (2, "")
     assert stderr.startswith("error: device 'Z80': no peak FLOP/s known; use cpu or one of H100")
+
+
+def test_analyze_script_checks_the_hparam_sweep_dir_before_fitting(
+    run_script, ladder_dir, sweep_dir, tmp_path
+):
+    """A missing dir or a ladder given as --hparam-sweep stops in one line (the report ran and
+    exited 0 with a table saying no sweep was given), and a sweep dir is taken."""
+    from trainer_core.analysis import TargetSettings
+
+    ladder = tmp_path / "ladder"
+    ladder.mkdir()
+    (ladder / "experiment.yaml").write_text("name: demo\nsizes: [15K]\n")
+    for bad, why in [
+        (tmp_path / "nope", "holds no experiment.yaml"),
+        (ladder, "is a ladder, not an LR sweep"),
+    ]:
+        args = (str(ladder_dir), "--out", str(tmp_path / "p"), "--hparam-sweep", str(bad))
+        code, stdout, stderr = run_script("workflows/analyze.py", *args)
+        assert (code, stdout) == (2, "")
+        assert stderr.startswith(f"error: --hparam-sweep: {bad} {why}")
+    assert TargetSettings(hparam_sweep=str(sweep_dir)).resolve(ladder_dir)[1] == str(sweep_dir)

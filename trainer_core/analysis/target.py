@@ -32,7 +32,7 @@ from trainer_core.devices import (
     device_peak_flops,
 )
 from trainer_core.io import storage
-from trainer_core.io.run_dir import EXPERIMENT
+from trainer_core.io.run_dir import EXPERIMENT, recorded_experiment_kind
 from trainer_core.io.storage import Location
 
 DEFAULT_MFU = 0.4
@@ -124,9 +124,18 @@ class TargetSettings:
     """A sweep dir whose LR*(N, D) and B* laws fill the LR* and B* rows."""
 
     def __post_init__(self) -> None:
-        """A device or MFU given is checked now, before any fit runs, not when the table is priced."""
+        """A device, MFU or sweep dir given is checked now, before any fit runs, not when the
+        table is priced."""
         if self.device or self.mfu is not None:
             device_cost(self.device or "cpu", DEFAULT_MFU if self.mfu is None else self.mfu)
+        if self.hparam_sweep:
+            kind = recorded_experiment_kind(self.hparam_sweep)
+            if kind != "LR sweep":
+                what = f"holds no {EXPERIMENT}" if kind is None else "is a ladder, not an LR sweep"
+                raise AnalysisError(
+                    f"--hparam-sweep: {self.hparam_sweep} {what}: give an LR sweep's dir "
+                    "(python workflows/lr_sweep.py writes <dir>-lr-sweep)"
+                )
 
     def resolve(self, exp_dir: Location) -> tuple[DeviceCost, Location]:
         """(the cost model, the sweep dir or "") with the experiment's record filling the gaps."""
@@ -216,6 +225,8 @@ class TargetAnswer:
     def footer(self) -> list[str]:
         """What the table assumes: the device and MFU, where LR* and B* come from."""
         source = "lr*, B*: no sweep laws (--hparam-sweep DIR, or a ladder with lr.from_sweep)"
+        if self.hparam_source:
+            source = f"lr*, B*: no laws from {self.hparam_source} (why: the skipped line below)"
         if any(col.lr is not None for col in self.columns):
             source = (
                 f"lr*, B*: the laws of {self.hparam_source or 'the sweep'}, read at each "

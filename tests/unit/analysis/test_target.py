@@ -83,6 +83,8 @@ def test_without_laws_the_rows_stay_empty_and_say_how_to_fill_them():
     rows = dict(answer.rows())
     assert rows["lr*"] == ["-"] and rows["B* (tokens)"] == ["-"]
     assert "--hparam-sweep DIR" in str(answer)
+    failed = target_answer(C, device_cost("cpu"), chinchilla=symmetric_law(), hparam_source="/s")
+    assert "lr*, B*: no laws from /s (why: the skipped line below)" in failed.footer()
     with pytest.raises(AnalysisError, match="device 'TPU9': no peak FLOP/s known"):
         device_cost("TPU9")
 
