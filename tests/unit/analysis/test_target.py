@@ -95,8 +95,11 @@ def test_settings_default_to_the_experiment_record(tmp_path: Path):
     )
     cost, sweep = TargetSettings().resolve(tmp_path)
     assert (cost.device, cost.peak_flops, cost.mfu, sweep) == ("A100", 312e12, 0.3, "/sweeps/one")
-    cost, sweep = TargetSettings("H100", 0.5, "/other").resolve(tmp_path)
-    assert (cost.device, cost.mfu, sweep) == ("H100", 0.5, "/other")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "experiment.yaml").write_text("sizes: [15K]\nsweep: {factors: [1.0]}\n")
+    cost, sweep = TargetSettings("H100", 0.5, str(other)).resolve(tmp_path)
+    assert (cost.device, cost.mfu, sweep) == ("H100", 0.5, str(other))
 
 
 def test_a_bad_device_mfu_or_compute_is_refused_before_any_fit():
