@@ -18,7 +18,7 @@ from rich.table import Table
 from trainer_core.config.cli import DEMO_LADDER, exit_on_error, parse_command
 from trainer_core.config.loader import ConfigError
 from trainer_core.io import storage
-from trainer_core.io.output_dir import check_output_dir
+from trainer_core.io.output_dir import canonical_output, check_output_dir
 from trainer_core.io.storage import Location
 from trainer_core.ladder.config import device_counts
 from trainer_core.ladder.lr_feedback import sweep_rules
@@ -79,14 +79,25 @@ def print_plan(job: LadderJobConfig, plans) -> None:
             )
 
 
-def schedule_plot_path(exp_dir: Location, name: str) -> Location:
-    """In the experiment dir; for a dry run whose dir this machine can't write (a cluster's
-    shared file system, a bucket without credentials here), in the current dir."""
+def schedule_plot_path(job: LadderJobConfig, dry_run: bool) -> Location:
+    """In the experiment dir; for a dry run, which plans from the config alone, only where
+    :func:`_dry_run_may_write` allows, else ``./<name>-lr_schedule.png``."""
+    if dry_run and not _dry_run_may_write(job.exp_dir):
+        return Path.cwd() / f"{job.name}-lr_schedule.png"
+    return storage.join(job.exp_dir, "lr_schedule.png")
+
+
+def _dry_run_may_write(exp_dir: Location) -> bool:
+    """This machine can write the dir, and doing so makes no tree of missing dirs: the dir or
+    its parent exists, or it is the local default. A cluster's path (/mnt/shared/...) made on a
+    workstation would later shadow the real mount point; a bucket has no dirs to make."""
     try:
         check_output_dir(exp_dir, "dir")
     except ConfigError:
-        return Path.cwd() / f"{name}-lr_schedule.png"
-    return storage.join(exp_dir, "lr_schedule.png")
+        return False
+    if storage.is_url(exp_dir):
+        return True
+    return exp_dir.parent.is_dir() or str(exp_dir) == canonical_output(LadderJobConfig.dir)
 
 
 def _fmt(value) -> str:
@@ -124,7 +135,7 @@ def main() -> int:
         largest.schedule,
         largest.steps,
         largest.lr,
-        schedule_plot_path(exp_dir, job.name),
+        schedule_plot_path(job, dry_run),
         title=f"{job.name} {largest.size}: LR schedule",
     )
     print(f"LR schedule plot: {png}")

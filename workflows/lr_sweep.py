@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 
 from trainer_core.config.cli import DEMO_LADDER, exit_on_error, parse_command
-from trainer_core.io.output_dir import check_output_dir
+from trainer_core.ladder.record import preflight
 from trainer_core.ray.sweep_run import (
     SweepJobConfig,
     as_sweep,
@@ -34,7 +34,8 @@ def main() -> int:
     if parsed is None:
         return 0
     own, job = parsed[0], as_sweep(parsed[1])
-    check_output_dir(job.dir, "sweep.dir")
+    dry_run = "--dry-run" in own
+    problems = preflight(job, dry_run=dry_run, dir_key="sweep.dir")
     sizes = own["--sizes"].split(",") if "--sizes" in own else None
 
     specs = sweep_trials(job, sweep_plans(job, sizes))
@@ -52,7 +53,9 @@ def main() -> int:
             f"  {spec.name}: lr {cfg.optim.lr:.3e}, batch {cfg.trainer.global_batch_size} tokens, "
             f"{cfg.total_steps} steps, decays ending at {_decay_ends(cfg)}{unfitted}"
         )
-    if "--dry-run" in own:
+    for problem in problems:
+        print(f"warning: {problem}")
+    if dry_run:
         return 0
 
     from trainer_core.analysis import report_experiment

@@ -1,4 +1,5 @@
-"""The ladder workflow's checks before any trial: dry runs (CPU and the GPU config), bad input.
+"""The ladder workflow's checks before any trial: dry runs (CPU and the GPU config, the ladder's
+and its LR sweep's), bad input.
 Ladders that train: tests/e2e/test_object_storage_on_ray.py (killed and resumed on S3) and
 tests/e2e/test_multinode.py (a node lost; the benchmark mode beside a started cluster)."""
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 LADDER = "workflows/ladder.py"
+SWEEP = "workflows/lr_sweep.py"
 
 
 @pytest.fixture
@@ -60,6 +62,38 @@ def test_gpu_dry_run_plans_without_the_cluster_data(run_script, repo_root, tmp_p
     )
     code, _, err = run_script(LADDER, *args[:2], f"--dir={tmp_path / 'gpu'}")
     assert code == 2 and "no shard manifest there" in err  # a launch stops
+
+
+def test_gpu_dry_run_makes_no_cluster_dir_here(run_script, repo_root, tmp_path, monkeypatch):
+    """A dir whose parents this machine lacks (a cluster's /mnt/shared/...) is not made: a
+    stray tree would shadow the mount point. The plot goes to the current dir instead; the
+    local default dir is still made."""
+    monkeypatch.chdir(tmp_path)
+    gpu = repo_root / "workflows" / "configs" / "ladder-gpu.yaml"
+    cluster = tmp_path / "mnt" / "shared" / "runs" / "ladder"
+    code, out, err = run_script(LADDER, "--config", str(gpu), "--dry-run", f"--dir={cluster}")
+    assert code == 0, err
+    png = tmp_path / "olmo-style-lr_schedule.png"
+    assert f"LR schedule plot: {png}\n" in out and png.read_bytes()[:4] == b"\x89PNG"
+    assert not (tmp_path / "mnt").exists()
+    code, out, err = run_script(LADDER, "--dry-run")
+    assert code == 0, err
+    assert (tmp_path / "runs" / "ladder-demo" / "lr_schedule.png").exists()
+
+
+def test_sweep_dry_run_warns_where_a_launch_stops(run_script, repo_root, tmp_path):
+    """As the ladder's: the cluster's shards and an uncreatable dir are warnings."""
+    gpu = repo_root / "workflows" / "configs" / "ladder-gpu.yaml"
+    nope = "/proc/rayladder-cannot-write/ladder"
+    code, out, err = run_script(SWEEP, "--config", str(gpu), "--dry-run", f"--dir={nope}")
+    assert code == 0, err
+    assert "warning: /mnt/shared/shards/corpus/manifest.json: no shard manifest there" in out
+    assert f"warning: sweep.dir: {nope}-lr-sweep can't be created" in out
+    assert out.count("(planned from the config; a launch stops here)") == 2
+    code, _, err = run_script(SWEEP, f"--dir={nope}")
+    assert code == 2
+    assert err.startswith(f"error: sweep.dir: {nope}-lr-sweep can't be created")
+    assert err.count("\n") == 1
 
 
 @pytest.mark.parametrize(

@@ -19,10 +19,11 @@ from trainer_core.ladder.config import LadderConfig
 from trainer_core.ladder.plan import SizePlan
 
 
-def preflight(job: LadderConfig, dry_run: bool = False) -> list[str]:
+def preflight(job: LadderConfig, dry_run: bool = False, dir_key: str = "dir") -> list[str]:
     """Fail before any trial starts: unreadable data / tokenizer mismatch, unwritable output dir,
     or a dir that already holds the other kind of experiment, whose runs and Tune state this one
-    would mix with.
+    would mix with. ``dir_key`` is the setting that chose ``job.dir`` (``sweep.dir`` for a
+    sweep), named in the message so the user knows what to change.
 
     A dry run plans from the config alone (the data and the dir may live on a cluster this
     machine cannot see): it returns those problems as warnings instead, and a launch still stops.
@@ -30,7 +31,7 @@ def preflight(job: LadderConfig, dry_run: bool = False) -> list[str]:
     problems = []
     for check in (
         lambda: open_token_data(job.run.data, job.vocab_size),
-        lambda: check_output_dir(job.dir, "dir"),
+        lambda: check_output_dir(job.dir, dir_key),
     ):
         try:
             check()

@@ -19,7 +19,7 @@ from trainer_core.config.loader import ConfigError
 from trainer_core.io import storage
 from trainer_core.io.storage import Location
 from trainer_core.ladder.plan import named_run
-from trainer_core.ladder.record import preflight, write_experiment_record
+from trainer_core.ladder.record import write_experiment_record
 from trainer_core.ladder.sweep import (
     SweepConfig,
     SweepRun,
@@ -185,8 +185,8 @@ def early_stopper(job: SweepJobConfig, specs: list[TrialSpec]):
 
 
 def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool) -> list[TrialsRun]:
-    """Plan, check and run every trial of ``job`` (already :func:`as_sweep`), then the widening
-    rounds; one TrialsRun per round that ran.
+    """Plan, check and run every trial of ``job`` (already :func:`as_sweep`, and after
+    ``preflight``), then the widening rounds; one TrialsRun per round that ran.
 
     Round k's Tune state is ``tune-widen<k>/``; a resumed sweep recomputes each round's trials
     from the results on disk, so it restores the same rounds.
@@ -194,7 +194,6 @@ def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool) -> lis
     from trainer_core.ray.runtime import init_ray
 
     runs = sweep_plans(job, sizes)
-    preflight(job)
     specs = sweep_trials(job, runs)
     check_unchanged_runs(specs)
     exp_dir = job.exp_dir
