@@ -66,10 +66,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         required=True,
         help="output shard dir (replaced whole, once the new one is complete)",
     )
-    p.add_argument(
+    # one source of the tokenizer: a given one, or a BPE trained here (not both)
+    source = p.add_mutually_exclusive_group()
+    source.add_argument(
         "--tokenizer", default="byte", help="'byte', a tokenizer.json, or a dir holding one"
     )
-    p.add_argument(
+    source.add_argument(
         "--train-bpe",
         type=positive_int,
         metavar="VOCAB",

@@ -13,7 +13,7 @@ import pytest
         ("trainer_core/train/__main__.py", ["--trainer.run_dir={target}"], "trainer.run_dir"),
         ("workflows/train.py", ["--trainer.run_dir={target}"], "trainer.run_dir"),
         ("workflows/ladder.py", ["--dir={target}"], "dir"),
-        ("workflows/lr_sweep.py", ["--dry-run", "--sweep.dir={target}"], "sweep.dir"),
+        ("workflows/lr_sweep.py", ["--sweep.dir={target}"], "sweep.dir"),
         ("workflows/analyze.py", ["{tmp}", "--out", "{target}"], "--out"),
         (
             "datasets/tokenize_corpus.py",
@@ -46,6 +46,14 @@ def test_entry_points_print_config_errors_in_one_line(run_script, tmp_path):
     )
     code, _, err = run_script("workflows/train.py", "--optim.lr=.inf")
     assert (code, err) == (2, "error: optim.lr: inf is not a finite number\n")
+    # the shipped Ray config, or a ladder run's config.yaml, given to the plain loop
+    tiny = "workflows/configs/train-tiny.yaml"
+    code, _, err = run_script("trainer_core/train/__main__.py", "--config", tiny)
+    assert (code, err) == (
+        2,
+        "error: ray: this entry point trains without Ray; the ray section is read by "
+        "workflows/train.py: run that, or delete the section from the file\n",
+    )
 
 
 def test_analysis_errors_print_in_one_line_too(run_script, tmp_path):

@@ -549,6 +549,17 @@ def test_tokenize_refuses_a_bad_number_naming_the_flag(run_script, tmp_path, fla
     assert not out.exists()
 
 
+def test_tokenize_refuses_a_tokenizer_and_a_bpe_to_train_together(run_script, tmp_path):
+    """--train-bpe won, and the --tokenizer given was not used, without a word."""
+    (tmp_path / "doc.txt").write_text("text")
+    out = tmp_path / "o"
+    args = ("--input", str(tmp_path), "--out", str(out), "--tokenizer", "t.json")
+    code, stdout, stderr = run_script("datasets/tokenize_corpus.py", *args, "--train-bpe", "300")
+    assert (code, stdout) == (2, "")
+    assert stderr.endswith("error: argument --train-bpe: not allowed with argument --tokenizer\n")
+    assert not out.exists()
+
+
 def test_a_continuation_keeps_the_tokens_of_the_whole_text():
     """Issue 26: a task's choice is scored on the tokens the model meets in training text. A
     byte-level BPE puts a word's leading space in the word's token, so after a context ending in
