@@ -50,7 +50,7 @@ def plot_task_prediction(
     left.set(xscale="log", xlabel="compute 6ND (FLOPs)", ylabel="task loss (bits per byte)")
     left.set_title(f"{law.task}: step 1, task loss vs compute")
     left.legend(fontsize=7)
-    lo = min(points[loss_col].min(), *(p.loss_interval[0] for p in predictions if _ok(p)))
+    lo = min([points[loss_col].min(), *(p.loss_interval[0] for p in predictions if _ok(p))])
     hi = points[loss_col].max()
     grid = np.linspace(lo - 0.05 * (hi - lo), hi, 200)
     right.plot(grid, law.step2.predict(grid), color="black", lw=1.2, label="sigmoid fit")

@@ -22,6 +22,9 @@ from trainer_core.analysis.target import TargetSettings
 from trainer_core.io import storage
 from trainer_core.io.storage import Location
 
+REPORT_TEXT = "report.txt"
+"""The printed report, written beside the plots."""
+
 
 def report_experiment(
     exp_dir: Location,
@@ -39,10 +42,11 @@ def report_experiment(
     Either may be a URL: the PNGs are drawn in a temporary dir and uploaded, and ``plots`` names
     them where they landed. ``target`` prices and tunes the target table (device, MFU, sweep);
     ``task_accuracy`` is the accuracy the task prediction fits (``auto``: ``acc_pmi`` where a
-    task has it, else ``acc``).
+    task has it, else ``acc``). What is printed is also written to ``report.txt`` beside the
+    PNGs (a job's stdout lives in its logs), unless a ``console`` that does not record is given.
     """
     # No markup: run names and paths may contain [brackets]; long lines stay whole for grep.
-    console = console or Console(width=120, markup=False, soft_wrap=True)
+    console = console or Console(width=120, markup=False, soft_wrap=True, record=True)
     results = load(exp_dir)
     out = storage.canonical(out) if out else storage.join(results.path, "analysis")
     with tempfile.TemporaryDirectory(prefix="rayladder-plots-") as tmp:
@@ -56,11 +60,14 @@ def report_experiment(
                 report, console, target_params, target_flops, n_bootstrap, target, task_accuracy
             )
         report.plots.append(plot_loss_curves(results, report.out_dir / "loss_curves.png"))
+        for reason in report.skipped:
+            console.print(f"skipped {reason}", style="yellow")
+        written = [p.name for p in report.plots] + ([REPORT_TEXT] if console.record else [])
+        console.print("written:\n" + "\n".join(f"  {storage.join(out, n)}" for n in written))
+        if console.record:
+            (report.out_dir / REPORT_TEXT).write_text(console.export_text(clear=False))
         if storage.is_url(out):
             storage.upload_dir(report.out_dir, str(out))
             report.plots = [storage.join(out, p.name) for p in report.plots]
             report.out_dir = out
-    for reason in report.skipped:
-        console.print(f"skipped {reason}", style="yellow")
-    console.print("plots:\n" + "\n".join(f"  {p}" for p in report.plots))
     return report

@@ -135,7 +135,9 @@ class TaskReport:
         measured = [p for p in self.predictions if math.isfinite(p.measured_acc)]
         if measured:
             lines.append(TABLE_NOTE)
-        lines.extend(_miss(p) for p in measured if not p.covers)
+        # without a bootstrap there is no interval to miss
+        bounded = [p for p in measured if all(map(math.isfinite, p.acc_interval))]
+        lines.extend(_miss(p) for p in bounded if not p.covers)
         counts = sorted({p.examples for p in self.predictions if p.examples})
         if counts:
             lines.append(

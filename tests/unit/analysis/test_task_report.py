@@ -138,3 +138,18 @@ def test_the_ladder_report_ends_with_the_task_prediction(task_ladder: Path, tmp_
     assert report.task_holdout is not None
     assert "held out s6 (N=2e+08): predicted vs measured" in text.getvalue()
     assert tmp_path / f"task_{TASK}.png" in report.plots
+
+
+@pytest.mark.slow
+def test_a_report_without_bootstrap_draws_the_task_plot_and_writes_report_txt(
+    task_ladder: Path, tmp_path: Path
+):
+    """``--bootstrap 0``: the task plot's axis took the intervals' lows, none there (a
+    TypeError), and a measured accuracy was called a MISS of the interval [nan, nan]. The
+    printed report lands in report.txt too."""
+    out = tmp_path / "out"
+    report = report_experiment(task_ladder, out, n_bootstrap=0)
+    assert out / f"task_{TASK}.png" in report.plots
+    text = (out / "report.txt").read_text()
+    assert "held out s6 (N=2e+08): predicted vs measured" in text and "MISS" not in text
+    assert text.rstrip().endswith(str(out / "report.txt"))
