@@ -58,6 +58,14 @@ def ladder_section(
     if points.empty:
         report.skipped.append("scaling-law fits: no annealed eval points yet")
         return
+    if points["size"].nunique() < 2:
+        # a run dir, or a ladder with one size done: no fit, target or held-out check to give
+        report.skipped.append(
+            f"scaling-law fits: annealed points of one size ({points['size'].iloc[0]}); the fits "
+            "need >= 2 sizes"
+        )
+        task_section(report, console, n_bootstrap, task_accuracy)
+        return
     min_loss = float(points["eval_loss"].min())
     console.print(f"fitting {len(points)} annealed points from {points['N'].nunique()} sizes")
     report.chinchilla = report.attempt(

@@ -181,3 +181,21 @@ def test_three_size_ladder_extrapolates_with_the_frontier(tmp_path: Path):
     assert check.skipped[0][0] == "L(N, D)" and ">= 3 model sizes" in check.skipped[0][1]
     assert "skipped held-out L(N, D): fit_chinchilla needs >= 3 model sizes" in text.getvalue()
     assert abs(check.predictions[0].rel_error) < 0.05
+
+
+def test_one_size_gets_its_tables_and_no_fits(tmp_path):
+    """A run dir (or a ladder with one size done): no target table of empty columns and no
+    advice to train the smaller sizes longer, one line saying why."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from trainer_core.analysis import report_experiment
+
+    text = StringIO()
+    root = make_ladder(tmp_path, sizes={"s1": LADDER_N["s1"]})
+    report = report_experiment(root / "runs" / "s1", n_bootstrap=0, console=Console(file=text))
+    assert report.skipped == [
+        "scaling-law fits: annealed points of one size (s1); the fits need >= 2 sizes"
+    ]
+    assert "compute-optimal" not in text.getvalue() and report.chinchilla is None
