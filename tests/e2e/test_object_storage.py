@@ -194,3 +194,46 @@ def test_a_ladder_into_a_missing_bucket_stops_before_any_trial(
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith("error: dir: s3://rayladder-no-such-bucket/exp is not writable (")
     assert "check the bucket name and the credentials" in err and SECRET not in err
+
+
+def test_a_tracked_run_on_s3_keeps_its_wandb_files_through_a_crash_and_another_node(
+    s3_server,  # noqa: F811
+    tiny_config,
+    tmp_path,
+    monkeypatch,
+):
+    """W&B writes on the node and the files were uploaded only at a clean end: a run killed or
+    stopped early left none in the bucket. Now each checkpoint (and the loop's end, however it
+    ends) uploads them, and a restart on another node (a new stage) logs only the steps after
+    those logged before (W&B's own file may lag the last rows: metrics.jsonl is the record)."""
+    from stops import StopAfter
+    from wandb_history import history
+
+    from trainer_core.io.storage import STAGE_ENV
+
+    url = f"s3://{s3_server.bucket}/runs/tracked"
+    args = ("--tracking.wandb=true", "--trainer.max_steps=12", "--trainer.log_interval=1")
+    cfg = tiny_config(url, *args, "--checkpoint.save_interval_steps=4")
+    monkeypatch.setenv(STAGE_ENV, str(tmp_path / "node-a"))
+    with pytest.raises(KeyboardInterrupt):
+        build_trainer(cfg, extra_callbacks=[StopAfter(7)]).fit()
+    first = s3_objects(f"{url}/wandb")
+    assert first["rayladder-logged-step"] == b"7"
+    assert [k for k in first if k.startswith("offline-run-") and k.endswith(".wandb")]
+    monkeypatch.setenv(STAGE_ENV, str(tmp_path / "node-b"))
+    build_trainer(cfg).fit()
+
+    copy = tmp_path / "copy"
+    for key, data in s3_objects(f"{url}/wandb").items():
+        (copy / "wandb" / key).parent.mkdir(parents=True, exist_ok=True)
+        (copy / "wandb" / key).write_bytes(data)
+    rows = history(copy)
+    steps = [row["_step"] for _, _, row in rows]
+    assert steps == sorted(set(steps))
+    assert [row["_step"] for segment, _, row in rows if segment == rows[-1][0]] == [
+        8,
+        9,
+        10,
+        11,
+        12,
+    ]

@@ -72,13 +72,28 @@ class WandbCallback(BaseCallback):
             settings=wandb.Settings(console="off", silent=True, x_disable_stats=True),
         )
         self.marker = wandb_root / "wandb" / LOGGED_STEP
-        self.logged_step = int(self.marker.read_text()) if self.marker.is_file() else 0
+        # a run dir on object storage resumed on another node has no local stage: read it back
+        uploaded = storage.join(run_dir, "wandb", LOGGED_STEP)
+        if self.marker.is_file():
+            self.logged_step = int(self.marker.read_text())
+        elif self.local_dir is not None and storage.is_file(uploaded):
+            self.logged_step = int(storage.read_text(uploaded))
 
     def on_log(self, step: int, metrics: dict[str, float]) -> None:
         if self.run is not None and step > self.logged_step:
             self.run.log(metrics, step=step, commit=True)
             self.logged_step = step
             self.marker.write_text(str(step))
+
+    def flush(self) -> None:
+        """Before each checkpoint: a run dir on object storage gets W&B's files as they are
+        (a run killed, stopped early or diverged never reaches ``on_end``)."""
+        if self.run is not None and self.local_dir is not None:
+            self._upload()
+
+    def _upload(self) -> None:
+        run_dir = self.cfg.trainer.run_dir
+        storage.upload_dir(self.local_dir / "wandb", storage.join(run_dir, "wandb"))
 
     def on_end(self, summary: dict[str, Any]) -> None:
         if self.run is not None:
@@ -92,8 +107,7 @@ class WandbCallback(BaseCallback):
             wandb.teardown()
             self.run = None
         if self.local_dir is not None:
-            run_dir = self.cfg.trainer.run_dir
-            storage.upload_dir(self.local_dir / "wandb", storage.join(run_dir, "wandb"))
+            self._upload()
 
 
 def _run_id(run_dir: Location) -> str:

@@ -31,23 +31,10 @@ def test_a_run_started_after_one_that_never_ended_logs_to_its_own_wandb_run(tiny
         following.on_end({})
 
 
-class StopAfter:
-    """Stops the loop like a kill once ``step`` is logged (its metrics out, nothing saved)."""
-
-    def __init__(self, step: int):
-        self.step = step
-
-    def __getattr__(self, name):
-        return lambda *args: None
-
-    def on_step_end(self, step: int) -> None:
-        if step == self.step:
-            raise KeyboardInterrupt
-
-
 def test_a_resumed_run_logs_each_step_to_wandb_once_in_order(tiny_config, tmp_path):
     """Killed at step 7 with its last checkpoint at 4, the run replays 5..7: W&B, like
     metrics.jsonl, holds each step once, in order, in one W&B run, with the same losses."""
+    from stops import StopAfter
     from wandb_history import history
 
     from trainer_core.train.build import build_trainer
