@@ -46,13 +46,20 @@ def check_float8(cfg: ParallelConfig, device: torch.device) -> None:
             f"{where} needs a CUDA GPU (H100, H200, Ada or newer) and this run is on "
             f"{device.type}: set parallel.float8=none (or parallel.float8_emulate=true to test)"
         )
-    have = torch.cuda.get_device_capability(device)
-    need = MIN_CAPABILITY[cfg.float8]
-    if have < need:
-        name = torch.cuda.get_device_name(device)
+    check_capability(
+        cfg.float8, torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device)
+    )
+
+
+def check_capability(recipe: str, gpu_name: str, capability: tuple[int, int]) -> None:
+    """Refuse, naming the GPU, a ``recipe`` that a GPU of this compute ``capability`` can't run.
+    Pure, so each GPU generation's answer is tested without that GPU."""
+    need = MIN_CAPABILITY[recipe]
+    if capability < need:
         raise ConfigError(
-            f"{where} needs compute capability {need[0]}.{need[1]}+ and {name} has "
-            f"{have[0]}.{have[1]}: set parallel.float8=none (bf16) on this GPU"
+            f"parallel.float8: {recipe!r} needs compute capability {need[0]}.{need[1]}+ and "
+            f"{gpu_name} has {capability[0]}.{capability[1]}: set parallel.float8=none (bf16) "
+            "on this GPU"
         )
 
 

@@ -61,14 +61,27 @@ CUDA_BACKEND = "cpu:gloo,cuda:nccl"
 _BACKEND_DEVICES = {"nccl": "cuda", "gloo": "cpu", "mpi": "cpu", "xccl": "xpu"}
 
 
-def served_devices(group: dist.ProcessGroup | None = None) -> list[str]:
-    """The device types a group's collectives take tensors on, first the preferred one:
-    ``["cuda"]`` for NCCL, ``["cpu"]`` for gloo, ``["cuda", "cpu"]`` for "cpu:gloo,cuda:nccl"."""
-    backend = str(dist.get_backend(group))
+def backend_devices(backend: str) -> list[str]:
+    """The device types a backend string (as ``dist.get_backend`` gives it) takes tensors on,
+    first the preferred one: ``["cuda"]`` for "nccl", ``["cpu"]`` for "gloo", ``["cuda", "cpu"]``
+    for "cpu:gloo,cuda:nccl". Pure, so the rule is tested for backends this machine lacks."""
     if ":" not in backend:
         return [_BACKEND_DEVICES.get(backend, "cpu")]
     pairs = [part.split(":") for part in backend.split(",")]
     return sorted({device for device, _ in pairs}, key=lambda d: d == "cpu")
+
+
+def served_devices(group: dist.ProcessGroup | None = None) -> list[str]:
+    """:func:`backend_devices` of a live group's backend (the default group's for ``None``)."""
+    return backend_devices(str(dist.get_backend(group)))
+
+
+def device_for(served: list[str], run_device: torch.device) -> torch.device:
+    """The run's device when it is among the ``served`` device types, else the first of them
+    (for "cuda": the current device, set before the group). Pure, as :func:`backend_devices`."""
+    if run_device.type in served:
+        return run_device
+    return torch.device(served[0])
 
 
 def collective_device(group: dist.ProcessGroup | None, run_device: torch.device) -> torch.device:
@@ -78,9 +91,7 @@ def collective_device(group: dist.ProcessGroup | None, run_device: torch.device)
     A CPU tensor handed to an NCCL-only group raises at the first collective, which no CPU test
     can see; routing every collective's tensors through here keeps that in one place."""
     served = served_devices(group) if dist.is_initialized() else [run_device.type]
-    if run_device.type in served:
-        return run_device
-    return torch.device(served[0])  # "cuda": the current device, set before the group
+    return device_for(served, run_device)
 
 
 def init_distributed(device_type: str) -> DistInfo:

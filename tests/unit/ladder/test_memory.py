@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
+from ranks import join_as_rank
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
-from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from trainer_core.config.sections import ModelConfig, ParallelConfig, TrainModuleConfig
 from trainer_core.ladder.memory import estimate_memory
@@ -71,33 +73,41 @@ def test_terms_follow_sharding_accumulation_checkpointing_and_precision():
     )
 
 
-def tp_rank_params(model: ModelConfig, tp: int) -> tuple[int, int, int]:
-    """(all, root unit, one block): parameters one TP rank holds once ``apply_tensor_parallel``
-    has split the model, built on the meta device over a fake process group (no memory, no
-    peers)."""
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=tp)
+def _local_numel(module: torch.nn.Module) -> int:
+    """The parameter elements this rank holds: a DTensor's local shard, a plain tensor whole."""
+    params = module.parameters()
+    return sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in params)
+
+
+def _tp_rank_worker(rank: int, world: int, port: int, model: ModelConfig, out: str) -> None:
+    """One of ``world`` TP ranks on a gloo group: ``apply_tensor_parallel`` splits the model,
+    built on the meta device (no memory), and the rank writes (all, one block) it holds."""
+    join_as_rank(rank, world, port)
+    dist.init_process_group("gloo")
     try:
-        mesh = init_device_mesh("cpu", (tp,), mesh_dim_names=("tp",))
+        mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
         with torch.device("meta"):
             net = Transformer(model, 16)
         apply_tensor_parallel(net, mesh)
+        Path(f"{out}.{rank}").write_text(
+            json.dumps([_local_numel(net), _local_numel(net.blocks["0"])])
+        )
     finally:
         dist.destroy_process_group()
 
-    def count(module: torch.nn.Module) -> int:
-        params = module.parameters()
-        return sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in params)
 
-    block = count(net.blocks["0"])
-    return count(net), count(net) - model.n_layers * block, block
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("tp, tied", [(2, False), (4, True)])
-def test_tensor_parallel_splits_only_the_block_linears(tp, tied):
+def test_tensor_parallel_splits_only_the_block_linears(spawn_ranks, tmp_path, tp, tied):
     """Embedding, LM head and norms stay whole on every TP rank: dividing every parameter by tp
     undercounts them tp times."""
     model = replace(MODEL, tie_embeddings=tied)
-    local, root, block = tp_rank_params(model, tp)
+    out = tmp_path / "held"
+    spawn_ranks(_tp_rank_worker, tp, model, str(out))
+    held = [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(tp)]
+    assert all(h == held[0] for h in held), held  # every rank holds as much
+    local, block = held[0]
+    root = local - model.n_layers * block
     assert local > 1.05 * count_params(model)["total"] / tp
     est = estimate_memory(
         model,

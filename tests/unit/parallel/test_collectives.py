@@ -21,7 +21,9 @@ from trainer_core.config.loader import load_config
 from trainer_core.config.sections import TrainConfig
 from trainer_core.parallel.process_group import (
     CUDA_BACKEND,
+    backend_devices,
     collective_device,
+    device_for,
     served_devices,
     teardown,
 )
@@ -49,15 +51,33 @@ OBJECT_COLLECTIVES = ("all_gather_object", "broadcast_object_list")
         (CUDA_BACKEND, CPU, CPU),  # ...CPU ones (objects) the gloo beside it
     ],
 )
-def test_the_rule_for_each_backend(monkeypatch, backend, run_device, expected):
-    monkeypatch.setattr(dist, "is_initialized", lambda: True)
-    monkeypatch.setattr(dist, "get_backend", lambda group=None: backend)
-    assert collective_device(None, run_device) == expected
+def test_the_rule_for_each_backend(backend, run_device, expected):
+    """The rule as a function of the backend string: NCCL and the CUDA pair need no GPU here."""
+    assert device_for(backend_devices(backend), run_device) == expected
 
 
-def test_served_devices_prefers_the_accelerator(monkeypatch):
-    monkeypatch.setattr(dist, "get_backend", lambda group=None: CUDA_BACKEND)
-    assert served_devices() == ["cuda", "cpu"]
+def test_served_devices_prefers_the_accelerator():
+    assert backend_devices(CUDA_BACKEND) == ["cuda", "cpu"]
+    assert backend_devices("cuda:nccl,cpu:gloo") == ["cuda", "cpu"]  # whatever the order
+
+
+@pytest.mark.parametrize("backend", ["gloo", "cpu:gloo"])
+def test_a_real_gloo_group_takes_what_the_rule_sends_it(free_port, backend):
+    """On a live one-rank gloo group (as a CPU run's, or named per device): the group serves
+    CPU, a CUDA run's tensors are sent to CPU, and gloo reduces a tensor put where the rule says."""
+    dist.init_process_group(
+        backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+    )
+    try:
+        assert served_devices() == ["cpu"]
+        assert collective_device(None, CPU) == CPU
+        where = collective_device(None, CUDA)
+        assert where == CPU
+        tensor = torch.ones(3, device=where)
+        dist.all_reduce(tensor)
+        assert tensor.tolist() == [1.0, 1.0, 1.0]
+    finally:
+        dist.destroy_process_group()
 
 
 def test_without_a_group_the_run_device_is_used():

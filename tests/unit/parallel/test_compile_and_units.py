@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from ranks import join_as_rank
 from torch import nn
+from torch._dynamo.testing import CompileCounterWithBackend
 
 from trainer_core.config.sections import ModelConfig, ParallelConfig
 from trainer_core.model.transformer import Transformer
@@ -27,36 +29,45 @@ SMALL = {"size": "", "d_model": 64, "n_heads": 4, "mlp_hidden": 128, "vocab_size
 
 
 @pytest.fixture
-def counting_compile(monkeypatch):
-    """``torch.compile`` with a backend that counts the graphs dynamo hands it."""
-    graphs: list[torch.fx.GraphModule] = []
+def compile_with(monkeypatch) -> Iterator[Callable[[str], CompileCounterWithBackend]]:
+    """``compile_with(backend)``: ``torch.compile`` on dynamo's ``backend`` ("eager" runs the
+    traced graphs as traced, "inductor" compiles them as a run does), keeping every graph dynamo
+    hands it in the returned counter's ``graphs``."""
 
-    def backend(gm: torch.fx.GraphModule, example_inputs):
-        graphs.append(gm)
-        return gm.forward
+    def use(backend: str) -> CompileCounterWithBackend:
+        counter = CompileCounterWithBackend(backend)
+        monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=counter))
+        return counter
 
     torch._dynamo.reset()
-    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=backend))
-    yield graphs
+    yield use
     torch._dynamo.reset()
 
 
 @pytest.mark.slow
-def test_sixteen_blocks_share_one_compiled_graph(counting_compile):
+def test_sixteen_blocks_share_one_compiled_graph(compile_with):
+    graphs = compile_with("eager").graphs
     torch.manual_seed(0)
     model = Transformer(ModelConfig(**SMALL, n_layers=16), 16)
     apply_compile(model)
     tokens = torch.randint(0, 64, (2, 16))
     model(tokens).float().logsumexp(-1).mean().backward()
     model(tokens).float().logsumexp(-1).mean().backward()  # a second step compiles nothing
-    assert len(counting_compile) == 2  # one graph for all 16 blocks, one for the LM head
+    assert len(graphs) == 2  # one graph for all 16 blocks, one for the LM head
     assert all(p.grad is not None for p in model.parameters())
 
 
 @pytest.mark.slow
-def test_the_lm_head_and_its_loss_compile_into_one_graph(counting_compile):
+def test_the_lm_head_and_its_loss_compile_into_one_graph(compile_with):
     """Issue 25, fix 3: the head's matmul and the cross-entropy are in the same compiled graph
-    (bf16 logits upcast inside it), and that graph gives eager's loss and gradients."""
+    (bf16 logits upcast inside it), and inductor's code for it gives eager's loss and gradients.
+
+    Inductor keeps a fused kernel's bf16 intermediates in fp32 (up to 1.6e-2 off eager's here);
+    emulating eager's casts leaves only fp32 round-off (below 1e-6), so a tolerance of 1e-4
+    sees any real difference."""
+    import torch._inductor.config as inductor
+
+    graphs = compile_with("inductor").graphs
     torch.manual_seed(0)
     eager = Transformer(ModelConfig(**SMALL, n_layers=2), 16)
     compiled = Transformer(ModelConfig(**SMALL, n_layers=2), 16)
@@ -65,20 +76,21 @@ def test_the_lm_head_and_its_loss_compile_into_one_graph(counting_compile):
     tokens, labels = torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16))
     labels[0, :5] = -100
     results = []
-    for model in (eager, compiled):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            ce, z = model(tokens, labels, z_multiplier=1e-2)
-        (ce + z).backward()
-        results.append((ce.detach(), z.detach(), model.lm_head.w_out.weight.grad))
+    with inductor.patch(emulate_precision_casts=True):  # backward compiles at its first call
+        for model in (eager, compiled):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                ce, z = model(tokens, labels, z_multiplier=1e-2)
+            (ce + z).backward()
+            results.append((ce.detach(), z.detach(), model.lm_head.w_out.weight.grad))
     ops = [
         {str(n.target) for n in gm.graph.nodes if n.op in ("call_function", "call_method")}
-        for gm in counting_compile
+        for gm in graphs
     ]
     head_graphs = [g for g in ops if any("cross_entropy" in op for op in g)]
-    assert len(counting_compile) == 2 and len(head_graphs) == 1  # one block graph, one head graph
+    assert len(graphs) == 2 and len(head_graphs) == 1  # one block graph, one head graph
     assert any("linear" in op for op in head_graphs[0]) and "float" in head_graphs[0]
     for got, want in zip(results[1], results[0], strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-3)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
 class Breaks(nn.Module):
@@ -87,7 +99,8 @@ class Breaks(nn.Module):
         return x
 
 
-def test_a_graph_break_in_a_block_is_an_error_not_eager(counting_compile):
+def test_a_graph_break_in_a_block_is_an_error_not_eager(compile_with):
+    compile_with("eager")
     model = Transformer(ModelConfig(**SMALL, n_layers=1), 16)
     model.blocks["0"].mlp = Breaks()
     apply_compile(model)

@@ -18,7 +18,13 @@ from trainer_core.config.loader import ConfigError, load_config
 from trainer_core.config.sections import ModelConfig, ParallelConfig, TrainConfig
 from trainer_core.model.transformer import Transformer
 from trainer_core.parallel import float8
-from trainer_core.parallel.float8 import check_float8, convert_to_float8, converts, float8_filter
+from trainer_core.parallel.float8 import (
+    check_capability,
+    check_float8,
+    convert_to_float8,
+    converts,
+    float8_filter,
+)
 from trainer_core.parallel.process_group import teardown
 from trainer_core.parallel.wrap import parallelize_model
 from trainer_core.train.build import build_trainer
@@ -80,17 +86,14 @@ def test_float8_on_cpu_asks_for_a_gpu():
         ("rowwise", (9, 0), False),  # H100
     ],
 )
-def test_gpus_without_float8_are_refused_by_name(monkeypatch, recipe, capability, refused):
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA TestGPU")
-    cfg = ParallelConfig(param_dtype="bfloat16", float8=recipe)
+def test_gpus_without_float8_are_refused_by_name(recipe, capability, refused):
     if not refused:
-        check_float8(cfg, GPU)
+        check_capability(recipe, "NVIDIA TestGPU", capability)
         return
     need = "8.9" if recipe == "tensorwise" else "9.0"
     have = f"{capability[0]}.{capability[1]}"
     with pytest.raises(ConfigError) as err:
-        check_float8(cfg, GPU)
+        check_capability(recipe, "NVIDIA TestGPU", capability)
     assert str(err.value) == (
         f"parallel.float8: {recipe!r} needs compute capability {need}+ and NVIDIA TestGPU has "
         f"{have}: set parallel.float8=none (bf16) on this GPU"
