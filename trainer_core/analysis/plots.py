@@ -1,7 +1,8 @@
 """PNG plots of an experiment: loss curves, LR sweeps, LR* vs size (scaling laws: plots_scaling).
 
 Figures are built with ``matplotlib.figure.Figure`` (Agg canvas), never pyplot, so plotting works
-headless and leaves no global state behind in a notebook or a long-lived driver.
+headless and leaves no global state behind in a notebook or a long-lived driver. A ``plot_*``
+function saves the Figure its ``*_figure`` twin builds, so tests check what is drawn, not a file.
 """
 
 from __future__ import annotations
@@ -73,6 +74,13 @@ def plot_lr_sweep(
     path: str | Path,
     loss: str = COMPARED,
 ) -> Path:
+    """Write :func:`lr_sweep_figure` to a PNG at ``path``."""
+    return save(lr_sweep_figure(table, optima, loss), path)
+
+
+def lr_sweep_figure(
+    table: pd.DataFrame, optima: dict[str, OptimalLR], loss: str = COMPARED
+) -> Figure:
     """Loss vs peak LR per size (log x) at the size's common step; the optimum as a star,
     trials stopped early as hollow markers labelled with their last step, diverged as x."""
     fig = Figure(figsize=(7.5, 5))
@@ -125,7 +133,7 @@ def plot_lr_sweep(
     ax.set_title("LR sweep (star: optimum, hollow: stopped early, x: diverged)")
     ax.legend(title="size", fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    return save(fig, path)
+    return fig
 
 
 def plot_lr_vs_size(
@@ -135,6 +143,16 @@ def plot_lr_vs_size(
     path: str | Path,
     lr_err: tuple[list[float], list[float]] | None = None,
 ) -> Path:
+    """Write :func:`lr_vs_size_figure` to a PNG at ``path``."""
+    return save(lr_vs_size_figure(N, lr_opt, fit, lr_err), path)
+
+
+def lr_vs_size_figure(
+    N: np.ndarray | list[float],
+    lr_opt: np.ndarray | list[float],
+    fit: LRPowerLawFit | None,
+    lr_err: tuple[list[float], list[float]] | None = None,
+) -> Figure:
     """Optimal LR vs N (log-log) with the fitted power law and the ladder's N^-1/3 reference.
 
     ``lr_err``: optional (lows, highs) drawn as error bars.
@@ -162,4 +180,4 @@ def plot_lr_vs_size(
     ax.set_ylabel("optimal peak LR")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    return save(fig, path)
+    return fig

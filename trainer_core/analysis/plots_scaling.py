@@ -23,6 +23,16 @@ def plot_loss_vs_compute(
     path: str | Path,
     held_out: ExtrapolationCheck | None = None,
 ) -> Path:
+    """Write :func:`loss_vs_compute_figure` to a PNG at ``path``."""
+    return save(loss_vs_compute_figure(points, fit, frontier, held_out), path)
+
+
+def loss_vs_compute_figure(
+    points: pd.DataFrame,
+    fit: PowerLawFit | None,
+    frontier: pd.DataFrame | None,
+    held_out: ExtrapolationCheck | None = None,
+) -> Figure:
     """Annealed eval loss vs FLOPs per size, the envelope and the L(C) fitted to it, and the
     held-out size's measured points beside both laws' predictions of them."""
     fig = Figure(figsize=(7.5, 5))
@@ -59,7 +69,7 @@ def plot_loss_vs_compute(
     ax.set_title("loss vs compute: the compute-optimal frontier")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
-    return save(fig, path)
+    return fig
 
 
 def _held_out(ax, held_out: ExtrapolationCheck, c: np.ndarray) -> None:
@@ -103,6 +113,11 @@ def _held_out(ax, held_out: ExtrapolationCheck, c: np.ndarray) -> None:
 
 
 def plot_isoflops(fit: IsoFLOPFit, law: ChinchillaFit | None, path: str | Path) -> Path:
+    """Write :func:`isoflops_figure` to a PNG at ``path``."""
+    return save(isoflops_figure(fit, law), path)
+
+
+def isoflops_figure(fit: IsoFLOPFit, law: ChinchillaFit | None) -> Figure:
     """Left: loss vs N at each budget with its parabola and vertex. Right: N_opt vs C, the
     approach-2 line, and approach 3's N_opt(C) when its fit has a frontier."""
     fig = Figure(figsize=(12, 4.8))
@@ -152,4 +167,4 @@ def plot_isoflops(fit: IsoFLOPFit, law: ChinchillaFit | None, path: str | Path) 
     right.set_title("N_opt(C)")
     right.legend(fontsize=8)
     right.grid(alpha=0.3, which="both")
-    return save(fig, path)
+    return fig

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from trainer_core.analysis.ladder_table import TASK_LOSS_SUFFIX
 from trainer_core.analysis.plots import colors, save
@@ -27,15 +28,21 @@ def plot_task_prediction(
     path: str | Path,
     final_only: bool = True,
 ) -> Path:
-    """Write the two panels of ``law`` (fitted on ``points``, ``final_only`` as in
-    :func:`fit_task`) and its ``predictions``."""
-    import matplotlib
+    """Write :func:`task_prediction_figure` to a PNG at ``path``."""
+    return save(task_prediction_figure(law, points, predictions, final_only), path)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+def task_prediction_figure(
+    law: TaskLaw,
+    points: pd.DataFrame,
+    predictions: list[TaskPrediction],
+    final_only: bool = True,
+) -> Figure:
+    """The two panels of ``law`` (fitted on ``points``, ``final_only`` as in :func:`fit_task`)
+    and its ``predictions``; a bare Figure, as in ``plots.py``, so nothing is left to close."""
     loss_col, acc_col = law.task + TASK_LOSS_SUFFIX, f"{law.task}/{law.accuracy}"
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig = Figure(figsize=(11, 4.2))
+    left, right = fig.subplots(1, 2)
     sizes = sorted(points["N"].unique())
     final = step1_points(points, final_only)
     for color, n in zip(colors(len(sizes)), sizes, strict=True):
@@ -58,9 +65,7 @@ def plot_task_prediction(
     right.set(xlabel="task loss (bits per byte)", ylabel=f"accuracy ({law.accuracy})")
     right.set_title(f"{law.task}: step 2, accuracy vs task loss")
     right.legend(fontsize=7)
-    path = save(fig, path)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def _ok(pred: TaskPrediction) -> bool:

@@ -11,7 +11,7 @@ first update already moves), the last warmup step reaches peak, a decay of D upd
 progress 1/(D+1) .. D/(D+1), so the LR reaches ``min_lr_ratio`` just after the cycle's last update
 (none is spent at LR 0), and ``decay_windows`` starts are the number of updates done before the
 first decayed one (a checkpoint there is the un-annealed model).
-matplotlib (~1 s to import) is loaded by :func:`plot_schedule` alone, not by training.
+matplotlib (~1 s to import) is loaded by :func:`schedule_figure` alone, not by training.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import accumulate
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -26,6 +27,9 @@ from trainer_core.config.loader import ConfigError
 from trainer_core.config.sections import ScheduleConfig
 from trainer_core.io import storage
 from trainer_core.io.storage import Location
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 WSD_DEFAULT_DECAY = 0.2
 """``kind: wsd`` with ``decay: null`` decays over the last 20% of each cycle."""
@@ -236,8 +240,21 @@ def plot_schedule(
     path: Location,
     title: str | None = None,
 ) -> Location:
-    """Render LR vs step to a PNG (a local path or a URL): dotted lines at cycle ends, decay
-    phases shaded."""
+    """Write :func:`schedule_figure` to a PNG (a local path or a URL)."""
+    fig = schedule_figure(cfg, total_steps, peak_lr, title)
+    fig.tight_layout()
+    path = storage.normalize(path)
+    storage.makedirs(storage.parent(path))
+    with storage.open_file(path, "wb") as f:
+        fig.savefig(f, format="png")
+    return path
+
+
+def schedule_figure(
+    cfg: ScheduleConfig, total_steps: int, peak_lr: float, title: str | None = None
+) -> Figure:
+    """LR vs step, dotted lines at cycle ends, decay phases shaded; built apart from the saving
+    so tests can read the drawn curve."""
     from matplotlib.figure import Figure  # no pyplot: no backend/display state, nothing to close
 
     plan = _plan(total_steps, cfg)
@@ -256,9 +273,4 @@ def plot_schedule(
     ax.set_ylabel("learning rate")
     ax.set_title(title or f"{cfg.kind} schedule, peak LR {peak_lr:.2e}, {len(plan)} cycle(s)")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = storage.normalize(path)
-    storage.makedirs(storage.parent(path))
-    with storage.open_file(path, "wb") as f:
-        fig.savefig(f, format="png")
-    return path
+    return fig

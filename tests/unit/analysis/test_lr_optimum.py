@@ -6,10 +6,14 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.collections import PathCollection
+from matplotlib.colors import to_rgba
 
 from trainer_core.analysis import load, lr_sweep_table, optimal_lr, plot_lr_sweep, widen_lrs
+from trainer_core.analysis.plots import lr_sweep_figure
 
 LR0 = 1e-2
 LR_STAR = 4e-3
@@ -73,6 +77,34 @@ def test_trials_are_compared_at_their_common_step(asha_sweep: Path, tmp_path: Pa
     assert "at step 20" in str(best)
     png = plot_lr_sweep(table, {"1M": best}, tmp_path / "sweep.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def close(a, b) -> bool:
+    """Equal as drawn: the plot must show the very numbers computed from its inputs."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return a.shape == b.shape and np.allclose(a, b, rtol=1e-9, atol=0)
+
+
+def test_the_sweep_plot_shows_the_common_step(asha_sweep: Path):
+    """Every trial at its loss at step 20 (not its last), the stopped ones hollow and labelled
+    with their last step, the optimum starred with its interval."""
+    table = lr_sweep_table(load(asha_sweep)).sort_values("lr")
+    best = optimal_lr(table)
+    ax = lr_sweep_figure(table, {"1M": best}).axes[0]
+    assert ax.get_xscale() == "log"
+    (curve,) = [ln for ln in ax.lines if ln.get_label() == "1M (at step 20)"]
+    at_20 = [loss_at(lr, 20) for lr in table["lr"]]
+    assert close(curve.get_xydata(), np.column_stack([table["lr"], at_20]))
+    filled, hollow = (c for c in ax.collections if isinstance(c, PathCollection))
+    assert close(filled.get_offsets(), [[LR0 * 2.0, at_20[-1]]])
+    assert close(hollow.get_offsets(), np.column_stack([table["lr"], at_20])[:3])
+    assert close(hollow.get_facecolors(), [to_rgba("white")])
+    assert [t.get_text() for t in ax.texts] == ["stopped@20", "stopped@20", "stopped@40"]
+    (star,) = ax.containers
+    assert star[0].get_marker() == "*"
+    assert close(star[0].get_xydata(), [[best.lr, best.loss]])
+    bar = [[best.lr_low, best.loss], [best.lr_high, best.loss]]
+    assert close(star[2][0].get_segments(), [bar])
 
 
 def _table(rows: list[tuple[str, float, float, bool]]) -> pd.DataFrame:

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.collections import PathCollection
+from matplotlib.colors import to_rgba
+from matplotlib.container import ErrorbarContainer
 from synthetic_experiments import (
     SWEEP_N,
     is_png,
@@ -22,6 +27,9 @@ from trainer_core.analysis import (
     plot_lr_sweep,
     plot_lr_vs_size,
 )
+from trainer_core.analysis.plots import lr_sweep_figure, lr_vs_size_figure
+from trainer_core.analysis.plots_scaling import loss_vs_compute_figure
+from trainer_core.analysis.predict import LAW_CHINCHILLA, LAW_FRONTIER
 
 
 def test_plots_write_pngs(ladder_dir: Path, sweep_dir: Path, tmp_path: Path):
@@ -42,3 +50,112 @@ def test_plots_write_pngs(ladder_dir: Path, sweep_dir: Path, tmp_path: Path):
         plot_lr_vs_size(n, lrs, fit_lr_power_law(n, lrs), tmp_path / "sub" / "lr_n.png"),
     ]
     assert all(is_png(p) for p in paths)
+
+
+def close(a, b) -> bool:
+    """Equal as drawn: the plot must show the very numbers computed from its inputs."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return a.shape == b.shape and np.allclose(a, b, rtol=1e-9, atol=0)
+
+
+def line(ax: Axes, label: str) -> tuple[np.ndarray, np.ndarray]:
+    """The x and y of the one line whose legend label starts with ``label``."""
+    found = [ln for ln in ax.lines if ln.get_label().startswith(label)]
+    assert len(found) == 1, f"{len(found)} lines labelled {label!r}"
+    return np.asarray(found[0].get_xdata(), dtype=float), np.asarray(found[0].get_ydata(), float)
+
+
+def scatter(ax: Axes, xy) -> PathCollection:
+    """The one scatter drawn at exactly the points ``xy``: found by position, not draw order."""
+    found = [
+        c for c in ax.collections if isinstance(c, PathCollection) and close(c.get_offsets(), xy)
+    ]
+    assert len(found) == 1, f"{len(found)} scatters at {np.asarray(xy).tolist()}"
+    return found[0]
+
+
+def errorbar(ax: Axes, x: float, y: float) -> ErrorbarContainer:
+    """The one error bar whose marker sits at (x, y)."""
+    found = [c for c in ax.containers if close(c[0].get_xydata(), [[x, y]])]
+    assert len(found) == 1, f"{len(found)} error bars at ({x}, {y})"
+    return found[0]
+
+
+def test_loss_vs_compute_draws_points_fit_and_held_out(ladder_dir: Path):
+    pts = load(ladder_dir).fit_points()
+    law = fit_loss_vs_compute(pts["flops"], pts["eval_loss"], n_bootstrap=0)
+    front = frontier_points(pts)
+    check = extrapolation_check(pts, n_bootstrap=20)
+    ax = loss_vs_compute_figure(pts, law, front, check).axes[0]
+    assert ax.get_xscale() == "log"
+    for size, p in pts.groupby("size"):
+        x, y = line(ax, size)
+        p = p.sort_values("flops")
+        assert close(x, p["flops"]) and close(y, p["eval_loss"]), size
+    assert scatter(ax, front[["flops", "eval_loss"]]).get_label() == "frontier (lower envelope)"
+    x, y = line(ax, "frontier fit: ")
+    assert x.min() < pts["flops"].min() and x.max() > pts["flops"].max()
+    assert close(y, law.predict(x))
+    x, y = line(ax, "frontier fit without it")
+    assert close(y, check.fits[LAW_FRONTIER].predict(x))
+    assert {p.law for p in check.predictions} == {LAW_CHINCHILLA, LAW_FRONTIER}
+    for p in check.predictions:
+        bar = errorbar(ax, p.flops, p.predicted)
+        assert bar.get_label().startswith(f"{p.law} prediction")
+        lo, hi = p.interval
+        assert close(bar[2][0].get_segments(), [[[p.flops, lo], [p.flops, hi]]])
+    measured = scatter(ax, check.points[["flops", "actual"]])
+    assert measured.get_label() == f"held out {check.held_out_size} (measured)"
+    legend = {t.get_text() for t in ax.get_legend().get_texts()}
+    assert {*pts["size"], measured.get_label(), "frontier fit without it"} <= legend
+
+
+def test_lr_sweep_draws_each_size_with_stopped_diverged_and_optimum(sweep_dir: Path):
+    table = lr_sweep_table(load(sweep_dir))
+    optima = optimal_lrs(table)
+    ax = lr_sweep_figure(table, optima).axes[0]
+    assert ax.get_xscale() == "log"
+    top = table.loc[~table["diverged"], "compared_loss"].max()
+    stopped_at = []
+    for size, t in table.groupby("size"):
+        t = t.sort_values("lr")
+        ok, bad = t[~t["diverged"]], t[t["diverged"]]
+        x, y = line(ax, f"{size} (at step 50)")
+        assert close(x, ok["lr"]) and close(y, ok["compared_loss"]), size
+        done, stopped = ok[~ok["stopped_early"]], ok[ok["stopped_early"]]
+        assert len(done) and len(stopped) and len(bad), "the sweep has each kind of trial"
+        filled = scatter(ax, done[["lr", "compared_loss"]])
+        hollow = scatter(ax, stopped[["lr", "compared_loss"]])
+        assert close(hollow.get_facecolors(), [to_rgba("white")])
+        assert close(hollow.get_edgecolors(), filled.get_facecolors())
+        assert not close(filled.get_facecolors(), [to_rgba("white")])
+        scatter(ax, np.column_stack([bad["lr"], np.full(len(bad), top)]))  # diverged: at the top
+        stopped_at += [
+            (r.lr, r.compared_loss, f"stopped@{r.steps_run}") for r in stopped.itertuples()
+        ]
+        o = optima[size]
+        star = errorbar(ax, o.lr, o.loss)
+        assert star[0].get_marker() == "*"
+        assert close(star[2][0].get_segments(), [[[o.lr_low, o.loss], [o.lr_high, o.loss]]])
+    drawn = [(*a.xy, a.get_text()) for a in ax.texts]
+    assert sorted(drawn) == sorted(stopped_at)
+
+
+def test_lr_vs_size_draws_optima_fit_and_reference(sweep_dir: Path):
+    optima = optimal_lrs(lr_sweep_table(load(sweep_dir)))
+    n = np.array([SWEEP_N[s] for s in optima], dtype=float)
+    lrs = np.array([o.lr for o in optima.values()])
+    lows, highs = [o.lr_low for o in optima.values()], [o.lr_high for o in optima.values()]
+    fit = fit_lr_power_law(n, lrs)
+    ax = lr_vs_size_figure(n, lrs, fit, (lows, highs)).axes[0]
+    assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
+    (points,) = [c for c in ax.containers if c.get_label() == "optimal LR"]
+    assert close(points[0].get_xydata(), np.column_stack([n, lrs]))
+    bars = [[[x, lo], [x, hi]] for x, lo, hi in zip(n, lows, highs, strict=True)]
+    assert close(points[2][0].get_segments(), bars)
+    x, y = line(ax, "fit: N^")
+    assert x.min() < n.min() and x.max() > n.max()
+    assert close(y, fit.predict(x))
+    x, y = line(ax, "ladder default N^-1/3")
+    n0, lr0 = np.exp(np.log(n).mean()), np.exp(np.log(lrs).mean())
+    assert close(y, lr0 * (x / n0) ** (-1 / 3))

@@ -30,6 +30,7 @@ from trainer_core.analysis import (
     unresolved,
 )
 from trainer_core.analysis.bootstrap import residual_resamples
+from trainer_core.analysis.plots_scaling import isoflops_figure
 from trainer_core.analysis.synthetic import CHINCHILLA, SyntheticLadder
 
 LAW = CHINCHILLA
@@ -97,6 +98,41 @@ def test_isoflop_recovers_compute_optimal_exponent(noisy: pd.DataFrame, tmp_path
     assert isoflop_flags(fit) == []
     png = plot_isoflops(fit, LAW, tmp_path / "iso.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def close(a, b) -> bool:
+    """Equal as drawn: the plot must show the very numbers computed from its inputs."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return a.shape == b.shape and np.allclose(a, b, rtol=1e-9, atol=0)
+
+
+def test_isoflop_plot_draws_each_budgets_parabola_through_its_points(noisy: pd.DataFrame):
+    """Left: at most 8 budgets, each its points, its parabola in ln N through them and the
+    vertex starred on it. Right: every budget's N_opt and both approaches' N_opt(C)."""
+    fit = fit_isoflop(noisy, n_bootstrap=0)
+    left, right = isoflops_figure(fit, LAW).axes
+    assert (left.get_xscale(), right.get_xscale(), right.get_yscale()) == ("log",) * 3
+    shown = fit.parabolas[:: math.ceil(len(fit.parabolas) / 8)]
+    assert len(fit.parabolas) > 8 and len(shown) == len(left.lines) == 8
+    scatters = [c.get_offsets() for c in left.collections]
+    for p, curve in zip(shown, left.lines, strict=True):
+        assert curve.get_label() == f"C = {p.flops:.2g}"
+        x, y = curve.get_xdata(), curve.get_ydata()
+        assert x.min() < p.N.min() and x.max() > p.N.max()
+        assert close(y, np.polyval(p.coef, np.log(x)))
+        assert sum(close(xy, np.column_stack([p.N, p.loss])) for xy in scatters) == 1
+        assert p.valid and sum(close(xy, [[p.n_opt, p.loss_opt]]) for xy in scatters) == 1
+        # the star sits on the drawn curve, at its lowest point
+        assert y.min() >= p.loss_opt * (1 - 1e-9)
+        assert close(np.polyval(p.coef, np.log(p.n_opt)), p.loss_opt)
+    ok = [p for p in fit.parabolas if p.valid]
+    (minima,) = right.collections
+    assert close(minima.get_offsets(), [[p.flops, p.n_opt] for p in ok])
+    two, three = right.lines
+    assert two.get_label().startswith("approach 2")
+    assert close(two.get_ydata(), [fit.compute_optimal(c)[0] for c in two.get_xdata()])
+    assert three.get_label().startswith("approach 3")
+    assert close(three.get_ydata(), LAW.compute_optimal(three.get_xdata())[0])
 
 
 def test_approach_2_gets_an_interval_around_its_own_estimate():

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from matplotlib.collections import Collection
 
 from trainer_core.analysis.ladder_table import read_ladder_table
 from trainer_core.analysis.load import AnalysisError
@@ -243,3 +244,63 @@ def test_two_panel_plot_is_written(law, points, tmp_path):
     pred = law.predict(n, d, "7B", float(TRUTH.loss(n, d)), float(TRUTH.acc(n, d)))
     path = plot_task_prediction(law, points, [pred], tmp_path / "synth.png")
     assert path.stat().st_size > 10_000
+
+
+def close(a, b) -> bool:
+    """Equal as drawn: the plot must show the very numbers computed from its inputs."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return a.shape == b.shape and np.allclose(a, b, rtol=1e-9, atol=0)
+
+
+def drawn_at(artists, xy) -> list:
+    """The lines (their data) or scatters (their offsets) drawn at exactly the points ``xy``."""
+    return [
+        a
+        for a in artists
+        if close(a.get_offsets() if isinstance(a, Collection) else a.get_xydata(), xy)
+    ]
+
+
+def test_two_panel_plot_draws_both_steps(law, points):
+    """Left: each size's final points and the step-1 law along them, the target's law and its
+    prediction with the interval, the measured star. Right: every point, the fitted sigmoid and
+    chance, the chained prediction with both intervals."""
+    from trainer_core.analysis.plots_tasks import task_prediction_figure
+
+    n, d = TARGET
+    pred = law.predict(n, d, "7B", float(TRUTH.loss(n, d)), float(TRUTH.acc(n, d)))
+    left, right = task_prediction_figure(law, points, [pred]).axes
+    assert (left.get_xscale(), right.get_xscale()) == ("log", "linear")
+    loss, acc = "synth/bpb", f"synth/{law.accuracy}"
+    final = final_points(points)
+    for size in sorted(points["N"].unique()):
+        runs = final[final["N"] == size]
+        dots = drawn_at(left.collections, np.column_stack([6 * size * runs["tokens"], runs[loss]]))
+        assert [a.get_label() for a in dots] == [f"N={size:.3g}"]
+        tokens = np.geomspace(runs["tokens"].min(), runs["tokens"].max(), 30)
+        fitted = [law.predict_loss(size, t) for t in tokens]
+        assert len(drawn_at(left.lines, np.column_stack([6 * size * tokens, fitted]))) == 1
+        sub = points[points["N"] == size]
+        assert len(drawn_at(right.collections, sub[[loss, acc]])) == 1
+    tokens = np.geomspace(d / 10, d, 40)
+    target = np.column_stack([6 * n * tokens, [law.predict_loss(n, t) for t in tokens]])
+    assert len(drawn_at(left.lines, target)) == 1
+    c = 6 * n * d
+    (step1,) = [b for b in left.containers if b.get_label() == "7B"]
+    assert close(step1[0].get_xydata(), [[c, pred.loss]])
+    lo, hi = pred.loss_interval
+    assert close(step1[2][0].get_segments(), [[[c, lo], [c, hi]]])
+    assert len(drawn_at(left.collections, [[c, pred.measured_loss]])) == 1
+    (sigmoid,) = [ln for ln in right.lines if ln.get_label() == "sigmoid fit"]
+    x = sigmoid.get_xdata()
+    assert x.min() < min(points[loss].min(), lo) and x.max() == points[loss].max()
+    assert close(sigmoid.get_ydata(), law.step2.predict(x))
+    (chance,) = [ln for ln in right.lines if ln.get_label() == "chance"]
+    assert close(chance.get_ydata(), [TRUTH.chance, TRUTH.chance])
+    (step2,) = [b for b in right.containers if b.get_label() == "predicted 7B"]
+    assert close(step2[0].get_xydata(), [[pred.loss, pred.acc]])
+    alo, ahi = pred.acc_interval
+    xerr, yerr = step2[2]
+    assert close(xerr.get_segments(), [[[lo, pred.acc], [hi, pred.acc]]])
+    assert close(yerr.get_segments(), [[[pred.loss, alo], [pred.loss, ahi]]])
+    assert len(drawn_at(right.collections, [[pred.measured_loss, pred.measured_acc]])) == 1

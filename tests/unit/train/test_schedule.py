@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -23,6 +24,7 @@ from trainer_core.train.schedule import (
     decay_windows,
     lr_multiplier,
     plot_schedule,
+    schedule_figure,
     short_decays,
     wsds_schedule,
 )
@@ -268,6 +270,21 @@ def test_plot_writes_a_png(tmp_path):
     assert path == tmp_path / "sub" / "lr.png"
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 10_000
+
+
+def test_plot_draws_the_schedule():
+    """The curve is the LR each update gets; cycle ends dotted; each decay shaded."""
+    cfg = ScheduleConfig(kind="wsd", cycles=3, warmup=5, rewarmup=3)
+    ax = schedule_figure(cfg, 300, 3e-3, "three cycles").axes[0]
+    curve, *ends = ax.lines
+    assert curve.get_label() == "LR"
+    assert np.array_equal(curve.get_xdata(), np.arange(300))
+    lrs = [3e-3 * lr_multiplier(s, 300, cfg) for s in range(300)]
+    assert np.allclose(curve.get_ydata(), lrs, rtol=1e-9, atol=0)
+    assert [e.get_xdata()[0] for e in ends] == cycle_boundaries(300, cfg)[:-1] == [100, 200]
+    spans = [(p.get_x(), p.get_x() + p.get_width()) for p in ax.patches]
+    assert spans == decay_windows(300, cfg)
+    assert ax.get_title() == "three cycles"
 
 
 def test_a_decay_of_one_or_two_updates_does_not_anneal():
