@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import re
+import signal
+import socket
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +17,7 @@ import pytest
 import torch
 
 from trainer_core.config.sections import DataConfig
-from trainer_core.data.shards import DataError, ShardError, verify_shards
+from trainer_core.data.shards import DataError, ShardError, read_manifest, verify_shards
 from trainer_core.data.text_sources import ReadOptions, discover_inputs, write_shards
 from trainer_core.data.token_data import open_token_data
 from trainer_core.data.tokenizer import ByteTokenizer
@@ -180,3 +185,87 @@ def test_tokenize_rerun_replaces_the_whole_dir(ray_session, run_script, tmp_path
     assert {p.name for p in out.iterdir()} == {*written, "manifest.json", "byte_tokenizer.json"}
     assert manifest.tokenizer.kind == "byte" and manifest.page_checksums
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "shards"]
+
+
+def test_a_rerun_into_an_input_dir_leaves_its_shards_out_and_logs_each_stage(
+    ray_session, run_script, tmp_path
+):
+    """--out inside an --input dir: the second run once read the first one's shards as text.
+    Each stage prints a line; the tokenizing ones come from Ray Data's per-file counts, so they
+    show that the pipeline reports every file, in input order."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(3):
+        (corpus / f"{i}.txt").write_text(f"document {i} " * 20)
+    out = corpus / "shards"
+    args = ["--input", str(corpus), "--out", str(out)]
+    assert run_script("datasets/tokenize_corpus.py", *args)[0] == 0
+    code, stdout, err = run_script("datasets/tokenize_corpus.py", *args, "--train-bpe", "300")
+    assert (code, err) == (0, "")
+    manifest = read_manifest(out)
+    assert manifest.tokenizer.kind == "hf" and manifest.info["read"]["files"] == 3
+    lines = stdout.splitlines()
+    assert [re.sub(r", \d+ s$", "", line) for line in lines[:6]] == [
+        f"left out:   {out}: a shard dir (tokens, not text)",
+        "training:   a BPE of vocab 300 on <= 64 MB of the text",
+        "tokenizing: 1/3 files, 0.0 MB, 1 documents",
+        "tokenizing: 2/3 files, 0.0 MB, 2 documents",
+        "tokenizing: 3/3 files, 0.0 MB, 3 documents",
+        f"verifying:  {len(manifest.train) + len(manifest.validation)} shard files",
+    ]
+    assert lines[6].startswith(f"shards:     {out} (")
+
+
+def test_sigterm_while_writing_removes_the_stage_and_keeps_the_old_shards(
+    processes, make_shards, random_texts, tmp_path
+):
+    """kill and ray job stop send SIGTERM, whose default ends Python at once: the half-written
+    stage beside --out stayed there for ever. Here the script runs as a user runs it, on its own
+    local Ray, and is signalled once its stage holds shards, while the driver alternates between
+    waiting in Ray Data's iterator and writing; it must exit with sigterm_raises_exit's 143, not
+    Ray's own SIGTERM status, leave no stage, and leave the shard dir it was replacing as it was.
+
+    800,000 short documents keep Ray Data busy for seconds after the first shard is written
+    (documents, not bytes, cost time here), while the run up to that point does not depend on
+    the input's size. The signal goes to the script's process alone, as ``kill PID`` sends it:
+    its group also holds the Ray it started, which ``ray job stop`` (whose group is the entry
+    point's) never signals, and whose lost GCS makes the driver's exit wait seconds longer."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for f in range(40):
+        lines = (f'{{"text": "document {d} of file {f}"}}\n' for d in range(20_000))
+        (corpus / f"{f:02d}.jsonl").write_text("".join(lines))
+    out = make_shards(random_texts(20))
+    before = snapshot(out)
+    log = tmp_path / "tokenize.log"
+    proc = processes.start(
+        sys.executable,
+        "datasets/tokenize_corpus.py",
+        "--input",
+        str(corpus),
+        "--out",
+        str(out),
+        "--shard-tokens",
+        "100000",
+        "--num-cpus",
+        "1",
+        log=log,
+    )
+    name, host = re.escape(out.name), re.escape(socket.gethostname())
+    stage_name = re.compile(rf"\.{name}\.staging-{host}-{proc.pid}-[0-9a-f]{{6}}")
+
+    def stages() -> list[Path]:
+        return [p for p in tmp_path.iterdir() if stage_name.fullmatch(p.name)]
+
+    processes.wait_until(
+        lambda: any(shard for stage in stages() for shard in stage.glob("*.parquet")),
+        proc,
+        log,
+        timeout=120,
+    )
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143, log.read_text()[-3000:]
+    assert "verifying:" not in log.read_text(), "signalled too late: all shards were written"
+    assert stages() == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "shards", "tokenize.log"]
+    assert snapshot(out) == before

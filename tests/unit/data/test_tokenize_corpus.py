@@ -1,11 +1,11 @@
-"""datasets/tokenize_corpus.py around its Ray step: --out, progress in a log, its own output
-among the inputs, SIGTERM. The Ray step runs in this process instead (no Ray is started); that
-it writes the same bytes is tests/e2e/test_ray_data.py's concern."""
+"""datasets/tokenize_corpus.py's parts that need no Ray: --out refused before any work, progress
+lines for a log, what SIGTERM does to the stage, stages left by killed runs. The script with its
+Ray step (progress from Ray Data, a rerun into an input dir, SIGTERM while Ray Data runs) is
+tested whole, on a real Ray, in tests/e2e/test_ray_data.py."""
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -15,31 +15,10 @@ import fsspec
 import pytest
 from scripts import load_script
 
-from trainer_core.data.shards import read_manifest
-from trainer_core.data.text_sources import ReadStats, write_shards
-from trainer_core.io.output_dir import replace_when_complete
+from trainer_core.data.text_sources import ReadStats
+from trainer_core.io.output_dir import replace_when_complete, sigterm_raises_exit
 
 SCRIPT = "datasets/tokenize_corpus.py"
-
-
-@pytest.fixture
-def tokenize_here(monkeypatch):
-    """The script's Ray start and Ray Data step replaced by a loop in this process; returns a
-    list of hooks, each called with the stage dir once the shards are written there."""
-    import trainer_core.ray.runtime as runtime
-    import trainer_core.ray.tokenization as tokenization
-
-    hooks = []
-
-    def tokenize(files, tokenizer, out_dir, opts, **kwargs):
-        written = write_shards(files, tokenizer, out_dir, opts, **kwargs)
-        for hook in hooks:
-            hook(out_dir)
-        return written
-
-    monkeypatch.setattr(runtime, "init_ray", lambda *args, **kwargs: None)
-    monkeypatch.setattr(tokenization, "tokenize_to_shards", tokenize)
-    return hooks
 
 
 def test_out_url_is_refused_before_anything_is_written(run_script, tmp_path):
@@ -72,53 +51,39 @@ def test_progress_in_a_log_is_plain_lines(capsys):
     assert lines[2] == "tokenizing: 5/20 files, 0.5 MB, 15 documents, 34 s"
 
 
-def test_a_rerun_into_an_input_dir_leaves_its_shards_out_and_logs_each_stage(
-    run_script, tokenize_here, tmp_path
+def test_sigterm_in_the_block_exits_143_after_the_stage_is_gone_and_restores_the_handler(
+    tmp_path,
 ):
-    """--out inside an --input dir: the second run once read the first one's shards as text."""
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for i in range(3):
-        (corpus / f"{i}.txt").write_text(f"document {i} " * 20)
-    out = corpus / "shards"
-    args = ["--input", str(corpus), "--out", str(out)]
-    assert run_script(SCRIPT, *args)[0] == 0
-    code, stdout, err = run_script(SCRIPT, *args, "--train-bpe", "300")
-    assert (code, err) == (0, "")
-    manifest = read_manifest(out)
-    assert manifest.tokenizer.kind == "hf" and manifest.info["read"]["files"] == 3
-    lines = stdout.splitlines()
-    assert [re.sub(r", \d+ s$", "", line) for line in lines[:6]] == [
-        f"left out:   {out}: a shard dir (tokens, not text)",
-        "training:   a BPE of vocab 300 on <= 64 MB of the text",
-        "tokenizing: 1/3 files, 0.0 MB, 1 documents",
-        "tokenizing: 2/3 files, 0.0 MB, 2 documents",
-        "tokenizing: 3/3 files, 0.0 MB, 3 documents",
-        f"verifying:  {len(manifest.train) + len(manifest.validation)} shard files",
-    ]
-    assert lines[6].startswith(f"shards:     {out} (")
-
-
-def test_sigterm_while_writing_removes_the_stage(run_script, tokenize_here, tmp_path):
-    """ray job stop and kill send SIGTERM, whose default ends Python at once: the half-written
-    stage dir stayed beside --out for ever."""
-    (tmp_path / "doc.txt").write_text("text")
-    tokenize_here.append(lambda stage: os.kill(os.getpid(), signal.SIGTERM))
-    received = []
+    """The two context managers the script wraps its Ray step in, signalled in this process:
+    SIGTERM raises SystemExit(143) (by default it would end Python at once, the stage left
+    beside --out), the stage is removed before it leaves the block, a second SIGTERM during that
+    cleanup is ignored, and the handler from before is back afterwards (the whole script, signalled
+    while in Ray Data, is tests/e2e/test_ray_data.py's)."""
+    received, second_ignored = [], []
 
     def record(signum, frame):
         received.append(signum)
 
     previous = signal.signal(signal.SIGTERM, record)
     try:
-        code, _, _ = run_script(
-            SCRIPT, "--input", str(tmp_path / "doc.txt"), "--out", str(tmp_path / "out")
-        )
+        with (
+            pytest.raises(SystemExit) as done,
+            sigterm_raises_exit(),
+            replace_when_complete(tmp_path / "out") as stage,
+        ):
+            (stage / "part-00000.parquet").write_text("half written")
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                pytest.fail("SIGTERM did not raise")
+            except SystemExit:
+                os.kill(os.getpid(), signal.SIGTERM)
+                second_ignored.append(True)  # not reached if the second one raised again
+                raise
         after = signal.getsignal(signal.SIGTERM)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    assert (code, received, after) == (143, [], record), "exits; the handler before is back"
-    assert [p.name for p in tmp_path.iterdir()] == ["doc.txt"], "no stage and no --out left"
+    assert (done.value.code, second_ignored, received, after) == (143, [True], [], record)
+    assert list(tmp_path.iterdir()) == [], "no stage and no out left"
 
 
 def test_a_stage_left_by_a_killed_run_is_removed_by_the_next(tmp_path):
