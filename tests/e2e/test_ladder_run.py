@@ -118,3 +118,9 @@ def test_a_dir_holding_an_lr_sweep_is_refused(run_script, ladder_yaml, tmp_path)
     assert code == 2, err
     assert "already holds a different experiment (LR sweep" in err and err.count("\n") == 1
     assert not (tmp_path / "exp" / "tune").exists()
+    # and a sweep into a ladder's dir, naming the setting that chose it
+    (tmp_path / "exp-lr-sweep").mkdir()
+    (tmp_path / "exp-lr-sweep" / "experiment.yaml").write_text("name: s\nsizes: [1M]\n")
+    code, _, err = run_script("workflows/lr_sweep.py", "--config", str(ladder_yaml))
+    assert code == 2, err
+    assert err.startswith("error: sweep.dir: ") and "pick another --sweep.dir" in err

@@ -207,7 +207,6 @@ def test_a_tracked_run_on_s3_keeps_its_wandb_files_through_a_crash_and_another_n
     ends) uploads them, and a restart on another node (a new stage) logs only the steps after
     those logged before (W&B's own file may lag the last rows: metrics.jsonl is the record)."""
     from stops import StopAfter
-    from wandb_history import history
 
     from trainer_core.io.storage import STAGE_ENV
 
@@ -218,22 +217,32 @@ def test_a_tracked_run_on_s3_keeps_its_wandb_files_through_a_crash_and_another_n
     with pytest.raises(KeyboardInterrupt):
         build_trainer(cfg, extra_callbacks=[StopAfter(7)]).fit()
     first = s3_objects(f"{url}/wandb")
-    assert first["rayladder-logged-step"] == b"7"
+    run_id, step = first["rayladder-logged-step"].decode().split()
+    assert step == "7"
     assert [k for k in first if k.startswith("offline-run-") and k.endswith(".wandb")]
     monkeypatch.setenv(STAGE_ENV, str(tmp_path / "node-b"))
     build_trainer(cfg).fit()
+    rows = bucket_history(url, tmp_path / "copy")
+    steps = [row["_step"] for _, _, row in rows]
+    assert steps == sorted(set(steps)) and {i for _, i, _ in rows} == {run_id}
+    assert [row["_step"] for segment, _, row in rows if segment == rows[-1][0]] == list(
+        range(8, 13)
+    )
 
-    copy = tmp_path / "copy"
+    # The run deleted and a new one launched at the URL on node b, whose stage still holds the
+    # old run's files and marker: they are left out, and the new run logs from step 1.
+    s3fs.S3FileSystem().rm(url, recursive=True)
+    build_trainer(tiny_config(url, *args, "--trainer.max_steps=3")).fit()
+    rows = bucket_history(url, tmp_path / "copy-2")
+    assert [row["_step"] for _, _, row in rows] == [1, 2, 3]
+    assert {i for _, i, _ in rows} - {run_id}
+
+
+def bucket_history(url: str, copy) -> list:
+    """W&B's history rows as the bucket holds them (copied here to be read)."""
+    from wandb_history import history
+
     for key, data in s3_objects(f"{url}/wandb").items():
         (copy / "wandb" / key).parent.mkdir(parents=True, exist_ok=True)
         (copy / "wandb" / key).write_bytes(data)
-    rows = history(copy)
-    steps = [row["_step"] for _, _, row in rows]
-    assert steps == sorted(set(steps))
-    assert [row["_step"] for segment, _, row in rows if segment == rows[-1][0]] == [
-        8,
-        9,
-        10,
-        11,
-        12,
-    ]
+    return history(copy)

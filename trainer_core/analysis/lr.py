@@ -305,14 +305,16 @@ def fit_lr_power_law(
 def fit_sweep_lr(sweep: str | Path | ExperimentResults, loss: str = COMPARED) -> LRPowerLawFit:
     """Fit lr*(N) to an LR sweep's per-size optima (its experiment dir, or its results already
     loaded), those its grids bracket: an optimum at a grid's edge is a bound, not a point."""
-    table = lr_sweep_table(sweep if isinstance(sweep, ExperimentResults) else load(sweep))
+    results = sweep if isinstance(sweep, ExperimentResults) else load(sweep)
+    table = lr_sweep_table(results)
     optima = optimal_lrs(table, loss)
     bracketed = {size: o for size, o in optima.items() if not o.at_edge}
     if len(bracketed) < 2:
-        if all(o.n_trials == 1 for o in optima.values()):
+        if table.groupby("size")["lr"].nunique().max() == 1:
             raise AnalysisError(
-                f"lr*(N): every size of {sweep} was trained at one LR: a ladder, not an LR "
-                "sweep (python workflows/lr_sweep.py writes one, beside the ladder: <dir>-lr-sweep)"
+                f"lr*(N): every size of {results.path} was trained at one LR: a ladder, not an "
+                "LR sweep (python workflows/lr_sweep.py writes one, beside the ladder: "
+                "<dir>-lr-sweep)"
             )
         edge = [size for size, o in optima.items() if o.at_edge]
         raise AnalysisError(

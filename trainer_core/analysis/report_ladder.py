@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
@@ -64,6 +65,7 @@ def ladder_section(
             f"scaling-law fits: annealed points of one size ({points['size'].iloc[0]}); the fits "
             "need >= 2 sizes"
         )
+        _plot_points(report, points)
         task_section(report, console, n_bootstrap, task_accuracy)
         return
     min_loss = float(points["eval_loss"].min())
@@ -129,16 +131,21 @@ def ladder_section(
             report.predictions.append(prediction)
             console.print(f"prediction: {prediction}")
 
-    out = report.out_dir
-    front = report.attempt("frontier points", lambda: frontier_points(points))
-    report.plots.append(
-        plot_loss_vs_compute(
-            points, report.frontier, front, out / "loss_vs_compute.png", report.extrapolation
-        )
-    )
+    _plot_points(report, points)
     if report.isoflop is not None:
-        report.plots.append(plot_isoflops(report.isoflop, report.chinchilla, out / "isoflops.png"))
+        path = report.out_dir / "isoflops.png"
+        report.plots.append(plot_isoflops(report.isoflop, report.chinchilla, path))
     task_section(report, console, n_bootstrap, task_accuracy)
+
+
+def _plot_points(report: Report, points: pd.DataFrame) -> None:
+    """Loss vs compute: the annealed points, with the frontier's fit and the held-out check
+    where the report has them."""
+    front = report.attempt("frontier points", lambda: frontier_points(points))
+    path = report.out_dir / "loss_vs_compute.png"
+    report.plots.append(
+        plot_loss_vs_compute(points, report.frontier, front, path, report.extrapolation)
+    )
 
 
 def _print_flags(console: Console, flags: list[str]) -> None:

@@ -203,6 +203,8 @@ class TargetAnswer:
     cost: DeviceCost
     hparam_source: str = ""
     """Where the LR* and B* laws came from (a sweep dir)."""
+    laws_fitted: bool = False
+    """The laws of ``hparam_source`` were fitted (else they were asked for and failed)."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -225,8 +227,13 @@ class TargetAnswer:
     def footer(self) -> list[str]:
         """What the table assumes: the device and MFU, where LR* and B* come from."""
         source = "lr*, B*: no sweep laws (--hparam-sweep DIR, or a ladder with lr.from_sweep)"
-        if self.hparam_source:
+        if self.hparam_source and not self.laws_fitted:
             source = f"lr*, B*: no laws from {self.hparam_source} (why: the skipped line below)"
+        elif self.hparam_source:
+            source = (
+                f"lr*, B*: the laws of {self.hparam_source}, but no column has the N_opt and D_opt "
+                "to read them at"
+            )
         if any(col.lr is not None for col in self.columns):
             source = (
                 f"lr*, B*: the laws of {self.hparam_source or 'the sweep'}, read at each "
@@ -322,7 +329,7 @@ def target_answer(
         )
         if fit is not None
     ]
-    answer = TargetAnswer(C, columns, cost, hparam_source)
+    answer = TargetAnswer(C, columns, cost, hparam_source, laws is not None)
     if laws is not None:
         fitted = [law for law in (laws.lr, laws.batch) if law is not None]
         answer.notes += [f"UNRESOLVED {law.name}: {note}" for law in fitted for note in law.notes]

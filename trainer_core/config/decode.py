@@ -177,6 +177,9 @@ def _unknown_key(section: type, where: str, key: str) -> str:
     moved = getattr(section, "MOVED_KEYS", {}).get(key)
     if moved:
         return f"{dotted}: this key moved; set {moved} instead"
+    foreign = getattr(section, "FOREIGN_KEYS", {}).get(key)
+    if foreign:
+        return f"{dotted}: {foreign}"
     fields = [f.name for f in dataclasses.fields(section) if f.init]
     return f"{dotted}: unknown key{suggest(key, fields)}; allowed keys: {', '.join(fields)}"
 

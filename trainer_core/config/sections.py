@@ -9,7 +9,7 @@ Each section is a dataclass that validates itself in ``__post_init__`` and raise
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from trainer_core.config.loader import ConfigError
 from trainer_core.config.sizes import MODEL_SIZES, check_size
@@ -377,6 +377,13 @@ class EvalConfig:
 @dataclass
 class TrainConfig:
     """Everything one training run needs."""
+
+    FOREIGN_KEYS: ClassVar[dict[str, str]] = {
+        "ray": "this entry point trains without Ray; the ray section is read by "
+        "workflows/train.py: run that, or delete the section from the file"
+    }
+    """Sections of another entry point's config (train-tiny.yaml, a ladder run's config.yaml)
+    and what to do, named in the error instead of the allowed keys."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)

@@ -44,8 +44,9 @@ def preflight(job: LadderConfig, dry_run: bool = False, dir_key: str = "dir") ->
     kind = experiment_kind(vars(job))
     if found not in (None, kind):
         raise ConfigError(
-            f"dir: {str(out)!r} already holds a different experiment ({found}, see its "
-            f"experiment.yaml); this {kind} would mix its runs with that one's: pick another --dir"
+            f"{dir_key}: {str(out)!r} already holds a different experiment ({found}, see its "
+            f"experiment.yaml); this {kind} would mix its runs with that one's: pick another "
+            f"--{dir_key}"
         )
     return problems
 

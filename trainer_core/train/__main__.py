@@ -11,7 +11,6 @@ import os
 import sys
 
 from trainer_core.config.cli import exit_on_error, parse_command
-from trainer_core.config.decode import ConfigError
 from trainer_core.config.sections import TrainConfig
 from trainer_core.io.output_dir import check_output_dir
 from trainer_core.parallel.process_group import exit_rank, teardown
@@ -19,16 +18,7 @@ from trainer_core.train.build import build_trainer
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        parsed = parse_command(__doc__, TrainConfig, sys.argv[1:] if argv is None else argv)
-    except ConfigError as e:
-        if str(e).startswith("ray: unknown key"):
-            # train-tiny.yaml and a ladder run's config.yaml carry one: say where it belongs
-            raise ConfigError(
-                "ray: this entry point trains without Ray; the ray section is read by "
-                "workflows/train.py: run that, or delete the section from the file"
-            ) from None
-        raise
+    parsed = parse_command(__doc__, TrainConfig, sys.argv[1:] if argv is None else argv)
     if parsed is None:
         return 0
     cfg = parsed[1]

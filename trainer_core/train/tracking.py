@@ -2,22 +2,26 @@
 
 Offline by default: runs are written under ``<run_dir>/wandb`` and can be uploaded later with
 ``wandb sync <run_dir>/wandb/offline-run-*``. W&B writes to a local dir only, so a run dir on
-object storage gets its ``wandb/`` files from a node-local stage when the run ends. Online only when asked for (``tracking.mode:
-online``) and an API key is available. Only rank 0 logs. The logged config is the resolved
+object storage gets its ``wandb/`` files from a node-local stage, uploaded before each checkpoint
+and when the loop ends. Online only when asked for (``tracking.mode: online``) and an API key is
+available. Only rank 0 logs. The logged config is the resolved
 TrainConfig, which holds no secrets (W&B reads its key from the environment / netrc).
 ``wandb`` (2 s to import) is imported when a tracked run starts, never by untracked ones.
 
 A resumed run continues its W&B run (the id: the run dir and its first start) and logs only the
 steps past those it logged before (``LOGGED_STEP``): steps replayed after a resume from a
 checkpoint keep the values first logged (the same losses; ``metrics.jsonl`` holds the replay's
-throughput), so W&B's steps only increase.
+throughput), so W&B's steps only increase. After a kill, the rows W&B's service had not yet
+written to its file (seconds of them) are missing there: ``metrics.jsonl`` is the record.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +34,9 @@ from trainer_core.io.storage import Location
 from trainer_core.train.callbacks import BaseCallback
 
 LOGGED_STEP = "rayladder-logged-step"
-"""In W&B's dir: the last step this run logged to W&B, over all of its starts."""
+"""In W&B's dir: "<W&B run id> <step>", the last step that run logged, over all of its starts."""
+
+log = logging.getLogger(__name__)
 
 
 class WandbCallback(BaseCallback):
@@ -39,6 +45,7 @@ class WandbCallback(BaseCallback):
         self.run = None
         self.local_dir: Path | None = None
         self.marker: Path | None = None
+        self.run_id = ""
         self.logged_step = 0
 
     def on_start(self, info: dict[str, Any]) -> None:
@@ -58,12 +65,25 @@ class WandbCallback(BaseCallback):
             print("[wandb] no API key found: logging offline (sync later with `wandb sync`)")
             mode = "offline"
         wandb_root = Path(self.local_dir or run_dir)
+        run_id = _run_id(run_dir)
+        self.marker = wandb_root / "wandb" / LOGGED_STEP
+        here = _read_marker(self.marker.read_text() if self.marker.is_file() else "")
+        if self.local_dir is not None and here[0] not in ("", run_id):
+            # the node's stage of an earlier run at this URL (deleted and reused since): its
+            # files would be uploaded into this run's dir and its marker skip this run's steps
+            shutil.rmtree(self.local_dir / "wandb")
+        uploaded = storage.join(run_dir, "wandb", LOGGED_STEP)
+        there = ("", 0)
+        if self.local_dir is not None and storage.is_file(uploaded):
+            there = _read_marker(storage.read_text(uploaded))  # this run's rank 0 on another node
+        self.logged_step = max((step for i, step in (here, there) if i == run_id), default=0)
+        self.run_id = run_id
         self.run = wandb.init(
             project=t.project,
             entity=t.entity or None,
             group=t.group or None,
             name=t.name or self.info.name,
-            id=_run_id(run_dir),
+            id=run_id,
             resume="allow",
             tags=t.tags or None,
             dir=str(wandb_root),
@@ -71,25 +91,23 @@ class WandbCallback(BaseCallback):
             config={**to_dict(self.cfg), "run_info": self.info.__dict__},
             settings=wandb.Settings(console="off", silent=True, x_disable_stats=True),
         )
-        self.marker = wandb_root / "wandb" / LOGGED_STEP
-        # a run dir on object storage resumed on another node has no local stage: read it back
-        uploaded = storage.join(run_dir, "wandb", LOGGED_STEP)
-        if self.marker.is_file():
-            self.logged_step = int(self.marker.read_text())
-        elif self.local_dir is not None and storage.is_file(uploaded):
-            self.logged_step = int(storage.read_text(uploaded))
 
     def on_log(self, step: int, metrics: dict[str, float]) -> None:
         if self.run is not None and step > self.logged_step:
             self.run.log(metrics, step=step, commit=True)
             self.logged_step = step
-            self.marker.write_text(str(step))
+            storage.write_atomic(self.marker, f"{self.run_id} {step}")
 
     def flush(self) -> None:
-        """Before each checkpoint: a run dir on object storage gets W&B's files as they are
-        (a run killed, stopped early or diverged never reaches ``on_end``)."""
+        """Before each checkpoint and when the loop ends, however it ends: a run dir on object
+        storage gets W&B's files as they are (a run killed, stopped early or diverged never
+        reaches ``on_end``). A failed upload is logged, not raised: it must not replace the
+        error the loop is ending with, and ``metrics.jsonl`` holds every row."""
         if self.run is not None and self.local_dir is not None:
-            self._upload()
+            try:
+                self._upload()
+            except OSError as e:
+                log.warning("W&B files not uploaded to %s: %s", self.cfg.trainer.run_dir, e)
 
     def _upload(self) -> None:
         run_dir = self.cfg.trainer.run_dir
@@ -116,6 +134,14 @@ def _run_id(run_dir: Location) -> str:
     groups = worker_groups(run_dir)
     first = f"{groups[0].time!r}" if groups else ""
     return hashlib.sha1(f"{run_dir}@{first}".encode()).hexdigest()[:16]
+
+
+def _read_marker(text: str) -> tuple[str, int]:
+    """(run id, step) of a :data:`LOGGED_STEP` file; ("", 0) for none or a torn one."""
+    parts = text.split()
+    if len(parts) == 2 and parts[1].isdigit():
+        return parts[0], int(parts[1])
+    return "", 0
 
 
 def _has_netrc_key() -> bool:

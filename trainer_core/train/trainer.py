@@ -271,7 +271,9 @@ class Trainer:
                 self.last_metrics.update(metrics)
                 self._emit("on_log", self.step, metrics)
                 if save != "none":
-                    self._emit("flush")
+                    # what callbacks send out before a checkpoint (a bucket's uploads) is
+                    # checkpoint time, not step time
+                    self._timed(window, "checkpoint_s", self._emit, "flush")
                     self._timed(
                         window, "checkpoint_s", self._checkpoint, save == "permanent", metrics, lr
                     )

@@ -199,3 +199,4 @@ def test_one_size_gets_its_tables_and_no_fits(tmp_path):
         "scaling-law fits: annealed points of one size (s1); the fits need >= 2 sizes"
     ]
     assert "compute-optimal" not in text.getvalue() and report.chinchilla is None
+    assert [p.name for p in report.plots] == ["loss_vs_compute.png", "loss_curves.png"]

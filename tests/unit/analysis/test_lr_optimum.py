@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from drawn import close
 from matplotlib.collections import PathCollection
 from matplotlib.colors import to_rgba
 
@@ -77,12 +78,6 @@ def test_trials_are_compared_at_their_common_step(asha_sweep: Path, tmp_path: Pa
     assert "at step 20" in str(best)
     png = plot_lr_sweep(table, {"1M": best}, tmp_path / "sweep.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
-
-
-def close(a, b) -> bool:
-    """Equal as drawn: the plot must show the very numbers computed from its inputs."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    return a.shape == b.shape and np.allclose(a, b, rtol=1e-9, atol=0)
 
 
 def test_the_sweep_plot_shows_the_common_step(asha_sweep: Path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from drawn import close
 from matplotlib.axes import Axes
 from matplotlib.collections import PathCollection
 from matplotlib.colors import to_rgba
@@ -50,12 +51,6 @@ def test_plots_write_pngs(ladder_dir: Path, sweep_dir: Path, tmp_path: Path):
         plot_lr_vs_size(n, lrs, fit_lr_power_law(n, lrs), tmp_path / "sub" / "lr_n.png"),
     ]
     assert all(is_png(p) for p in paths)
-
-
-def close(a, b) -> bool:
-    """Equal as drawn: the plot must show the very numbers computed from its inputs."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    return a.shape == b.shape and np.allclose(a, b, rtol=1e-9, atol=0)
 
 
 def line(ax: Axes, label: str) -> tuple[np.ndarray, np.ndarray]:

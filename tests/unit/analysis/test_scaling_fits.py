@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from drawn import close
 from scripts import load_script
 
 from trainer_core.analysis import (
@@ -98,12 +99,6 @@ def test_isoflop_recovers_compute_optimal_exponent(noisy: pd.DataFrame, tmp_path
     assert isoflop_flags(fit) == []
     png = plot_isoflops(fit, LAW, tmp_path / "iso.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
-
-
-def close(a, b) -> bool:
-    """Equal as drawn: the plot must show the very numbers computed from its inputs."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    return a.shape == b.shape and np.allclose(a, b, rtol=1e-9, atol=0)
 
 
 def test_isoflop_plot_draws_each_budgets_parabola_through_its_points(noisy: pd.DataFrame):

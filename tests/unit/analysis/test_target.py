@@ -48,6 +48,9 @@ def test_target_table_by_hand():
     batch, blo, bhi = col.batch
     assert batch == pytest.approx(1e6, rel=1e-3) and blo < 1e6 < bhi
     assert col.flops == pytest.approx(6e20)
+    # laws fitted, but no column with an N_opt and D_opt to read them at
+    bare = target_answer(C, device_cost("cpu"), laws=laws, hparam_source="/s")
+    assert "lr*, B*: the laws of /s, but no column has the N_opt and D_opt" in bare.footer()[1]
     # 6e20 FLOPs / (989e12 FLOP/s x 0.5) = 1,213,347 s = 337.04 h
     assert col.device_hours == pytest.approx(337.04, rel=1e-4)
     text = str(answer)

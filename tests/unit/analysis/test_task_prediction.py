@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from drawn import close
 from matplotlib.collections import Collection
 
 from trainer_core.analysis.ladder_table import read_ladder_table
@@ -244,12 +245,6 @@ def test_two_panel_plot_is_written(law, points, tmp_path):
     pred = law.predict(n, d, "7B", float(TRUTH.loss(n, d)), float(TRUTH.acc(n, d)))
     path = plot_task_prediction(law, points, [pred], tmp_path / "synth.png")
     assert path.stat().st_size > 10_000
-
-
-def close(a, b) -> bool:
-    """Equal as drawn: the plot must show the very numbers computed from its inputs."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    return a.shape == b.shape and np.allclose(a, b, rtol=1e-9, atol=0)
 
 
 def drawn_at(artists, xy) -> list:

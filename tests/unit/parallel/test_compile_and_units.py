@@ -63,8 +63,10 @@ def test_the_lm_head_and_its_loss_compile_into_one_graph(compile_with):
     (bf16 logits upcast inside it), and inductor's code for it gives eager's loss and gradients.
 
     Inductor keeps a fused kernel's bf16 intermediates in fp32 (up to 1.6e-2 off eager's here);
-    emulating eager's casts leaves only fp32 round-off (below 1e-6), so a tolerance of 1e-4
-    sees any real difference."""
+    emulating eager's casts leaves only fp32 round-off (below 1e-6). The gradient is compared
+    by the norm of its difference: fp32 sums taken in another order on another CPU can flip one
+    element's bf16 rounding (4e-3 on that element), while code that computes otherwise moves
+    the whole matrix (without the emulation: 48% of the elements, a relative norm of 3e-3)."""
     import torch._inductor.config as inductor
 
     graphs = compile_with("inductor").graphs
@@ -89,8 +91,9 @@ def test_the_lm_head_and_its_loss_compile_into_one_graph(compile_with):
     head_graphs = [g for g in ops if any("cross_entropy" in op for op in g)]
     assert len(graphs) == 2 and len(head_graphs) == 1  # one block graph, one head graph
     assert any("linear" in op for op in head_graphs[0]) and "float" in head_graphs[0]
-    for got, want in zip(results[1], results[0], strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    (ce, z, grad), (ce_eager, z_eager, grad_eager) = results
+    torch.testing.assert_close((ce, z), (ce_eager, z_eager), rtol=1e-4, atol=1e-5)
+    assert torch.linalg.norm(grad - grad_eager) < 1e-4 * torch.linalg.norm(grad_eager)
 
 
 class Breaks(nn.Module):

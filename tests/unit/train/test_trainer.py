@@ -445,14 +445,17 @@ class FakeClock:
 
 
 class SlowCheckpoint(BaseCallback):
-    """Makes every checkpoint take ``seconds`` on the clock (its own commit hook, like a slow
-    disk)."""
+    """Makes every checkpoint take ``seconds`` on the clock: half in the flush before it (a
+    bucket's uploads), half in its commit hook (a slow disk)."""
 
     def __init__(self, clock: FakeClock, seconds: float):
         self.clock, self.seconds = clock, seconds
 
+    def flush(self) -> None:
+        self.clock.advance(self.seconds / 2)
+
     def on_checkpoint(self, step, path, permanent) -> None:
-        self.clock.advance(self.seconds)
+        self.clock.advance(self.seconds / 2)
 
 
 def test_step_throughput_leaves_out_eval_and_checkpoint_time(tmp_path, tiny_config):
