@@ -104,8 +104,10 @@ def test_analysis_reads_an_experiment_from_s3(s3_server, tmp_path, run_script, p
     code, out, err = run_script("workflows/analyze.py", f"{url}/runs/s1", "--bootstrap", "5")
     assert code == 0, err
     assert "1 runs" in out
-    plots = s3fs.S3FileSystem().ls(f"{url}/runs/s1/analysis")
-    assert plots and all(p.endswith(".png") for p in plots)
+    written = {p.rsplit("/", 1)[1] for p in s3fs.S3FileSystem().ls(f"{url}/runs/s1/analysis")}
+    assert written == {"loss_vs_compute.png", "loss_curves.png", "report.txt"}
+    report = s3fs.S3FileSystem().cat(f"{url}/runs/s1/analysis/report.txt").decode()
+    assert report.startswith("ladder s1: 1 runs") and "the fits need >= 2 sizes" in report
 
 
 def test_credentials_reach_no_log_config_dump_or_run_dir(
