@@ -141,6 +141,7 @@ def build_trainer(
         rank=dist_info.rank,
         world_size=dist_info.world_size,
         peak_flops=peak_flops(device, cfg.trainer.peak_flops_per_device),
+        peak_measured=device.type == "cpu" and not cfg.trainer.peak_flops_per_device,
         callbacks=callbacks,
         placement=placement,
         task_evaluator=task_evaluator,

@@ -122,18 +122,22 @@ class Trainer:
         rank: int = 0,
         world_size: int = 1,
         peak_flops: float = 1.0,
+        peak_measured: bool = False,
         callbacks: list[Callback] | None = None,
         placement: dict[str, str] | None = None,
         task_evaluator: TaskEvaluator | None = None,
     ):
         """``placement``: where this rank runs as its launcher knows it (the Ray worker passes
         its node id), recorded in run.json beside the host name. ``task_evaluator``: the
-        downstream tasks scored at every eval, beside the held-out loss."""
+        downstream tasks scored at every eval, beside the held-out loss. ``peak_measured``:
+        ``peak_flops`` is a CPU's matmul speed measured at the start, which a neighbour's load
+        then can have lowered; a window that outruns it raises it (MFU stays <= 100%)."""
         self.cfg, self.module, self.info = cfg, module, info
         self.placement = placement or {}
         self.workers: list[WorkerGroup] = []
         self.train_batches, self.eval_batches_data = train_batches, eval_batches
         self.rank, self.world_size, self.peak_flops = rank, world_size, peak_flops
+        self.peak_measured = peak_measured
         self.callbacks = callbacks or []
         self.task_evaluator = task_evaluator
         self.run_dir = cfg.trainer.run_location
@@ -364,6 +368,8 @@ class Trainer:
         flops_per_s = tokens_per_s * self.info.flops_per_token
         z_loss = {"train/z_loss": z / tokens} if self.module.cfg.z_loss_multiplier else {}
         task_s = {"time/task_eval_s": window.task_eval_s} if self.task_evaluator else {}
+        if self.peak_measured:
+            self.peak_flops = max(self.peak_flops, flops_per_s / self.world_size)
         return {
             "train/loss": ce / tokens,
             "train/loss_last": last_ce / last_tokens,

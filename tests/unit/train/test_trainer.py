@@ -476,6 +476,8 @@ def test_step_throughput_leaves_out_eval_and_checkpoint_time(tmp_path, tiny_conf
         extra_callbacks=[SlowCheckpoint(clock, checkpoint_s)],
     )
     trainer.clock = clock
+    assert trainer.peak_measured  # a CPU run: its peak is a measured matmul speed
+    measured_low = trainer.peak_flops = 0.5 * (1024 / 0.5) * trainer.info.flops_per_token
     batches, evaluate = trainer.train_batches, trainer.evaluate
 
     def slow_batches(start_step):
@@ -499,6 +501,10 @@ def test_step_throughput_leaves_out_eval_and_checkpoint_time(tmp_path, tiny_conf
     window_tokens = 2 * trainer.info.global_batch_tokens
     for r in logged:
         assert r["throughput/tokens_per_s"] == pytest.approx(window_tokens / (2 * step_s), rel=1e-9)
+    # a peak measured at half the loop's speed (a neighbour's load at the start) is raised by the
+    # first window that outruns it: MFU reads 100%, not 200%
+    assert window_tokens == 1024 and trainer.peak_flops == 2 * measured_low
+    assert [r["throughput/mfu"] for r in logged] == pytest.approx([1.0] * 3, rel=1e-9)
     # the z-loss is logged as a token mean beside the loss, far smaller at this multiplier
     assert all(0 < r["train/z_loss"] < 1e-2 * r["train/loss"] for r in logged)
 
