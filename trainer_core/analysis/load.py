@@ -28,6 +28,7 @@ from trainer_core.io.run_dir import (
     RUN_JSON,
     RUNS,
     TUNE,
+    WIDEN,
     metrics_path,
     metrics_step_files,
     recorded_experiment_kind,
@@ -180,25 +181,44 @@ class ExperimentResults:
                 pts = at
         return pts.reset_index(drop=True)
 
-    def result_grid(self):
-        """The Ray Tune ResultGrid from ``<exp_dir>/tune`` (optional: needs Ray installed).
+    def result_grid(self, tune_name: str = TUNE):
+        """The Ray Tune ResultGrid of one Tune experiment (optional: needs Ray installed):
+        ``<exp_dir>/tune``, the ladder's or a sweep's first round (its widening rounds are
+        ``tune-widen<k>``: :meth:`result_grids` has them all).
 
         Read-only: built from Tune's saved experiment state, so no trainable or Ray cluster is
-        needed; best result = lowest ``eval/loss``.
+        needed; best result = lowest ``eval/loss``. A trial's name (``config/trial/name``) is
+        its run's ``trial`` in :attr:`runs`; its checkpoints are the run's own (``checkpoints``
+        here), not Tune's, so ``Result.checkpoint`` is None.
         """
-        tune_dir = storage.join(self.path, TUNE)
+        tune_dir = storage.join(self.path, tune_name)
         if not storage.is_dir(tune_dir):
-            raise AnalysisError(
-                f"{tune_dir}: no Tune experiment here (only Tune-run experiments have one)"
+            where = (
+                "this is a run dir: the Tune state is in its experiment's dir, two levels up"
+                if storage.is_file(run_json_path(self.path))
+                else "only Tune-run experiments have one"
             )
+            raise AnalysisError(f"{tune_dir}: no Tune experiment here ({where})")
         try:
             from ray import tune
         except ImportError:
             raise AnalysisError("result_grid() needs Ray: pip install 'ray[tune]'") from None
+        if not any(n.startswith("experiment_state") for n in storage.entries(tune_dir)):
+            raise AnalysisError(
+                f"{tune_dir}: no experiment_state file (a launch stopped before Tune saved its "
+                "state); the runs' own records are in runs/"
+            )
         analysis = tune.ExperimentAnalysis(
             str(tune_dir), default_metric="eval/loss", default_mode="min"
         )
         return tune.ResultGrid(analysis)
+
+    def result_grids(self) -> dict:
+        """Every Tune experiment of the dir by name, in order: ``tune``, then an LR sweep's
+        widening rounds ``tune-widen1``, ``tune-widen2``, ..."""
+        names = [n for n in storage.entries(self.path) if n == TUNE or n.startswith(WIDEN)]
+        names.sort(key=lambda n: (n != TUNE, len(n), n))  # tune, tune-widen1, ..., tune-widen10
+        return {name: self.result_grid(name) for name in names}
 
 
 def load(exp_dir: str | Path) -> ExperimentResults:
@@ -302,6 +322,8 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     for key, value in (record.get("tags") or {}).items():
         run[f"tag_{key}"] = value
     run["dir"] = str(run_dir)
+    run["trial"] = run_dir.name
+    """The Tune trial's name (``config/trial/name`` in a ResultGrid): the key to join on."""
     return run
 
 

@@ -44,6 +44,8 @@ EXPERIMENT = "experiment.yaml"
 PLAN = "plan.json"
 RUNS = "runs"
 TUNE = "tune"
+WIDEN = "tune-widen"
+"""An LR sweep's k-th widening round keeps its Tune state in ``tune-widen<k>``."""
 
 METRICS_STEP = re.compile(r"^metrics_step(\d+)\.json$")
 """A ``metrics_step{N}.json`` file name; group 1 is N."""

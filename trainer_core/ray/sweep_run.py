@@ -17,6 +17,7 @@ import pandas as pd
 
 from trainer_core.config.loader import ConfigError
 from trainer_core.io import storage
+from trainer_core.io.run_dir import WIDEN
 from trainer_core.io.storage import Location
 from trainer_core.ladder.plan import named_run
 from trainer_core.ladder.record import write_experiment_record
@@ -213,7 +214,7 @@ def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool) -> lis
         print(f"widening the grid, round {round_}: a best trial at an edge; adding {added}")
         check_unchanged_runs(specs)
         settings = TuneSettings(
-            scheduler=early_stopper(job, specs), max_concurrent=at_once, name=f"tune-widen{round_}"
+            scheduler=early_stopper(job, specs), max_concurrent=at_once, name=f"{WIDEN}{round_}"
         )
         done.append(run_trials(specs, exp_dir, settings, resume))
     return done

@@ -116,8 +116,13 @@ def test_bad_metrics_line_names_file_and_line(tmp_path: Path):
 
 
 def test_result_grid_needs_a_tune_dir(ladder_dir: Path):
-    with pytest.raises(AnalysisError, match="no Tune experiment"):
+    with pytest.raises(AnalysisError, match="no Tune experiment here \\(only Tune-run"):
         load(ladder_dir).result_grid()
+    with pytest.raises(AnalysisError, match="this is a run dir: the Tune state is in its exp"):
+        load(ladder_dir / "runs" / "s1").result_grid()
+    # a run's trial is its run dir's name, the Tune trial's (config/trial/name): the join key
+    res = load(ladder_dir)
+    assert list(res.runs["trial"]) == [Path(d).name for d in res.runs["dir"]]
 
 
 @pytest.mark.ray
@@ -136,6 +141,20 @@ def test_result_grid_reads_tune_storage(ray_session, tmp_path: Path):
     ).fit()
     grid = load(root).result_grid()
     assert len(grid) == 2 and grid.get_best_result().metrics["eval/loss"] == 2.0
+
+    # an LR sweep's widening round is a Tune experiment of its own: result_grids has them all
+    tune.Tuner(
+        report_x,
+        param_space={"x": tune.grid_search([1])},
+        run_config=tune.RunConfig(name="tune-widen1", storage_path=str(root), verbose=0),
+    ).fit()
+    grids = load(root).result_grids()
+    assert list(grids) == ["tune", "tune-widen1"]
+    assert [len(g) for g in grids.values()] == [2, 1]
+    assert grids["tune-widen1"].get_best_result().metrics["eval/loss"] == 1.0
+    (root / "tune-widen2").mkdir()  # a launch stopped before Tune saved its state
+    with pytest.raises(AnalysisError, match="tune-widen2: no experiment_state file"):
+        load(root).result_grids()
 
 
 # -- fits ----------------------------------------------------------------------------------------
