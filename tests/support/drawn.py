@@ -3,9 +3,51 @@
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.collections import PathCollection
+from matplotlib.colors import to_rgba
+from matplotlib.container import ErrorbarContainer
+from matplotlib.lines import Line2D
 
 
 def close(a, b) -> bool:
     """Equal as drawn: the plot must show the very numbers computed from its inputs."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     return a.shape == b.shape and np.allclose(a, b, rtol=1e-9, atol=0)
+
+
+def line(ax: Axes, label: str) -> tuple[np.ndarray, np.ndarray]:
+    """The x and y of the one line whose legend label starts with ``label``."""
+    found = [ln for ln in ax.lines if ln.get_label().startswith(label)]
+    assert len(found) == 1, f"{len(found)} lines labelled {label!r}"
+    return np.asarray(found[0].get_xdata(), dtype=float), np.asarray(found[0].get_ydata(), float)
+
+
+def through(ax: Axes, x, y, color=None) -> Line2D:
+    """The one line drawn through exactly the points (x, y), in ``color`` where given: found by
+    its data, so an unlabelled curve is checked without leaning on draw order."""
+    xy = np.column_stack([np.asarray(x, dtype=float), np.asarray(y, dtype=float)])
+    found = [
+        ln
+        for ln in ax.lines
+        if close(ln.get_xydata(), xy)
+        and (color is None or close(to_rgba(ln.get_color()), to_rgba(color)))
+    ]
+    assert len(found) == 1, f"{len(found)} lines through {xy.tolist()} in {color}"
+    return found[0]
+
+
+def scatter(ax: Axes, xy) -> PathCollection:
+    """The one scatter drawn at exactly the points ``xy``: found by position, not draw order."""
+    found = [
+        c for c in ax.collections if isinstance(c, PathCollection) and close(c.get_offsets(), xy)
+    ]
+    assert len(found) == 1, f"{len(found)} scatters at {np.asarray(xy).tolist()}"
+    return found[0]
+
+
+def errorbar(ax: Axes, x: float, y: float) -> ErrorbarContainer:
+    """The one error bar whose marker sits at (x, y)."""
+    found = [c for c in ax.containers if close(c[0].get_xydata(), [[x, y]])]
+    assert len(found) == 1, f"{len(found)} error bars at ({x}, {y})"
+    return found[0]

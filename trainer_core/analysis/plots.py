@@ -33,6 +33,11 @@ def save(fig: Figure, path: str | Path) -> Path:
 
 
 def plot_loss_curves(results: ExperimentResults, path: str | Path, which: str = "both") -> Path:
+    """Write :func:`loss_curves_figure` to a PNG at ``path``."""
+    return save(loss_curves_figure(results, which), path)
+
+
+def loss_curves_figure(results: ExperimentResults, which: str = "both") -> Figure:
     """Eval (markers) and/or train (thin lines) loss vs tokens, one colour per size, log x."""
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
@@ -65,7 +70,7 @@ def plot_loss_curves(results: ExperimentResults, path: str | Path, which: str = 
     if labelled:
         ax.legend(title="size", fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    return save(fig, path)
+    return fig
 
 
 def plot_lr_sweep(

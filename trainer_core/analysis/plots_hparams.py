@@ -1,7 +1,8 @@
 """PNG plots of the hyperparameter laws: the sweep per (N, D) cell with its fitted optimum, LR*
 against N and against D with the law, B* against D.
 
-Figures are ``matplotlib.figure.Figure`` objects (no pyplot), as in ``plots.py``.
+Figures are ``matplotlib.figure.Figure`` objects (no pyplot), as in ``plots.py``: a ``plot_*``
+function saves the Figure its ``*_figure`` twin builds, so tests check what is drawn.
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ LABEL = {"lr": "peak learning rate", "batch": "batch size (tokens)"}
 def plot_cell_sweeps(
     df: pd.DataFrame, cells: list[CellOptimum], path: str | Path, param: Param = "lr"
 ) -> Path:
+    """Write :func:`cell_sweeps_figure` to a PNG at ``path``."""
+    return save(cell_sweeps_figure(df, cells, param), path)
+
+
+def cell_sweeps_figure(df: pd.DataFrame, cells: list[CellOptimum], param: Param = "lr") -> Figure:
     """Loss against ``param`` (log x), one panel per N and one colour per D: the lowest loss at
     each value (over the other hyperparameter), the fitted optimum as a star with its 95%
     interval; an optimum at the grid's edge as a hollow star. The y range stops 6% above the
@@ -62,7 +68,7 @@ def plot_cell_sweeps(
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
     axes[0].set_ylabel("loss (lowest over the other hyperparameter)")
-    return save(fig, path)
+    return fig
 
 
 def _errors(cells: list[CellOptimum]) -> np.ndarray:
@@ -71,6 +77,11 @@ def _errors(cells: list[CellOptimum]) -> np.ndarray:
 
 
 def plot_hparam_law(law: HparamLawFit, path: str | Path, x: str = "N") -> Path:
+    """Write :func:`hparam_law_figure` to a PNG at ``path``."""
+    return save(hparam_law_figure(law, x), path)
+
+
+def hparam_law_figure(law: HparamLawFit, x: str = "N") -> Figure:
     """Cell optima against ``x`` ("N" or "D", log-log) with their 95% intervals, one colour per
     value of the other variable, and the law: one dashed line per value of the other when the
     law depends on it, else a single line with its 95% band. Cells excluded from the fit (optimum
@@ -113,7 +124,7 @@ def plot_hparam_law(law: HparamLawFit, path: str | Path, x: str = "N") -> Path:
     ax.set_title(f"{SYMBOL[law.param]} = {law.c:.3g} {exps}  (hollow: not bracketed)", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
-    return save(fig, path)
+    return fig
 
 
 def _line(

@@ -8,10 +8,23 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from drawn import close, errorbar, scatter, through
+from matplotlib.collections import PolyCollection
+from matplotlib.colors import to_rgba
 
 from trainer_core.analysis.hparam_heldout import held_out_check, leave_one_out
-from trainer_core.analysis.hparam_laws import cell_optima, fit_hparam_law, fit_hparam_laws
+from trainer_core.analysis.hparam_laws import (
+    HparamLaws,
+    cell_optima,
+    fit_hparam_law,
+    fit_hparam_laws,
+)
 from trainer_core.analysis.load import AnalysisError
+from trainer_core.analysis.plots_hparams import (
+    cell_sweeps_figure,
+    hparam_law_figure,
+    plot_hparam_laws,
+)
 from trainer_core.analysis.synthetic_sweep import (
     RATIOS,
     SIZES,
@@ -191,14 +204,20 @@ def test_a_size_or_horizon_that_is_not_positive_is_refused_by_name(column, value
         fit_hparam_laws(df)
 
 
-def test_plots_of_the_laws_are_written(tmp_path):
-    from trainer_core.analysis.plots_hparams import plot_hparam_laws
-
+@pytest.fixture(scope="module")
+def small_sweep() -> tuple[pd.DataFrame, HparamLaws]:
+    """Four bracketed cells and one whose LR optimum is beyond the grid, with both laws fitted."""
     df = sweep(cells=[(n, n * r) for n in SIZES[:2] for r in RATIOS[:2]], n_lr=5, n_batch=3)
     edge = sweep(cells=[(2e8, 4e9)], lr_shift={(2e8, 4e9): 0.1})
     df = pd.concat([df, edge], ignore_index=True)
     laws = fit_hparam_laws(df, n_bootstrap=50)
     assert len(laws.lr.excluded) == 1, "the edge cell is drawn hollow, not fitted"
+    assert laws.batch is not None
+    return df, laws
+
+
+def test_plots_of_the_laws_are_written(small_sweep, tmp_path):
+    df, laws = small_sweep
     paths = plot_hparam_laws(df, laws.lr, laws.batch, tmp_path)
     assert [p.name for p in paths] == [
         "hparam_lr_cells.png",
@@ -208,6 +227,94 @@ def test_plots_of_the_laws_are_written(tmp_path):
         "hparam_batch_vs_D.png",
     ]
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths)
+
+
+@pytest.mark.parametrize("param", ["lr", "batch"])
+def test_cell_sweeps_draw_each_cells_lowest_losses_and_optimum(small_sweep, param):
+    """Per N a panel, per D the lowest loss at each value (a stopped trial's loss left out) and
+    the optimum as a star with its interval, hollow where not bracketed."""
+    df, laws = small_sweep
+    law = getattr(laws, param)
+    cells = law.cells + law.excluded
+    stopped = df.iloc[::4].assign(loss=0.0, stopped=True)
+    fig = cell_sweeps_figure(pd.concat([df, stopped], ignore_index=True), cells, param)
+    sizes = sorted({c.N for c in cells})
+    assert len(fig.axes) == len(sizes)
+    for ax, n in zip(fig.axes, sizes, strict=True):
+        assert ax.get_title() == f"N = {n:.3g}" and ax.get_xscale() == "log"
+        mine = sorted((c for c in cells if n == c.N), key=lambda c: c.D)
+        for c in mine:
+            star = errorbar(ax, c.value, c.loss)
+            assert star[0].get_marker() == "*" and star.get_label() == f"D={c.D:.3g}"
+            hollow = to_rgba(star[0].get_markerfacecolor()) == to_rgba("white")
+            assert hollow == c.at_edge, c.label
+            low = c.low if c.low > 0 else c.value
+            high = c.high if math.isfinite(c.high) else c.value
+            assert close(star[2][0].get_segments(), [[[low, c.loss], [high, c.loss]]])
+            best = df[(df["N"] == n) & (df["D"] == c.D)].groupby(param)["loss"].min()
+            through(ax, best.index, best.to_numpy(), star[0].get_color())
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == [f"D={c.D:.3g}" for c in mine]
+        optima = [c.loss for c in mine]
+        bottom, top = min(optima), max(optima)
+        assert close(ax.get_ylim(), [bottom - 0.01 * abs(bottom), top + 0.06 * abs(top)])
+    assert any(c.at_edge for c in cells) == (param == "lr"), "a hollow star is checked for LR"
+
+
+@pytest.mark.parametrize(
+    "param, x, per_value", [("lr", "N", True), ("lr", "D", True), ("batch", "D", False)]
+)
+def test_law_plot_draws_the_optima_and_the_laws_predictions(small_sweep, param, x, per_value):
+    """Optima with their intervals per value of the other variable, hollow where excluded, and
+    the law's prediction along ``x``: a line per value of the other variable where the law
+    depends on it (LR*), else one line with its 95% band (B*, a law of D alone)."""
+    law = getattr(small_sweep[1], param)
+    other = "D" if x == "N" else "N"
+    assert (other in law.terms) == per_value
+
+    def predict(along: np.ndarray, fixed: float) -> np.ndarray:
+        """(value, low, high) per point along ``x`` at ``fixed`` of the other variable."""
+        return np.array([law.predict(*((v, fixed) if x == "N" else (fixed, v))) for v in along])
+
+    ax = hparam_law_figure(law, x).axes[0]
+    assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
+    cells = law.cells + law.excluded
+    groups = sorted({getattr(c, other) for c in cells})
+    dashed = [ln for ln in ax.lines if ln.get_linestyle() == "--"]
+    assert len(dashed) == (len(groups) if per_value else 1)
+    named = []
+    for value in groups:
+        fitted = [c for c in law.cells if getattr(c, other) == value]
+        edge = [c for c in law.excluded if getattr(c, other) == value]
+        if fitted:
+            named.append(f"{other}={value:.3g}")
+            (bars,) = [b for b in ax.containers if b.get_label() == named[-1]]
+            assert close(bars[0].get_xydata(), [[getattr(c, x), c.value] for c in fitted])
+            intervals = [[[getattr(c, x), c.low], [getattr(c, x), c.high]] for c in fitted]
+            assert close(bars[2][0].get_segments(), intervals)
+            colour = bars[0].get_color()
+        if edge:
+            hollow = scatter(ax, [[getattr(c, x), c.value] for c in edge])
+            assert close(hollow.get_facecolors(), [to_rgba("white")])
+            colour = hollow.get_edgecolors()[0]
+        if per_value:
+            span = [getattr(c, x) for c in cells if getattr(c, other) == value]
+            (law_line,) = [
+                ln for ln in dashed if close(ln.get_ydata(), predict(ln.get_xdata(), value)[:, 0])
+            ]
+            assert close(to_rgba(law_line.get_color()), to_rgba(colour))
+            along = law_line.get_xdata()
+            assert along.min() < min(span) and along.max() > max(span)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == named
+    if not per_value:
+        (law_line,) = dashed
+        along = law_line.get_xdata()
+        assert along.min() < min(getattr(c, x) for c in cells)
+        assert along.max() > max(getattr(c, x) for c in cells)
+        at = predict(along, groups[0])
+        assert close(law_line.get_ydata(), at[:, 0])
+        (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
+        edges = np.vstack([np.column_stack([along, at[:, 1]]), np.column_stack([along, at[:, 2]])])
+        assert close(np.unique(band.get_paths()[0].vertices, axis=0), np.unique(edges, axis=0))
 
 
 def test_a_sweep_dir_reads_as_annealed_points_one_horizon_per_decay(tmp_path):

@@ -5,11 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from drawn import close
-from matplotlib.axes import Axes
-from matplotlib.collections import PathCollection
+import pytest
+from drawn import close, errorbar, line, scatter, through
 from matplotlib.colors import to_rgba
-from matplotlib.container import ErrorbarContainer
 from synthetic_experiments import (
     SWEEP_N,
     is_png,
@@ -28,7 +26,7 @@ from trainer_core.analysis import (
     plot_lr_sweep,
     plot_lr_vs_size,
 )
-from trainer_core.analysis.plots import lr_sweep_figure, lr_vs_size_figure
+from trainer_core.analysis.plots import loss_curves_figure, lr_sweep_figure, lr_vs_size_figure
 from trainer_core.analysis.plots_scaling import loss_vs_compute_figure
 from trainer_core.analysis.predict import LAW_CHINCHILLA, LAW_FRONTIER
 
@@ -53,27 +51,31 @@ def test_plots_write_pngs(ladder_dir: Path, sweep_dir: Path, tmp_path: Path):
     assert all(is_png(p) for p in paths)
 
 
-def line(ax: Axes, label: str) -> tuple[np.ndarray, np.ndarray]:
-    """The x and y of the one line whose legend label starts with ``label``."""
-    found = [ln for ln in ax.lines if ln.get_label().startswith(label)]
-    assert len(found) == 1, f"{len(found)} lines labelled {label!r}"
-    return np.asarray(found[0].get_xdata(), dtype=float), np.asarray(found[0].get_ydata(), float)
-
-
-def scatter(ax: Axes, xy) -> PathCollection:
-    """The one scatter drawn at exactly the points ``xy``: found by position, not draw order."""
-    found = [
-        c for c in ax.collections if isinstance(c, PathCollection) and close(c.get_offsets(), xy)
-    ]
-    assert len(found) == 1, f"{len(found)} scatters at {np.asarray(xy).tolist()}"
-    return found[0]
-
-
-def errorbar(ax: Axes, x: float, y: float) -> ErrorbarContainer:
-    """The one error bar whose marker sits at (x, y)."""
-    found = [c for c in ax.containers if close(c[0].get_xydata(), [[x, y]])]
-    assert len(found) == 1, f"{len(found)} error bars at ({x}, {y})"
-    return found[0]
+@pytest.mark.parametrize("which", ["both", "train", "eval"])
+def test_loss_curves_draw_each_runs_losses_by_tokens(sweep_dir: Path, which: str):
+    """The sweep has several runs per size, stopped ones with a single point and diverged ones
+    with no train loss: every run's curve, one colour per size, each size named once."""
+    res = load(sweep_dir)
+    ax = loss_curves_figure(res, which).axes[0]
+    assert ax.get_xscale() == "log"
+    sizes = list(res.runs.drop_duplicates("size")["size"])
+    named = [ln for ln in ax.lines if not ln.get_label().startswith("_")]
+    assert [ln.get_label() for ln in named] == sizes
+    colour = {ln.get_label(): to_rgba(ln.get_color()) for ln in named}
+    assert len(set(colour.values())) == len(sizes), "one colour per size"
+    legend = ax.get_legend()
+    assert legend.get_title().get_text() == "size"
+    assert [t.get_text() for t in legend.get_texts()] == sizes
+    kinds = {"train": ("train_loss", "None"), "eval": ("eval_loss", "o")}
+    curves = 0
+    for name, m in res.metrics.groupby("name"):
+        for loss, marker in (kinds[k] for k in kinds if which in (k, "both")):
+            run = m.dropna(subset=[loss])
+            if len(run):
+                curve = through(ax, run["tokens"], run[loss], colour[m["size"].iloc[0]])
+                assert curve.get_marker() == marker, (name, loss)
+                curves += 1
+    assert sum(len(ln.get_xdata()) > 0 for ln in ax.lines) == curves, "no other curve"
 
 
 def test_loss_vs_compute_draws_points_fit_and_held_out(ladder_dir: Path):
