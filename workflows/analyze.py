@@ -18,6 +18,7 @@ from trainer_core.config.arg_types import fraction, non_negative_int, positive_n
 from trainer_core.config.cli import exit_on_error
 from trainer_core.io import storage
 from trainer_core.io.output_dir import check_output_dir
+from trainer_core.io.run_dir import ANALYSIS
 
 
 def main() -> int:
@@ -60,7 +61,7 @@ def main() -> int:
         "task was scored with uncond contexts, else acc)",
     )
     args = parser.parse_args()
-    out = check_output_dir(args.out or storage.join(args.exp_dir, "analysis"), "--out")
+    out = check_output_dir(args.out or storage.join(args.exp_dir, ANALYSIS), "--out")
     target = TargetSettings(args.device, args.mfu, args.hparam_sweep)
     report_experiment(
         args.exp_dir,

@@ -19,6 +19,7 @@ from trainer_core.config.cli import DEMO_LADDER, exit_on_error, parse_command
 from trainer_core.config.loader import ConfigError
 from trainer_core.io import storage
 from trainer_core.io.output_dir import canonical_output, check_output_dir
+from trainer_core.io.run_dir import LR_SCHEDULE
 from trainer_core.io.storage import Location
 from trainer_core.ladder.config import device_counts
 from trainer_core.ladder.lr_feedback import sweep_rules
@@ -84,7 +85,7 @@ def schedule_plot_path(job: LadderJobConfig, dry_run: bool) -> Location:
     :func:`_dry_run_may_write` allows, else ``./<name>-lr_schedule.png``."""
     if dry_run and not _dry_run_may_write(job.exp_dir):
         return Path.cwd() / f"{job.name}-lr_schedule.png"
-    return storage.join(job.exp_dir, "lr_schedule.png")
+    return storage.join(job.exp_dir, LR_SCHEDULE)
 
 
 def _dry_run_may_write(exp_dir: Location) -> bool:

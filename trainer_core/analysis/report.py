@@ -20,10 +20,8 @@ from trainer_core.analysis.report_ladder import ladder_section
 from trainer_core.analysis.report_sweep import sweep_section
 from trainer_core.analysis.target import TargetSettings
 from trainer_core.io import storage
+from trainer_core.io.run_dir import ANALYSIS, REPORT_TEXT
 from trainer_core.io.storage import Location
-
-REPORT_TEXT = "report.txt"
-"""The printed report, written beside the plots."""
 
 
 def report_experiment(
@@ -48,7 +46,7 @@ def report_experiment(
     # No markup: run names and paths may contain [brackets]; long lines stay whole for grep.
     console = console or Console(width=120, markup=False, soft_wrap=True, record=True)
     results = load(exp_dir)
-    out = storage.canonical(out) if out else storage.join(results.path, "analysis")
+    out = storage.canonical(out) if out else storage.join(results.path, ANALYSIS)
     with tempfile.TemporaryDirectory(prefix="rayladder-plots-") as tmp:
         report = Report(results, Path(tmp) if storage.is_url(out) else Path(out))
         name = storage.name(results.path)

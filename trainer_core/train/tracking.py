@@ -29,12 +29,9 @@ from trainer_core.config.decode import ConfigError
 from trainer_core.config.loader import to_dict
 from trainer_core.config.sections import TrainConfig
 from trainer_core.io import storage
-from trainer_core.io.run_dir import worker_groups
+from trainer_core.io.run_dir import LOGGED_STEP, WANDB, worker_groups
 from trainer_core.io.storage import Location
 from trainer_core.train.callbacks import BaseCallback
-
-LOGGED_STEP = "rayladder-logged-step"
-"""In W&B's dir: "<W&B run id> <step>", the last step that run logged, over all of its starts."""
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +51,7 @@ class WandbCallback(BaseCallback):
         t = self.cfg.tracking
         run_dir = self.cfg.trainer.run_location
         self.local_dir = (
-            storage.upload_cache_dir(str(run_dir), "wandb") if storage.is_url(run_dir) else None
+            storage.upload_cache_dir(str(run_dir), WANDB) if storage.is_url(run_dir) else None
         )
         if wandb.run is not None:
             # A process that trains runs one after another (a reused Tune trial) may still hold
@@ -66,13 +63,13 @@ class WandbCallback(BaseCallback):
             mode = "offline"
         wandb_root = Path(self.local_dir or run_dir)
         run_id = _run_id(run_dir)
-        self.marker = wandb_root / "wandb" / LOGGED_STEP
+        self.marker = wandb_root / WANDB / LOGGED_STEP
         here = _read_marker(self.marker.read_text() if self.marker.is_file() else "")
         if self.local_dir is not None and here[0] not in ("", run_id):
             # the node's stage of an earlier run at this URL (deleted and reused since): its
             # files would be uploaded into this run's dir and its marker skip this run's steps
-            shutil.rmtree(self.local_dir / "wandb")
-        uploaded = storage.join(run_dir, "wandb", LOGGED_STEP)
+            shutil.rmtree(self.local_dir / WANDB)
+        uploaded = storage.join(run_dir, WANDB, LOGGED_STEP)
         there = ("", 0)
         if self.local_dir is not None and storage.is_file(uploaded):
             there = _read_marker(storage.read_text(uploaded))  # this run's rank 0 on another node
@@ -111,7 +108,7 @@ class WandbCallback(BaseCallback):
 
     def _upload(self) -> None:
         run_dir = self.cfg.trainer.run_dir
-        storage.upload_dir(self.local_dir / "wandb", storage.join(run_dir, "wandb"))
+        storage.upload_dir(self.local_dir / WANDB, storage.join(run_dir, WANDB))
 
     def on_end(self, summary: dict[str, Any]) -> None:
         if self.run is not None:
@@ -160,9 +157,9 @@ def tracking_callbacks(cfg: TrainConfig, info: Any) -> list[BaseCallback]:
             "--tracking.wandb=false"
         )
     run_dir = cfg.trainer.run_location
-    if not storage.is_url(run_dir) and (Path(run_dir) / "wandb").is_file():
+    if not storage.is_url(run_dir) and (Path(run_dir) / WANDB).is_file():
         raise ConfigError(
-            f"tracking.wandb: {Path(run_dir) / 'wandb'} is a file where W&B writes its dir: "
+            f"tracking.wandb: {Path(run_dir) / WANDB} is a file where W&B writes its dir: "
             "move it, or set --tracking.wandb=false"
         )
     return [WandbCallback(cfg, info)]
