@@ -30,7 +30,7 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q -n 2 --durations=25
 
-# No Ray, no spawned ranks, no long training: a few minutes on 2 cores.
+# No Ray, no spawned ranks, no long training: about a minute on 2 cores.
 test-fast: setup
 	$(BIN)/python -m pytest -q -n 2 -m "not slow"
 
