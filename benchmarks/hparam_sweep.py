@@ -30,6 +30,7 @@ from trainer_core.analysis import (
     plot_cell_sweeps,
     plot_hparam_laws,
 )
+from trainer_core.config.cli import exit_on_error
 
 
 def cells_table(table: pd.DataFrame) -> str:
@@ -93,4 +94,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_on_error(main)

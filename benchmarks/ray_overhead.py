@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import tempfile
 import time
@@ -27,7 +28,7 @@ import torch
 from trainer_core.config.loader import load_config
 from trainer_core.io.run_dir import metrics_path
 from trainer_core.ray.run_config import RUNNERS, RayTrainConfig
-from trainer_core.ray.runtime import init_ray
+from trainer_core.ray.runtime import init_ray, submitted_or_local
 from trainer_core.ray.tune_run import TrialSpec, TuneSettings, run_trials
 from trainer_core.train.build import build_trainer
 
@@ -84,7 +85,7 @@ def main() -> None:
         )
 
     start = time.perf_counter()
-    init_ray()
+    init_ray(submitted_or_local())  # its own Ray: a shared one would time another's load
     lines.append(f"  ray.init        : {time.perf_counter() - start:.1f} s")
     for runner in [r for r in RUNNERS if r != "auto"]:
         names = [f"{runner}{i}" for i in range(args.ray_runs)]
@@ -101,6 +102,7 @@ def main() -> None:
             )
             launched = recs[-1]["time"]  # the next trial starts when this one is done
     print("\n".join(lines))
+    shutil.rmtree(root)
 
 
 if __name__ == "__main__":
