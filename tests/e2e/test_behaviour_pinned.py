@@ -15,7 +15,9 @@ One behaviour change since, regenerated: the tiny run's losses, when a run's ini
 came to be drawn from a generator seeded by ``trainer.seed`` after the model was built on the
 meta device (the same weights on any mesh; the draws, not the rule, changed). And one input
 change, regenerated: the tiny run reads a corpus the test writes (:func:`pinned_corpus`), not
-the demo corpus, which is the host's standard library and differs between Python builds.
+the demo corpus, which is the host's standard library and differs between Python builds. One
+size change, regenerated: the demo's 200K became its smaller sizes' shape (2 layers of width 96,
+not 4 of width 64), so its dry run and plan rows for 200K moved (N, steps, LR, checkpoints).
 """
 
 from __future__ import annotations

@@ -3,10 +3,12 @@
 Names are the approximate parameter count of the transformer blocks alone (embeddings and
 LM head depend on the vocabulary). The exact non-embedding count ``N`` used by ladder formulas is
 computed from these dims and the vocabulary by :func:`trainer_core.model.counts.count_params`.
-CPU sizes (15K-50M) run in tests and the demo. The GPU ladder's sizes (100M-1B) are one shape
-family, as OLMo's ladder: 16 layers, an MLP 4x d_model, only the width grows (head dim 64, and
-128 at 1B, OLMo-core's 1B), so a fit across them, and its held-out largest size, measure scale
-and not a change of shape. 3B and 7B are Llama shapes with grouped key/value heads.
+CPU sizes (15K-50M) run in tests and the demo. Each ladder's sizes are one shape family, so a
+fit across them, and its held-out largest size, measure scale and not a change of shape: the
+demo's and the CPU reference ladder's (15K-400K) keep 2 layers, head dim 16 (12 at 15K) and an
+MLP ~2.7x d_model; the GPU ladder's (100M-1B), as OLMo's ladder, 16 layers and an MLP 4x
+d_model (head dim 64, and 128 at 1B, OLMo-core's 1B); only the width grows. 3B and 7B are
+Llama shapes with grouped key/value heads.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ MODEL_SIZES: dict[str, SizeSpec] = {
     "25K": SizeSpec(32, 2, 2, 2, 96),
     "50K": SizeSpec(48, 2, 3, 3, 128),
     "100K": SizeSpec(64, 2, 4, 4, 176),
-    "200K": SizeSpec(64, 4, 4, 4, 176),
+    "200K": SizeSpec(96, 2, 6, 6, 256),
     "300K": SizeSpec(80, 4, 5, 5, 224),
-    "400K": SizeSpec(96, 4, 6, 6, 240),
+    "400K": SizeSpec(128, 2, 8, 8, 352),
     "600K": SizeSpec(96, 6, 6, 6, 240),
     "1M": SizeSpec(128, 4, 4, 4, 384),
     "3M": SizeSpec(192, 6, 6, 6, 512),
