@@ -56,11 +56,21 @@ def held_out(laws, sweep: pd.DataFrame, held: pd.DataFrame, n_bootstrap: int) ->
     return lines
 
 
+def n_and_d(text: str) -> tuple[float, float]:
+    """``--predict``'s "N,D" (e.g. 1e8,2e9), refused in one line when it is anything else."""
+    parts = text.split(",")
+    try:
+        n, d = (float(v) for v in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not N,D (e.g. 1e8,2e9)") from None
+    return n, d
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep_dir")
     parser.add_argument("--plots", type=Path)
-    parser.add_argument("--predict", nargs="*", default=[], metavar="N,D")
+    parser.add_argument("--predict", nargs="*", default=[], metavar="N,D", type=n_and_d)
     parser.add_argument("--held-out")
     parser.add_argument("--bootstrap", type=int, default=1000)
     parser.add_argument(
@@ -75,8 +85,7 @@ def main() -> None:
     print(cells_table(table))
     laws = fit_hparam_laws(table, n_bootstrap=args.bootstrap)
     print(laws)
-    for point in args.predict:
-        n, d = (float(v) for v in point.split(","))
+    for n, d in args.predict:
         print(laws.predict(n, d))
     if args.plots:
         paths = plot_hparam_laws(table, laws.lr, laws.batch, args.plots)

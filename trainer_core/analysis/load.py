@@ -28,7 +28,7 @@ from trainer_core.io.run_dir import (
     RUN_JSON,
     RUNS,
     TUNE,
-    WIDEN,
+    WIDEN_DIR,
     metrics_path,
     metrics_step_files,
     recorded_experiment_kind,
@@ -215,10 +215,17 @@ class ExperimentResults:
 
     def result_grids(self) -> dict:
         """Every Tune experiment of the dir by name, in order: ``tune``, then an LR sweep's
-        widening rounds ``tune-widen1``, ``tune-widen2``, ..."""
-        names = [n for n in storage.entries(self.path) if n == TUNE or n.startswith(WIDEN)]
-        names.sort(key=lambda n: (n != TUNE, len(n), n))  # tune, tune-widen1, ..., tune-widen10
-        return {name: self.result_grid(name) for name in names}
+        widening rounds ``tune-widen1``, ``tune-widen2``, ... A round a launch left without
+        saved state is skipped with a warning: the others stay readable."""
+        dirs = [n for n, size in storage.entries(self.path).items() if size is None]
+        rounds = sorted((int(m[1]), n) for n in dirs if (m := WIDEN_DIR.match(n)))
+        grids = {TUNE: self.result_grid()}  # the first round, or the error that says why not
+        for _, name in rounds:
+            try:
+                grids[name] = self.result_grid(name)
+            except AnalysisError as e:
+                warnings.warn(f"skipped {e}", stacklevel=2)
+        return grids
 
 
 def load(exp_dir: str | Path) -> ExperimentResults:
@@ -322,8 +329,7 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     for key, value in (record.get("tags") or {}).items():
         run[f"tag_{key}"] = value
     run["dir"] = str(run_dir)
-    run["trial"] = run_dir.name
-    """The Tune trial's name (``config/trial/name`` in a ResultGrid): the key to join on."""
+    run["trial"] = run_dir.name  # the Tune trial's name (config/trial/name): the join key
     return run
 
 

@@ -322,7 +322,7 @@ class TrainerConfig:
     eval_batches: int = 4
     device: Literal["auto", "cpu", "cuda"] = "auto"
     peak_flops_per_device: float | None = None
-    """For MFU; null = a GPU's table figure, or a CPU's matmul speed measured at the start
+    """For MFU; null = a GPU's table figure, or a CPU's matmul speed measured once a process
     (raised by a faster logging window, so MFU stays at most 1)."""
     progress: bool = True
 

@@ -6,7 +6,7 @@ computed from these dims and the vocabulary by :func:`trainer_core.model.counts.
 CPU sizes (15K-50M) run in tests and the demo. Each ladder's sizes are one shape family, so a
 fit across them, and its held-out largest size, measure scale and not a change of shape: the
 demo's and the CPU reference ladder's (15K-400K) keep 2 layers, head dim 16 (12 at 15K) and an
-MLP ~2.7x d_model; the GPU ladder's (100M-1B), as OLMo's ladder, 16 layers and an MLP 4x
+MLP 2.7-3x d_model; the GPU ladder's (100M-1B), as OLMo's ladder, 16 layers and an MLP 4x
 d_model (head dim 64, and 128 at 1B, OLMo-core's 1B); only the width grows. 3B and 7B are
 Llama shapes with grouped key/value heads.
 """

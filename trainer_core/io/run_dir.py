@@ -50,6 +50,8 @@ RUNS = "runs"
 TUNE = "tune"
 WIDEN = "tune-widen"
 """An LR sweep's k-th widening round keeps its Tune state in ``tune-widen<k>``."""
+WIDEN_DIR = re.compile(rf"^{WIDEN}(\d+)$")
+"""A widening round's dir name; group 1 is k."""
 LR_SCHEDULE = "lr_schedule.png"
 ANALYSIS = "analysis"
 """``workflows/analyze.py``'s default output: ``REPORT_TEXT`` and the PNG plots."""

@@ -130,8 +130,9 @@ class Trainer:
         """``placement``: where this rank runs as its launcher knows it (the Ray worker passes
         its node id), recorded in run.json beside the host name. ``task_evaluator``: the
         downstream tasks scored at every eval, beside the held-out loss. ``peak_measured``:
-        ``peak_flops`` is a CPU's matmul speed measured at the start, which a neighbour's load
-        then can have lowered; a window that outruns it raises it (MFU stays <= 100%)."""
+        ``peak_flops`` is a CPU's matmul speed, measured once a process (a reused Tune trial's
+        process: at its first run), which a neighbour's load then can have lowered; a window
+        that outruns it raises it for this run (MFU stays <= 100%)."""
         self.cfg, self.module, self.info = cfg, module, info
         self.placement = placement or {}
         self.workers: list[WorkerGroup] = []

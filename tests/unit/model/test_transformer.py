@@ -43,14 +43,24 @@ def test_size_names_are_roughly_block_params():
         assert 0.65 * nominal < blocks < 1.25 * nominal, name
 
 
-def test_gpu_ladder_sizes_are_one_shape_family(repo_root):
-    """A ladder whose largest size changes depth or MLP ratio fits that change into its law:
-    the GPU config's sizes keep 16 layers and a 4x MLP, and grow in width only."""
+@pytest.mark.parametrize(
+    "config, layers, mlp_ratios",
+    [
+        ("ladder-gpu.yaml", 16, (4.0, 4.0)),
+        ("ladder-demo.yaml", 2, (2.6, 3.0)),
+        ("ladder-cpu-ref.yaml", 2, (2.6, 3.0)),
+    ],
+)
+def test_ladder_sizes_are_one_shape_family(repo_root, config, layers, mlp_ratios):
+    """A ladder whose largest size changes depth or MLP ratio fits that change into its law (and
+    its held-out check measures it): each shipped ladder keeps one depth and MLP ratio, and
+    grows in width only."""
     import yaml
 
-    config = yaml.safe_load((repo_root / "workflows/configs/ladder-gpu.yaml").read_text())
-    specs = [MODEL_SIZES[name] for name in config["sizes"]]
-    assert {(s.n_layers, s.mlp_hidden / s.d_model) for s in specs} == {(16, 4.0)}
+    sizes = yaml.safe_load((repo_root / "workflows/configs" / config).read_text())["sizes"]
+    specs = [MODEL_SIZES[name] for name in sizes]
+    assert {s.n_layers for s in specs} == {layers}
+    assert all(mlp_ratios[0] <= s.mlp_hidden / s.d_model <= mlp_ratios[1] for s in specs)
     assert [s.d_model for s in specs] == sorted({s.d_model for s in specs})
 
 
