@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench gpu-check gpu-wheels lint format clean
+.PHONY: setup demo test test-fast bench bench-fits gpu-check gpu-wheels lint format clean
 
 setup: $(STAMP)
 
@@ -44,6 +44,14 @@ bench: setup
 	$(BIN)/python benchmarks/chinchilla_refit.py
 	$(BIN)/python benchmarks/memory.py
 	$(BIN)/python benchmarks/object_storage.py
+
+# The fits against published and known-answer data beyond `bench`'s Chinchilla refit: OLMo's
+# ladder -> its 7B/13B task accuracies, and the coverage of the hyperparameter-law and task
+# intervals (several minutes). Step Law's refit (benchmarks/hparam_refit.py) needs its table fetched first.
+bench-fits: setup
+	$(BIN)/python benchmarks/olmo_task_refit.py
+	$(BIN)/python benchmarks/hparam_coverage.py
+	$(BIN)/python benchmarks/task_coverage.py
 
 # On a CUDA machine: the tests marked cuda, the 1B train-step benchmark (bf16, float8) against
 # OLMo-core's throughput, a tiny GPU ladder on Ray. Without CUDA it says so and fails.
