@@ -47,7 +47,8 @@ bench: setup
 
 # The fits against published and known-answer data beyond `bench`'s Chinchilla refit: OLMo's
 # ladder -> its 7B/13B task accuracies, and the coverage of the hyperparameter-law and task
-# intervals (several minutes). Step Law's refit (benchmarks/hparam_refit.py) needs its table fetched first.
+# intervals (several minutes). Step Law's refit (benchmarks/hparam_refit.py) needs its table
+# fetched first (benchmarks/data/steplaw/README.md).
 bench-fits: setup
 	$(BIN)/python benchmarks/olmo_task_refit.py
 	$(BIN)/python benchmarks/hparam_coverage.py
