@@ -118,7 +118,7 @@ def test_isoflop_plot_draws_each_budgets_parabola_through_its_points(noisy: pd.D
         assert sum(close(xy, np.column_stack([p.N, p.loss])) for xy in scatters) == 1
         assert p.valid and sum(close(xy, [[p.n_opt, p.loss_opt]]) for xy in scatters) == 1
         # the star sits on the drawn curve, at its lowest point
-        assert y.min() >= p.loss_opt * (1 - 1e-9)
+        assert y.min() >= p.loss_opt * (1 - 1e-5)
         assert close(np.polyval(p.coef, np.log(p.n_opt)), p.loss_opt)
     ok = [p for p in fit.parabolas if p.valid]
     (minima,) = right.collections

@@ -55,7 +55,7 @@ def test_resume_takes_the_same_config_and_a_new_ray_address(tmp_path):
     record(tmp_path, {**BASE, "lr": {"coef": 1e-3}}, resume=False)  # a new launch may change it
     exp, plan = recorded()
     assert exp["lr"]["coef"] == 1e-3
-    assert plan[0]["peak lr"] == pytest.approx(first_lr * 1e-3 / 6.9e-4, rel=1e-9)
+    assert plan[0]["peak lr"] == pytest.approx(first_lr * 1e-3 / 6.9e-4, rel=1e-4)
 
 
 def test_changed_keys_are_dotted_and_include_keys_on_one_side():

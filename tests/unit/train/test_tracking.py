@@ -51,7 +51,7 @@ def test_a_resumed_run_logs_each_step_to_wandb_once_in_order(tiny_config, tmp_pa
     assert [r["_step"] for _, _, r in rows] == [r["step"] for r in logged] == list(range(1, 13))
     assert len({segment for segment, _, _ in rows}) == 2 and len({i for _, i, _ in rows}) == 1
     for (_, _, row), record in zip(rows, logged, strict=True):
-        assert row["train/loss"] == pytest.approx(record["train/loss"], rel=1e-6), row["_step"]
+        assert row["train/loss"] == pytest.approx(record["train/loss"], rel=1e-4), row["_step"]
 
     first_id = rows[0][1]
     shutil.rmtree(run_dir)  # a new run in the same dir: a W&B run of its own
