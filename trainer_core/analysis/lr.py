@@ -310,10 +310,10 @@ def fit_sweep_lr(sweep: str | Path | ExperimentResults, loss: str = COMPARED) ->
     optima = optimal_lrs(table, loss)
     bracketed = {size: o for size, o in optima.items() if not o.at_edge}
     if len(bracketed) < 2:
-        if table.groupby("size")["lr"].nunique().max() == 1:
+        if not results.is_lr_sweep:
             raise AnalysisError(
-                f"lr*(N): every size of {results.path} was trained at one LR: a ladder, not an "
-                "LR sweep (python workflows/lr_sweep.py writes one, beside the ladder: "
+                f"lr*(N): {results.path} is a ladder, not an LR sweep: each size trained at one "
+                "LR (python workflows/lr_sweep.py writes a sweep, beside the ladder: "
                 "<dir>-lr-sweep)"
             )
         edge = [size for size, o in optima.items() if o.at_edge]

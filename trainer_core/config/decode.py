@@ -42,6 +42,12 @@ def suggest(key: str, options: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def repeated(names: list[str]) -> list[str]:
+    """The names listed more than once, each once, in the order they first appear: names that
+    would give two runs one run dir."""
+    return [n for i, n in enumerate(names) if names.count(n) > 1 and names.index(n) == i]
+
+
 class _IncludeLoader(SafeLoaderWithInclusion):
     """draccus's loader, whose ``<<: !include`` merge we keep, with an ``!include`` that reads
     relative to the including file and stops at a cycle instead of recursing until Python does."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainer_core.config.decode import ConfigError, suggest
+from trainer_core.config.decode import ConfigError, repeated, suggest
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def check_sizes(names: list[str], field: str) -> None:
     """Every name a known size, none twice (two runs of one size would share a run dir)."""
     for name in names:
         check_size(name, field)
-    twice = sorted({n for n in names if names.count(n) > 1}, key=names.index)
+    twice = repeated(names)
     if twice:
         raise ConfigError(
             f"{field}: {', '.join(twice)} listed more than once; each size is one run (its run "

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
+from trainer_core.config.decode import repeated
 from trainer_core.config.loader import ConfigError
 from trainer_core.io import storage
 from trainer_core.io.run_dir import WIDEN
@@ -99,8 +100,7 @@ def sweep_trials(job: SweepJobConfig, runs: list[SweepRun]) -> list[TrialSpec]:
     seed = job.run.trainer.seed
     trials = [(run, lr) for run in runs for lr in sweep_lrs(run.plan, job.sweep, seed)]
     specs = [trial_spec(job, run, lr) for run, lr in _ordered(trials, runs)]
-    names = [spec.name for spec in specs]
-    twice = sorted({name for name in names if names.count(name) > 1})
+    twice = repeated([spec.name for spec in specs])
     if twice:
         raise ConfigError(
             f"sweep.factors / sweep.batch_factors: {len(twice)} trials share a name with another "

@@ -42,7 +42,6 @@ class WandbCallback(BaseCallback):
         self.run = None
         self.local_dir: Path | None = None
         self.marker: Path | None = None
-        self.run_id = ""
         self.logged_step = 0
 
     def on_start(self, info: dict[str, Any]) -> None:
@@ -74,7 +73,6 @@ class WandbCallback(BaseCallback):
         if self.local_dir is not None and storage.is_file(uploaded):
             there = _read_marker(storage.read_text(uploaded))  # this run's rank 0 on another node
         self.logged_step = max((step for i, step in (here, there) if i == run_id), default=0)
-        self.run_id = run_id
         self.run = wandb.init(
             project=t.project,
             entity=t.entity or None,
@@ -93,7 +91,7 @@ class WandbCallback(BaseCallback):
         if self.run is not None and step > self.logged_step:
             self.run.log(metrics, step=step, commit=True)
             self.logged_step = step
-            storage.write_atomic(self.marker, f"{self.run_id} {step}")
+            storage.write_atomic(self.marker, f"{self.run.id} {step}")
 
     def flush(self) -> None:
         """Before each checkpoint and when the loop ends, however it ends: a run dir on object

@@ -167,5 +167,7 @@ def test_a_ladder_dir_is_no_lr_sweep(ladder_dir: Path):
     fitted back, with an interval of zero width."""
     one = optimal_lr(lr_sweep_table(load(ladder_dir)).query("size == 's1'"))
     assert one.at_edge and one.n_trials == 1
-    with pytest.raises(AnalysisError, match=r"trained at one LR: a ladder, not an LR sweep"):
+    with pytest.raises(
+        AnalysisError, match=r"is a ladder, not an LR sweep: each size trained at one LR"
+    ):
         fit_sweep_lr(ladder_dir)
