@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.collections import PathCollection
+from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.colors import to_rgba
 from matplotlib.container import ErrorbarContainer
 from matplotlib.lines import Line2D
@@ -48,8 +48,22 @@ def scatter(ax: Axes, xy) -> PathCollection:
     return found[0]
 
 
-def errorbar(ax: Axes, x: float, y: float) -> ErrorbarContainer:
-    """The one error bar whose marker sits at (x, y)."""
-    found = [c for c in ax.containers if close(c[0].get_xydata(), [[x, y]])]
-    assert len(found) == 1, f"{len(found)} error bars at ({x}, {y})"
+def marker(ax: Axes, xy) -> Line2D:
+    """The one unconnected marker line drawn at exactly the points ``xy``."""
+    found = [ln for ln in ax.lines if ln.get_linestyle() == "None" and close(ln.get_xydata(), xy)]
+    assert len(found) == 1, f"{len(found)} markers at {np.asarray(xy).tolist()}"
+    return found[0]
+
+
+def bars(ax: Axes, segments) -> LineCollection:
+    """The one set of error bars drawing exactly ``segments`` ([[x0, y0], [x1, y1]] each): the
+    intervals themselves, wherever the estimate's marker sits."""
+    found = [
+        col
+        for c in ax.containers
+        if isinstance(c, ErrorbarContainer)
+        for col in c[2]
+        if close(col.get_segments(), segments)
+    ]
+    assert len(found) == 1, f"{len(found)} error bars drawing {np.asarray(segments).tolist()}"
     return found[0]

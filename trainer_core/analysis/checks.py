@@ -37,7 +37,7 @@ def fit_flags(fit: ChinchillaFit | PowerLawFit, min_loss: float) -> list[str]:
 
 def isoflop_flags(fit: IsoFLOPFit) -> list[str]:
     flags = []
-    if not 0 < fit.a < 1:
+    if not fit.splits_compute:
         flags.append(f"a = {fit.a:.3g}: N_opt and D_opt do not both grow with compute")
     flags.extend(_ci_flags(fit.ci, fit.n_bootstrap))
     return flags

@@ -105,6 +105,12 @@ class IsoFLOPFit:
         return 1.0 - self.a
 
     @property
+    def splits_compute(self) -> bool:
+        """N_opt and D_opt both grow with compute (0 < a < 1); else the line is no split of
+        compute at all, and its N_opt and D_opt at a budget mean nothing."""
+        return 0 < self.a < 1
+
+    @property
     def n_budgets(self) -> int:
         return sum(p.valid for p in self.parabolas)
 

@@ -32,6 +32,21 @@ def save(fig: Figure, path: str | Path) -> Path:
     return path
 
 
+def interval_bars(ax, at, lo, hi, axis: str = "y", color=None, capsize: float = 3) -> None:
+    """Bars from ``lo`` to ``hi`` (along ``axis``) at positions ``at``, drawn as the intervals
+    themselves: an estimate can sit outside its bootstrap interval (the frontier's refits spread
+    around L(N, D), not around it), where errors relative to the marker come out negative and
+    matplotlib refuses the whole plot. Non-finite bounds draw no bar."""
+    at, lo, hi = (np.atleast_1d(np.asarray(v, dtype=float)) for v in (at, lo, hi))
+    ok = np.isfinite(lo) & np.isfinite(hi)
+    if not ok.any():
+        return
+    mid, half = (lo[ok] + hi[ok]) / 2, np.abs(hi[ok] - lo[ok]) / 2
+    place = (at[ok], mid) if axis == "y" else (mid, at[ok])
+    err = {"yerr": half} if axis == "y" else {"xerr": half}
+    ax.errorbar(*place, **err, fmt="none", ecolor=color, capsize=capsize, zorder=3)
+
+
 def plot_loss_curves(results: ExperimentResults, path: str | Path, which: str = "both") -> Path:
     """Write :func:`loss_curves_figure` to a PNG at ``path``."""
     return save(loss_curves_figure(results, which), path)
@@ -121,16 +136,8 @@ def lr_sweep_figure(
             ax.scatter(bad["lr"], np.full(len(bad), top), marker="x", s=50, color=color, zorder=4)
         if size in optima:
             o = optima[size]
-            ax.errorbar(
-                [o.lr],
-                [o.loss],
-                xerr=[[o.lr - o.lr_low], [o.lr_high - o.lr]],
-                fmt="*",
-                ms=12,
-                color=color,
-                mec="k",
-                zorder=5,
-            )
+            interval_bars(ax, o.loss, o.lr_low, o.lr_high, axis="x", color=color, capsize=0)
+            ax.plot([o.lr], [o.loss], "*", ms=12, color=color, mec="k", zorder=5)
     ax.set_xscale("log")
     ax.set_xlabel("peak learning rate")
     what = "eval loss at the common step" if loss == COMPARED else loss.replace("_", " ")
@@ -165,8 +172,9 @@ def lr_vs_size_figure(
     n, lr = np.asarray(N, dtype=float), np.asarray(lr_opt, dtype=float)
     fig = Figure(figsize=(6, 4.5))
     ax = fig.add_subplot()
-    yerr = None if lr_err is None else [lr - np.asarray(lr_err[0]), np.asarray(lr_err[1]) - lr]
-    ax.errorbar(n, lr, yerr=yerr, fmt="o", color="C0", label="optimal LR", zorder=3)
+    if lr_err is not None:
+        interval_bars(ax, n, lr_err[0], lr_err[1], color="C0", capsize=0)
+    ax.plot(n, lr, "o", color="C0", label="optimal LR", zorder=4)
     grid = np.logspace(np.log10(n.min()) - 0.2, np.log10(n.max()) + 0.5, 100)
     if fit is not None:
         ax.plot(grid, fit.predict(grid), "C0--", label=f"fit: N^{fit.b:.3f}")

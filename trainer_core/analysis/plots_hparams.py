@@ -17,7 +17,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from trainer_core.analysis.hparam_laws import SYMBOL, CellOptimum, HparamLawFit, Param
-from trainer_core.analysis.plots import colors, save
+from trainer_core.analysis.plots import colors, interval_bars, save
 
 LABEL = {"lr": "peak learning rate", "batch": "batch size (tokens)"}
 
@@ -48,11 +48,11 @@ def cell_sweeps_figure(df: pd.DataFrame, cells: list[CellOptimum], param: Param 
             ax.plot(curve.index, curve.to_numpy(), "o-", ms=3, lw=1, color=color)
             low = cell.low if cell.low > 0 else cell.value
             high = cell.high if math.isfinite(cell.high) else cell.value
-            ax.errorbar(
+            interval_bars(ax, cell.loss, low, high, axis="x", color=color, capsize=0)
+            ax.plot(
                 [cell.value],
                 [cell.loss],
-                xerr=[[cell.value - low], [high - cell.value]],
-                fmt="*",
+                "*",
                 ms=12,
                 color=color,
                 mfc="white" if cell.at_edge else color,
@@ -69,11 +69,6 @@ def cell_sweeps_figure(df: pd.DataFrame, cells: list[CellOptimum], param: Param 
         ax.legend(fontsize=7)
     axes[0].set_ylabel("loss (lowest over the other hyperparameter)")
     return fig
-
-
-def _errors(cells: list[CellOptimum]) -> np.ndarray:
-    values = np.array([c.value for c in cells])
-    return np.array([values - [c.low for c in cells], [c.high for c in cells] - values])
 
 
 def plot_hparam_law(law: HparamLawFit, path: str | Path, x: str = "N") -> Path:
@@ -94,14 +89,9 @@ def hparam_law_figure(law: HparamLawFit, x: str = "N") -> Figure:
     for value, color in zip(groups, colors(len(groups)), strict=True):
         fitted = [c for c in law.cells if getattr(c, other) == value]
         if fitted:
-            ax.errorbar(
-                [getattr(c, x) for c in fitted],
-                [c.value for c in fitted],
-                yerr=_errors(fitted),
-                fmt="o",
-                color=color,
-                label=f"{other}={value:.3g}",
-            )
+            at = [getattr(c, x) for c in fitted]
+            interval_bars(ax, at, [c.low for c in fitted], [c.high for c in fitted], color=color)
+            ax.plot(at, [c.value for c in fitted], "o", color=color, label=f"{other}={value:.3g}")
         edge = [c for c in law.excluded if getattr(c, other) == value]
         if edge:
             ax.scatter(

@@ -12,7 +12,7 @@ from matplotlib.ticker import NullFormatter
 
 from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit
 from trainer_core.analysis.isoflop import IsoFLOPFit
-from trainer_core.analysis.plots import colors, save
+from trainer_core.analysis.plots import colors, interval_bars, save
 from trainer_core.analysis.predict import LAW_CHINCHILLA, LAW_FRONTIER, ExtrapolationCheck
 
 
@@ -83,20 +83,14 @@ def _held_out(ax, held_out: ExtrapolationCheck, c: np.ndarray) -> None:
         p = held_out.prediction(law)
         if p is None:
             continue
-        lo_ci, hi_ci = p.interval
-        yerr = None
-        if math.isfinite(lo_ci):
-            yerr = [[p.predicted - lo_ci], [hi_ci - p.predicted]]
-        ax.errorbar(
+        interval_bars(ax, p.flops, *p.interval, color=color)
+        ax.plot(
             [p.flops],
             [p.predicted],
-            yerr=yerr,
-            fmt=marker,
+            marker,
             ms=ms,
             color=color,
             mec="k",
-            ecolor=color,
-            capsize=3,
             zorder=5,
             label=f"{law} prediction ({100 * p.rel_error:+.2f}%)",
         )

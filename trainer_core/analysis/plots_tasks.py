@@ -17,7 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from trainer_core.analysis.ladder_table import TASK_LOSS_SUFFIX
-from trainer_core.analysis.plots import colors, save
+from trainer_core.analysis.plots import colors, interval_bars, save
 from trainer_core.analysis.tasks import TaskLaw, TaskPrediction, step1_points
 
 
@@ -78,17 +78,11 @@ def _draw_prediction(left, right, law: TaskLaw, pred: TaskPrediction) -> None:
     d = np.geomspace(pred.D / 10, pred.D, 40)
     c = 6 * pred.N * pred.D
     left.plot(6 * pred.N * d, [law.predict_loss(pred.N, x) for x in d], color="red", lw=1, ls="--")
-    lo, hi = pred.loss_interval
-    alo, ahi = pred.acc_interval
-    yerr = [[pred.loss - lo], [hi - pred.loss]] if _ok(pred) else None
-    left.errorbar(c, pred.loss, yerr=yerr, color="red", marker="o", capsize=3, label=pred.at)
-    xerr = [[pred.loss - lo], [hi - pred.loss]] if _ok(pred) else None
-    acc_ok = math.isfinite(alo)
-    aerr = [[pred.acc - alo], [ahi - pred.acc]] if acc_ok else None
-    right.errorbar(
-        pred.loss, pred.acc, xerr=xerr, yerr=aerr, color="red", marker="o", capsize=3,
-        label=f"predicted {pred.at}",
-    )  # fmt: skip
+    interval_bars(left, c, *pred.loss_interval, color="red")
+    left.plot([c], [pred.loss], "o", color="red", label=pred.at)
+    interval_bars(right, pred.acc, *pred.loss_interval, axis="x", color="red")
+    interval_bars(right, pred.loss, *pred.acc_interval, color="red")
+    right.plot([pred.loss], [pred.acc], "o", color="red", label=f"predicted {pred.at}")
     if math.isfinite(pred.measured_acc):
         left.scatter(c, pred.measured_loss, marker="*", s=90, color="black", zorder=5)
         right.scatter(pred.measured_loss, pred.measured_acc, marker="*", s=90, color="black")

@@ -277,15 +277,19 @@ def _estimate(value: float, ci: tuple[float, float]) -> Estimate:
 
 
 def _isoflop_column(fit: IsoFLOPFit, C: float) -> TargetColumn:
-    ci = fit.optimal_intervals(C)
-    n_opt, d_opt = fit.compute_optimal(C)
-    return TargetColumn(
+    """a, b, N_opt and D_opt at C; only a and b when the line splits no compute (a degenerate
+    slope carried to C gave the demo an N_opt 20x approach 3's, in the answer's own table)."""
+    column = TargetColumn(
         "approach 2 (isoFLOP)",
         a=_estimate(fit.a, fit.ci.get("a", NO_CI)),
         b=_estimate(fit.b, fit.ci.get("b", NO_CI)),
-        N=_estimate(n_opt, ci["N"]),
-        D=_estimate(d_opt, ci["D"]),
     )
+    if fit.splits_compute:
+        ci = fit.optimal_intervals(C)
+        n_opt, d_opt = fit.compute_optimal(C)
+        column.N = _estimate(n_opt, ci["N"])
+        column.D = _estimate(d_opt, ci["D"])
+    return column
 
 
 def _chinchilla_column(fit: ChinchillaFit, C: float) -> TargetColumn:
@@ -330,6 +334,11 @@ def target_answer(
         if fit is not None
     ]
     answer = TargetAnswer(C, columns, cost, hparam_source, laws is not None)
+    if isoflop is not None and not isoflop.splits_compute:
+        answer.notes.append(
+            f"approach 2: no N_opt, D_opt: its a = {isoflop.a:.3g} splits no compute between N "
+            "and D (the isoFLOP fit's DEGENERATE line)"
+        )
     if laws is not None:
         fitted = [law for law in (laws.lr, laws.batch) if law is not None]
         answer.notes += [f"UNRESOLVED {law.name}: {note}" for law in fitted for note in law.notes]

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from drawn import close, errorbar, scatter, through
+from drawn import bars, close, marker, scatter, through
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgba
 
@@ -244,15 +244,15 @@ def test_cell_sweeps_draw_each_cells_lowest_losses_and_optimum(small_sweep, para
         assert ax.get_title() == f"N = {n:.3g}" and ax.get_xscale() == "log"
         mine = sorted((c for c in cells if n == c.N), key=lambda c: c.D)
         for c in mine:
-            star = errorbar(ax, c.value, c.loss)
-            assert star[0].get_marker() == "*" and star.get_label() == f"D={c.D:.3g}"
-            hollow = to_rgba(star[0].get_markerfacecolor()) == to_rgba("white")
+            star = marker(ax, [[c.value, c.loss]])
+            assert star.get_marker() == "*" and star.get_label() == f"D={c.D:.3g}"
+            hollow = to_rgba(star.get_markerfacecolor()) == to_rgba("white")
             assert hollow == c.at_edge, c.label
             low = c.low if c.low > 0 else c.value
             high = c.high if math.isfinite(c.high) else c.value
-            assert close(star[2][0].get_segments(), [[[low, c.loss], [high, c.loss]]])
+            bars(ax, [[[low, c.loss], [high, c.loss]]])
             best = df[(df["N"] == n) & (df["D"] == c.D)].groupby(param)["loss"].min()
-            through(ax, best.index, best.to_numpy(), star[0].get_color())
+            through(ax, best.index, best.to_numpy(), star.get_color())
         assert [t.get_text() for t in ax.get_legend().get_texts()] == [f"D={c.D:.3g}" for c in mine]
         optima = [c.loss for c in mine]
         bottom, top = min(optima), max(optima)
@@ -287,11 +287,10 @@ def test_law_plot_draws_the_optima_and_the_laws_predictions(small_sweep, param, 
         edge = [c for c in law.excluded if getattr(c, other) == value]
         if fitted:
             named.append(f"{other}={value:.3g}")
-            (bars,) = [b for b in ax.containers if b.get_label() == named[-1]]
-            assert close(bars[0].get_xydata(), [[getattr(c, x), c.value] for c in fitted])
-            intervals = [[[getattr(c, x), c.low], [getattr(c, x), c.high]] for c in fitted]
-            assert close(bars[2][0].get_segments(), intervals)
-            colour = bars[0].get_color()
+            optima = marker(ax, [[getattr(c, x), c.value] for c in fitted])
+            assert optima.get_label() == named[-1]
+            bars(ax, [[[getattr(c, x), c.low], [getattr(c, x), c.high]] for c in fitted])
+            colour = optima.get_color()
         if edge:
             hollow = scatter(ax, [[getattr(c, x), c.value] for c in edge])
             assert close(hollow.get_facecolors(), [to_rgba("white")])

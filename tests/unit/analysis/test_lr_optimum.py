@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from drawn import close
+from drawn import close, marker
 from matplotlib.collections import PathCollection
 from matplotlib.colors import to_rgba
 
@@ -95,11 +95,9 @@ def test_the_sweep_plot_shows_the_common_step(asha_sweep: Path):
     assert close(hollow.get_offsets(), np.column_stack([table["lr"], at_20])[:3])
     assert close(hollow.get_facecolors(), [to_rgba("white")])
     assert [t.get_text() for t in ax.texts] == ["stopped@20", "stopped@20", "stopped@40"]
-    (star,) = ax.containers
-    assert star[0].get_marker() == "*"
-    assert close(star[0].get_xydata(), [[best.lr, best.loss]])
-    bar = [[best.lr_low, best.loss], [best.lr_high, best.loss]]
-    assert close(star[2][0].get_segments(), [bar])
+    assert marker(ax, [[best.lr, best.loss]]).get_marker() == "*"
+    (bar,) = ax.containers
+    assert close(bar[2][0].get_segments(), [[[best.lr_low, best.loss], [best.lr_high, best.loss]]])
 
 
 def _table(rows: list[tuple[str, float, float, bool]]) -> pd.DataFrame:

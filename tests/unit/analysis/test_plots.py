@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
-from drawn import close, errorbar, line, scatter, through
+from drawn import bars, close, line, marker, scatter, through
 from matplotlib.colors import to_rgba
 from synthetic_experiments import (
     SWEEP_N,
@@ -69,11 +70,11 @@ def test_loss_curves_draw_each_runs_losses_by_tokens(sweep_dir: Path, which: str
     kinds = {"train": ("train_loss", "None"), "eval": ("eval_loss", "o")}
     curves = 0
     for name, m in res.metrics.groupby("name"):
-        for loss, marker in (kinds[k] for k in kinds if which in (k, "both")):
+        for loss, style in (kinds[k] for k in kinds if which in (k, "both")):
             run = m.dropna(subset=[loss])
             if len(run):
                 curve = through(ax, run["tokens"], run[loss], colour[m["size"].iloc[0]])
-                assert curve.get_marker() == marker, (name, loss)
+                assert curve.get_marker() == style, (name, loss)
                 curves += 1
     assert sum(len(ln.get_xdata()) > 0 for ln in ax.lines) == curves, "no other curve"
 
@@ -97,14 +98,29 @@ def test_loss_vs_compute_draws_points_fit_and_held_out(ladder_dir: Path):
     assert close(y, check.fits[LAW_FRONTIER].predict(x))
     assert {p.law for p in check.predictions} == {LAW_CHINCHILLA, LAW_FRONTIER}
     for p in check.predictions:
-        bar = errorbar(ax, p.flops, p.predicted)
-        assert bar.get_label().startswith(f"{p.law} prediction")
+        assert marker(ax, [[p.flops, p.predicted]]).get_label().startswith(f"{p.law} prediction")
         lo, hi = p.interval
-        assert close(bar[2][0].get_segments(), [[[p.flops, lo], [p.flops, hi]]])
+        bars(ax, [[[p.flops, lo], [p.flops, hi]]])
     measured = scatter(ax, check.points[["flops", "actual"]])
     assert measured.get_label() == f"held out {check.held_out_size} (measured)"
     legend = {t.get_text() for t in ax.get_legend().get_texts()}
     assert {*pts["size"], measured.get_label(), "frontier fit without it"} <= legend
+
+
+def test_an_estimate_outside_its_interval_is_drawn_beside_the_interval(ladder_dir: Path):
+    """The frontier's refits spread around L(N, D), not around its own fit, so its held-out
+    prediction can sit outside its interval (the demo's, at 10 resamples): the bars were drawn
+    relative to the marker, came out negative, and matplotlib's refusal ended analyze.py."""
+    pts = load(ladder_dir).fit_points()
+    check = extrapolation_check(pts, n_bootstrap=20)
+    p = check.prediction(LAW_FRONTIER)
+    below = (0.9 * p.predicted, 0.95 * p.predicted)
+    check.predictions = [
+        replace(q, interval=below) if q.law == LAW_FRONTIER else q for q in check.predictions
+    ]
+    ax = loss_vs_compute_figure(pts, None, frontier_points(pts), check).axes[0]
+    marker(ax, [[p.flops, p.predicted]])
+    bars(ax, [[[p.flops, below[0]], [p.flops, below[1]]]])
 
 
 def test_lr_sweep_draws_each_size_with_stopped_diverged_and_optimum(sweep_dir: Path):
@@ -131,9 +147,8 @@ def test_lr_sweep_draws_each_size_with_stopped_diverged_and_optimum(sweep_dir: P
             (r.lr, r.compared_loss, f"stopped@{r.steps_run}") for r in stopped.itertuples()
         ]
         o = optima[size]
-        star = errorbar(ax, o.lr, o.loss)
-        assert star[0].get_marker() == "*"
-        assert close(star[2][0].get_segments(), [[[o.lr_low, o.loss], [o.lr_high, o.loss]]])
+        assert marker(ax, [[o.lr, o.loss]]).get_marker() == "*"
+        bars(ax, [[[o.lr_low, o.loss], [o.lr_high, o.loss]]])
     drawn = [(*a.xy, a.get_text()) for a in ax.texts]
     assert sorted(drawn) == sorted(stopped_at)
 
@@ -146,10 +161,8 @@ def test_lr_vs_size_draws_optima_fit_and_reference(sweep_dir: Path):
     fit = fit_lr_power_law(n, lrs)
     ax = lr_vs_size_figure(n, lrs, fit, (lows, highs)).axes[0]
     assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
-    (points,) = [c for c in ax.containers if c.get_label() == "optimal LR"]
-    assert close(points[0].get_xydata(), np.column_stack([n, lrs]))
-    bars = [[[x, lo], [x, hi]] for x, lo, hi in zip(n, lows, highs, strict=True)]
-    assert close(points[2][0].get_segments(), bars)
+    assert marker(ax, np.column_stack([n, lrs])).get_label() == "optimal LR"
+    bars(ax, [[[x, lo], [x, hi]] for x, lo, hi in zip(n, lows, highs, strict=True)])
     x, y = line(ax, "fit: N^")
     assert x.min() < n.min() and x.max() > n.max()
     assert close(y, fit.predict(x))

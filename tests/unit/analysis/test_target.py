@@ -22,6 +22,7 @@ from trainer_core.analysis import (
     target_answer,
 )
 from trainer_core.analysis.fits import ChinchillaFit
+from trainer_core.analysis.isoflop import IsoFLOPFit
 from trainer_core.analysis.synthetic_sweep import PlantedLaw, SyntheticSweep
 from trainer_core.analysis.target import FlopsPerToken
 
@@ -61,6 +62,24 @@ def test_target_table_by_hand():
     frame = answer.to_frame()
     assert frame.loc["device-hours", "approach 3 (L(N, D))"] == "337"
     assert frame.loc["lr*", "approach 3 (L(N, D))"].startswith("0.001 [")
+
+
+def test_a_degenerate_isoflop_slope_gives_no_compute_optimal_size():
+    """The demo's approach 2 once came out at a = 1.05 (flagged DEGENERATE) and the answer table
+    still carried it to the target: an N_opt 20x approach 3's, priced in device-hours."""
+    healthy = IsoFLOPFit(a=0.5, log_k=float(np.log(1 / np.sqrt(6))), parabolas=[])
+    (col,) = target_answer(C, device_cost("cpu"), isoflop=healthy).columns
+    assert col.N[0] == pytest.approx(1e10) and col.D[0] == pytest.approx(1e10)
+    degenerate = replace(healthy, a=1.05)
+    answer = target_answer(C, device_cost("cpu"), isoflop=degenerate)
+    rows = dict(answer.rows())
+    assert rows["a: N_opt ~ C^a"] == ["1.050"]
+    for label in ("N_opt", "D_opt (tokens)", "FLOPs priced", "device-hours"):
+        assert rows[label] == ["-"], label
+    assert (
+        "approach 2: no N_opt, D_opt: its a = 1.05 splits no compute between N and D "
+        "(the isoFLOP fit's DEGENERATE line)"
+    ) in answer.footer()
 
 
 def test_device_hours_count_attention_as_the_runs_did():

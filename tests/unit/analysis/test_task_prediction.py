@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from drawn import close
+from drawn import bars, close, marker
 from matplotlib.collections import Collection
 
 from trainer_core.analysis.ladder_table import read_ladder_table
@@ -281,10 +281,9 @@ def test_two_panel_plot_draws_both_steps(law, points):
     target = np.column_stack([6 * n * tokens, [law.predict_loss(n, t) for t in tokens]])
     assert len(drawn_at(left.lines, target)) == 1
     c = 6 * n * d
-    (step1,) = [b for b in left.containers if b.get_label() == "7B"]
-    assert close(step1[0].get_xydata(), [[c, pred.loss]])
+    assert marker(left, [[c, pred.loss]]).get_label() == "7B"
     lo, hi = pred.loss_interval
-    assert close(step1[2][0].get_segments(), [[[c, lo], [c, hi]]])
+    bars(left, [[[c, lo], [c, hi]]])
     assert len(drawn_at(left.collections, [[c, pred.measured_loss]])) == 1
     (sigmoid,) = [ln for ln in right.lines if ln.get_label() == "sigmoid fit"]
     x = sigmoid.get_xdata()
@@ -292,10 +291,8 @@ def test_two_panel_plot_draws_both_steps(law, points):
     assert close(sigmoid.get_ydata(), law.step2.predict(x))
     (chance,) = [ln for ln in right.lines if ln.get_label() == "chance"]
     assert close(chance.get_ydata(), [TRUTH.chance, TRUTH.chance])
-    (step2,) = [b for b in right.containers if b.get_label() == "predicted 7B"]
-    assert close(step2[0].get_xydata(), [[pred.loss, pred.acc]])
+    assert marker(right, [[pred.loss, pred.acc]]).get_label() == "predicted 7B"
     alo, ahi = pred.acc_interval
-    xerr, yerr = step2[2]
-    assert close(xerr.get_segments(), [[[lo, pred.acc], [hi, pred.acc]]])
-    assert close(yerr.get_segments(), [[[pred.loss, alo], [pred.loss, ahi]]])
+    bars(right, [[[lo, pred.acc], [hi, pred.acc]]])
+    bars(right, [[[pred.loss, alo], [pred.loss, ahi]]])
     assert len(drawn_at(right.collections, [[pred.measured_loss, pred.measured_acc]])) == 1
