@@ -90,6 +90,15 @@ class ModelConfig:
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
+    def check_tensor_parallel(self, tp: int) -> None:
+        """TP splits attention by heads and the MLP by hidden units; each rank needs whole ones."""
+        for name in ("n_heads", "n_kv_heads", "mlp_hidden"):
+            count = getattr(self, name)
+            if count % tp:
+                raise ConfigError(
+                    f"parallel.tp: {tp} does not divide model.{name}={count}; pick a tp that does"
+                )
+
 
 @dataclass
 class OptimConfig:

@@ -44,7 +44,7 @@ from trainer_core.ladder.formulas import (
 from trainer_core.ladder.lr_feedback import SweepChoice, SweepRules
 from trainer_core.ladder.memory import MemoryEstimate
 from trainer_core.model.counts import count_params, num_flops_per_token
-from trainer_core.parallel.mesh import check_tensor_parallel, dp_layout, mesh_shape
+from trainer_core.parallel.mesh import dp_layout, mesh_shape
 from trainer_core.train.schedule import decay_windows, wsds_schedule
 
 
@@ -209,7 +209,7 @@ def plan_size(size: str, ladder: LadderConfig, rules: SweepRules | None = None) 
     )
     n = count_params(model)["non_embedding"]
     try:
-        check_tensor_parallel(model, run.parallel.tp)
+        model.check_tensor_parallel(run.parallel.tp)
     except ConfigError as e:
         raise ConfigError(f"run.{e} (or drop size {size!r})") from None
     multiple = chinchilla_multiple(size, ladder.duration)

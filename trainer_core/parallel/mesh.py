@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainer_core.config.loader import ConfigError
-from trainer_core.config.sections import ModelConfig, ParallelConfig
+from trainer_core.config.sections import ParallelConfig
 
 MESH_DIMS = ("dp_replicate", "dp_shard", "tp")
 
@@ -60,13 +60,3 @@ def dp_layout(cfg: ParallelConfig, world_size: int, rank: int = 0) -> DPLayout:
     """The one rule for the data-parallel layout of ``world_size`` ranks (see the module doc)."""
     replicate, shard, tp = mesh_shape(cfg, world_size)
     return DPLayout(replicate=replicate, shard=shard, tp=tp, dp_rank=rank // tp)
-
-
-def check_tensor_parallel(cfg: ModelConfig, tp: int) -> None:
-    """TP splits attention by heads and the MLP by hidden units; each rank needs whole ones."""
-    for name in ("n_heads", "n_kv_heads", "mlp_hidden"):
-        count = getattr(cfg, name)
-        if count % tp:
-            raise ConfigError(
-                f"parallel.tp: {tp} does not divide model.{name}={count}; pick a tp that does"
-            )

@@ -22,7 +22,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from trainer_core.config.sections import ParallelConfig
 from trainer_core.parallel.float8 import check_float8, convert_to_float8
-from trainer_core.parallel.mesh import MESH_DIMS, check_tensor_parallel, mesh_shape
+from trainer_core.parallel.mesh import MESH_DIMS, mesh_shape
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -69,7 +69,7 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
         parallelize_module,
     )
 
-    check_tensor_parallel(model.cfg, tp_mesh.size())
+    model.cfg.check_tensor_parallel(tp_mesh.size())
     plan = {
         "attn.wq": ColwiseParallel(),
         "attn.wk": ColwiseParallel(),

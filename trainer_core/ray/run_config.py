@@ -94,6 +94,8 @@ class RayTrainConfig(TrainConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.check_dp_split(self.layout().dp_size)
+        # here, not only where the workers build the model: that was 35 s into a Ray run
+        self.model.check_tensor_parallel(self.parallel.tp)
 
     def layout(self, rank: int = 0) -> DPLayout:
         """World rank ``rank``'s place among ``ray.num_workers`` workers (the one DP rule)."""

@@ -26,7 +26,7 @@ from trainer_core.config.sections import (
 )
 from trainer_core.model.transformer import Transformer
 from trainer_core.parallel.materialize import build_model
-from trainer_core.parallel.mesh import check_tensor_parallel, dp_layout, mesh_shape
+from trainer_core.parallel.mesh import dp_layout, mesh_shape
 from trainer_core.parallel.process_group import (
     init_distributed,
     is_distributed,
@@ -297,9 +297,9 @@ def test_dp_layout_puts_tp_innermost():
 
 
 def test_tensor_parallel_needs_whole_heads():
-    check_tensor_parallel(MODEL, 2)
+    MODEL.check_tensor_parallel(2)
     with pytest.raises(ConfigError, match=r"parallel.tp: 4 does not divide model.n_kv_heads=2"):
-        check_tensor_parallel(MODEL, 4)
+        MODEL.check_tensor_parallel(4)
 
 
 def test_single_process_needs_no_process_group(monkeypatch):

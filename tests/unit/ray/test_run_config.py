@@ -25,6 +25,17 @@ def test_a_ray_config_checks_the_batch_splits_over_its_data_parallel_ranks(tiny_
     )
 
 
+def test_a_ray_config_checks_tensor_parallel_fits_the_model(tiny_config, tmp_path):
+    """Checked with the config: in the workers it came 35 s into a Ray run, followed by advice to
+    re-run the same command to resume a run that had written nothing."""
+    from trainer_core.ray.run_config import RayTrainConfig
+
+    args = ("--ray.num_workers=2", "--parallel.tp=2", "--model.n_kv_heads=1")
+    with pytest.raises(ConfigError) as e:
+        tiny_config(tmp_path, *args, cls=RayTrainConfig)
+    assert str(e.value) == "parallel.tp: 2 does not divide model.n_kv_heads=1; pick a tp that does"
+
+
 def test_an_unknown_reader_is_named_with_the_choices(tiny_config, tmp_path):
     from trainer_core.ray.run_config import RayTrainConfig
 
