@@ -24,7 +24,7 @@ from trainer_core.io.storage import Location
 from trainer_core.ladder.config import device_counts
 from trainer_core.ladder.lr_feedback import sweep_rules
 from trainer_core.ladder.plan import plan_ladder, sweep_notes
-from trainer_core.ladder.record import preflight
+from trainer_core.ladder.record import data_repeats, preflight
 from trainer_core.ray.ladder_run import LadderJobConfig, benchmark_size, run_ladder
 from trainer_core.train.schedule import MIN_DECAY_UPDATES, plot_schedule, short_decays
 
@@ -128,7 +128,7 @@ def main() -> int:
     rules = sweep_rules(job)
     plans = plan_ladder(job, sizes, rules)
     print_plan(job, plans)
-    for problem in problems:
+    for problem in problems + data_repeats(job, [(p.size, p.config) for p in plans]):
         print(f"warning: {problem}")
     exp_dir = job.exp_dir
     largest = plans[-1]

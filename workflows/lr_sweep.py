@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 
 from trainer_core.config.cli import DEMO_LADDER, exit_on_error, parse_command
-from trainer_core.ladder.record import preflight
+from trainer_core.ladder.record import data_repeats, preflight
 from trainer_core.ray.sweep_run import (
     SweepJobConfig,
     as_sweep,
@@ -53,7 +53,7 @@ def main() -> int:
             f"  {spec.name}: lr {cfg.optim.lr:.3e}, batch {cfg.trainer.global_batch_size} tokens, "
             f"{cfg.total_steps} steps, decays ending at {_decay_ends(cfg)}{unfitted}"
         )
-    for problem in problems:
+    for problem in problems + data_repeats(job, [(s.name, s.config) for s in specs]):
         print(f"warning: {problem}")
     if dry_run:
         return 0

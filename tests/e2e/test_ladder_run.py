@@ -41,6 +41,35 @@ def test_dry_run_from_a_shell_prints_the_plan_and_plots_the_schedule(
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_dry_runs_say_which_runs_would_read_their_data_twice(
+    run_script, ladder_yaml, make_shards, random_texts, tmp_path
+):
+    """A ladder (and its sweep) planned past its shards' training windows, or evaluated on more
+    windows than the validation split holds, trained on without a word before."""
+    shards = make_shards(random_texts(60))
+    data = (f"--run.data.shards={shards}", "--vocab_size=320")
+    code, out, err = run_script(LADDER, "--config", str(ladder_yaml), "--dry-run", *data)
+    assert code == 0, err
+    said = [line for line in out.splitlines() if str(shards) in line]
+    for size in ("1M", "3M"):
+        mine = [line for line in said if line.startswith(f"warning: {size}: {shards}: ")]
+        assert len(mine) == 2 and "times over" in mine[0] and "count twice" in mine[1], said
+    code, out, err = run_script(
+        SWEEP,
+        "--config",
+        str(ladder_yaml),
+        "--dry-run",
+        "--sizes=1M",
+        *data,
+        f"--sweep.dir={tmp_path / 's'}",
+    )
+    assert code == 0, err
+    assert f"warning: every run: {shards}: " in out and "count twice" in out
+    code, out, err = run_script(LADDER, "--config", str(ladder_yaml), "--dry-run")
+    assert code == 0, err
+    assert "times over" not in out and "count twice" not in out
+
+
 def test_gpu_dry_run_plans_without_the_cluster_data(run_script, repo_root, tmp_path):
     """The GPU config's shards live on the cluster: the plan comes from the config, with a
     warning, and the mesh, memory and headroom per size."""

@@ -412,6 +412,34 @@ class TokenData:
 
         return batches()
 
+    def repeats(self, seq_len: int, train_seqs: int, eval_seqs: int) -> list[str]:
+        """What a run of ``train_seqs`` training and ``eval_seqs`` eval windows would read twice,
+        one line per source. Epochs past the first flatten the loss curve a scaling law is read
+        from, and an eval window counted twice weighs double in every eval loss; both are silent
+        otherwise (training wraps into the next epoch, evaluation wraps around its split)."""
+        lines = []
+        for split, val, weight, quota in zip(
+            self.train, self.val, self.weights, apportion(eval_seqs, self.weights), strict=True
+        ):
+            where = split.manifest.dir
+            windows = split.num_windows(seq_len)
+            epochs = train_seqs * weight / sum(self.weights) / max(windows, 1)
+            if epochs > 1:
+                lines.append(
+                    f"{where}: the run reads its {windows:,} training windows {epochs:.2g} times "
+                    "over; repeated data bends the loss curve a scaling law is fitted to (use "
+                    "more text, or train fewer tokens)"
+                )
+            n = val.num_windows(seq_len)
+            if 0 < n < quota:
+                lines.append(
+                    f"{where}: {quota:,} eval windows asked of a validation split of {n:,}, so "
+                    f"{quota - n:,} count twice; eval at most {n * seq_len:,} tokens "
+                    "(trainer.eval_batches, or a ladder's eval_tokens) or re-tokenize with a "
+                    "larger --val-fraction"
+                )
+        return lines
+
     def eval_batches(
         self, seq_len: int, batch_seqs: int, num_batches: int, dp_rank: int = 0, dp_size: int = 1
     ) -> list[torch.Tensor]:

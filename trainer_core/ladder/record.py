@@ -9,6 +9,7 @@ import yaml
 
 from trainer_core.config.diff import changed_keys
 from trainer_core.config.loader import ConfigError, to_dict, to_yaml
+from trainer_core.config.sections import TrainConfig
 from trainer_core.data.token_data import open_token_data
 from trainer_core.errors import UserError
 from trainer_core.io import storage
@@ -49,6 +50,27 @@ def preflight(job: LadderConfig, dry_run: bool = False, dir_key: str = "dir") ->
             f"--{dir_key}"
         )
     return problems
+
+
+def data_repeats(job: LadderConfig, runs: list[tuple[str, TrainConfig]]) -> list[str]:
+    """What the planned runs (name, config) would read twice (:meth:`TokenData.repeats`), each
+    finding once with the runs it holds for; nothing where the data can't be opened here (the
+    preflight says so)."""
+    try:
+        data = open_token_data(job.run.data, job.vocab_size)
+    except UserError:
+        return []
+    found: dict[str, list[str]] = {}
+    for name, cfg in runs:
+        seqs = cfg.batch_seqs
+        train, evals = cfg.total_steps * seqs, cfg.trainer.eval_batches * seqs
+        for line in data.repeats(cfg.data.seq_len, train, evals):
+            found.setdefault(line, []).append(name)
+    every = len(runs) > 1
+    return [
+        f"{'every run' if every and len(names) == len(runs) else ', '.join(names)}: {line}"
+        for line, names in found.items()
+    ]
 
 
 DRIVER_KEYS = frozenset({"ray.address"})

@@ -6,6 +6,7 @@ which passes its own batch source (Ray Data) and reporter callback.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
@@ -34,6 +35,8 @@ from trainer_core.train.train_module import TrainModule
 from trainer_core.train.trainer import Trainer
 
 BatchSource = Callable[[int], Iterator[torch.Tensor]]
+
+log = logging.getLogger(__name__)
 
 
 def run_info(cfg: TrainConfig, tags: dict | None = None) -> RunInfo:
@@ -125,6 +128,9 @@ def build_trainer(
     info = replace(run_info(cfg, tags), data_id=data.content_id)
     callbacks: list[Callback] = []
     if dist_info.rank == 0:
+        train_seqs = cfg.total_steps * batch_seqs
+        for line in data.repeats(seq_len, train_seqs, batch_seqs * cfg.trainer.eval_batches):
+            log.warning("warning: %s", line)
         run_dir = cfg.trainer.run_location
         storage.makedirs(run_dir)
         if cfg.trainer.progress:

@@ -222,6 +222,30 @@ def test_eval_batches_are_fixed_validation_windows(data, shards):
     assert data.eval_batches(SEQ, 4, 0) == []
 
 
+def test_data_read_twice_is_said_per_source(data, shards, tmp_path, make_shards, random_texts):
+    """Training wraps into a second epoch and evaluation around its split without a word; the
+    demo's evals counted 99 of its 413 validation windows twice, unseen."""
+    train = data.train[0].num_windows(SEQ)
+    val = data.val[0].num_windows(SEQ)
+    assert data.repeats(SEQ, train, val) == []
+    over = data.repeats(SEQ, 3 * train, val + 5)
+    assert over == [
+        f"{shards}: the run reads its {train:,} training windows 3 times over; repeated data "
+        "bends the loss curve a scaling law is fitted to (use more text, or train fewer tokens)",
+        f"{shards}: {val + 5:,} eval windows asked of a validation split of {val:,}, so 5 count "
+        f"twice; eval at most {val * SEQ:,} tokens (trainer.eval_batches, or a ladder's "
+        "eval_tokens) or re-tokenize with a larger --val-fraction",
+    ]
+    # in a mix, each source reads its share: 3:1 puts 3/4 of the windows on the first
+    other = make_shards(random_texts(60, seed=5), name="other")
+    mix = tmp_path / "mix.yaml"
+    mix.write_text(f"{shards}: 3\n{other}: 1\n")
+    mixed = open_token_data(DataConfig(mix=str(mix)), 320)
+    lines = mixed.repeats(SEQ, 2 * train, 0)
+    assert len(lines) == 1 and lines[0].startswith(f"{shards}: the run reads its {train:,} ")
+    assert " 1.5 times over" in lines[0]
+
+
 def test_vocab_mismatch_names_both_sizes(shards):
     with pytest.raises(
         DataError,

@@ -547,3 +547,30 @@ def test_a_branched_run_resumes_from_its_own_progress_not_the_branch_point(tmp_p
     # Checkpoints off: the trainer restores nothing, so the data must start at 0 too.
     off = replace(branch, checkpoint=replace(branch.checkpoint, enabled=False))
     assert resume_step(off) == build_trainer(off).restore() == 0
+
+
+def test_a_run_that_reads_data_twice_says_so_before_it_trains(
+    tmp_path, tiny_config, make_shards, random_texts, caplog
+):
+    """Past the first epoch the loader wraps into the next, and evaluation around its split,
+    without a word: a scaling fit then reads a bent curve, unaware."""
+    from trainer_core.config.sections import DataConfig
+    from trainer_core.data.token_data import open_token_data
+
+    shards = make_shards(random_texts(60))
+    data = open_token_data(DataConfig(shards=str(shards)), 320)
+    train, val = data.train[0].num_windows(64), data.val[0].num_windows(64)
+    steps, evals = 2 * train // 8 + 1, val // 8 + 1
+    args = (f"--data.shards={shards}", f"--trainer.max_steps={steps}")
+    with caplog.at_level("WARNING", logger="trainer_core.train.build"):
+        build_trainer(tiny_config(tmp_path / "run", *args, f"--trainer.eval_batches={evals}"))
+    said = [r.getMessage() for r in caplog.records]
+    assert (
+        said == [f"warning: {line}" for line in data.repeats(64, steps * 8, evals * 8)]
+        and len(said) == 2
+    )
+    assert re.search(r"training windows 2\.\d times over", said[0]) and "1 count twice" in said[1]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="trainer_core.train.build"):
+        build_trainer(tiny_config(tmp_path / "quiet", args[0], "--trainer.max_steps=5"))
+    assert caplog.records == []
