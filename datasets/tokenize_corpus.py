@@ -236,6 +236,11 @@ def print_summary(manifest, totals: ReadStats, seconds: float) -> None:
     print(
         f"tokens:     {manifest.num_train_tokens:,} train, {manifest.num_val_tokens:,} validation"
     )
+    if manifest.val_fraction > 0 and not manifest.validation:
+        print(
+            f"warning:    no validation documents: {totals.documents} document(s) can't be split, and "
+            "evaluation in training needs some; split the corpus into more documents or files"
+        )
     print(
         f"not used:   {totals.skipped_files} unreadable files, {totals.skipped_documents} undecodable documents, "
         f"{totals.empty_documents} empty documents; {totals.replaced_documents} documents had bad bytes replaced"

@@ -15,9 +15,11 @@ fsspec (0.1 s to import, in every tokenizing process) is imported only for URL i
 
 from __future__ import annotations
 
+import codecs
 import functools
 import glob
 import gzip
+import io
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -49,6 +51,8 @@ DecodePolicy = Literal["strict", "replace", "skip"]
 DECODE_POLICIES = ("strict", "replace", "skip")
 GLOB_CHARS = set("*?[")
 DOCS_PER_BATCH = 256
+BATCH_CHARS = 1 << 20
+"""Text per tokenizer call, as well as documents: BPE encoding takes ~160 bytes per byte."""
 
 
 @dataclass(frozen=True)
@@ -208,19 +212,23 @@ def decode(data: bytes, policy: DecodePolicy, where: str, stats: ReadStats) -> s
 
 
 def _open(f: InputFile):
+    # A zstandard reader can't be iterated by line, which JSONL needs: hence the BufferedReader.
     if _is_url(f.path):
         import fsspec
 
-        return fsspec.open(f.path, "rb", compression=f.compression).open()
+        stream = fsspec.open(f.path, "rb", compression=f.compression).open()
+        return io.BufferedReader(stream) if f.compression == "zstd" else stream
     if f.compression == "gzip":
         return gzip.open(f.path, "rb")
     if f.compression == "zstd":
-        return zstandard.open(f.path, "rb")
+        return io.BufferedReader(zstandard.open(f.path, "rb"))
     return open(f.path, "rb")
 
 
 def _jsonl_docs(f: InputFile, opts: ReadOptions, stats: ReadStats, stream) -> Iterator[str]:
     for lineno, raw in enumerate(stream, 1):
+        if lineno == 1:
+            raw = raw.removeprefix(codecs.BOM_UTF8)
         if not raw.strip():
             continue
         where = f"{f.path} line {lineno}"
@@ -254,7 +262,9 @@ def _jsonl_docs(f: InputFile, opts: ReadOptions, stats: ReadStats, stream) -> It
                 f"{where}: field {opts.text_field!r} is a {type(text).__name__}, not a string"
             )
         else:
-            yield text
+            text = _valid_unicode(text, opts.on_decode_error, where, stats)
+            if text is not None:
+                yield text
 
 
 def _parquet_docs(f: InputFile, opts: ReadOptions, stats: ReadStats, stream) -> Iterator[str]:
@@ -299,7 +309,12 @@ def _valid_unicode(text: str, policy: DecodePolicy, where: str, stats: ReadStats
     try:
         text.encode("utf-8")
         return text
-    except UnicodeEncodeError:
+    except UnicodeEncodeError as e:
+        if policy == "strict":
+            raise DataError(
+                f"{where}: a lone surrogate {text[e.start]!r} (half of a UTF-16 pair, from a JSON "
+                "escape), not a character; fix the text or pass --on-decode-error replace (or skip)"
+            ) from None
         return decode(text.encode("utf-8", errors="surrogatepass"), policy, where, stats)
 
 
@@ -313,9 +328,6 @@ def read_documents(f: InputFile, opts: ReadOptions, stats: ReadStats) -> Iterato
     try:
         with _open(f) as stream:
             for text in READERS[f.kind](f, opts, stats, stream):
-                text = _valid_unicode(text, opts.on_decode_error, f.path, stats)
-                if text is None:
-                    continue
                 if not text:
                     stats.empty_documents += 1
                     continue
@@ -336,6 +348,10 @@ def read_documents(f: InputFile, opts: ReadOptions, stats: ReadStats) -> Iterato
 
 
 def _is_read_failure(e: Exception) -> bool:
+    """A damaged or missing file. Not a stream that can't do what a reader asks: that is a bug
+    here, which ``--on-decode-error skip`` must not hide by skipping every such file."""
+    if isinstance(e, io.UnsupportedOperation):
+        return False
     return isinstance(e, (OSError, EOFError, pa.ArrowException, zstandard.ZstdError))
 
 
@@ -353,21 +369,27 @@ def tokenize_file(
     opts: ReadOptions,
     stats: ReadStats,
     docs_per_batch: int = DOCS_PER_BATCH,
+    batch_chars: int = BATCH_CHARS,
 ) -> Iterator[DocBatch]:
-    """Read one file and tokenize it ``docs_per_batch`` documents at a time (bounded memory)."""
+    """Read one file and tokenize it ``docs_per_batch`` documents or ``batch_chars`` characters
+    at a time, whichever comes first (bounded memory)."""
     texts: list[str] = []
+    chars = 0
 
     def flush() -> DocBatch:
+        nonlocal chars
         tokens = [
             check_ids(ids, tokenizer.vocab_size, f.path) for ids in tokenizer.encode_arrays(texts)
         ]
         batch = DocBatch(tokens, [split_key(t) for t in texts])
         texts.clear()
+        chars = 0
         return batch
 
     for text in read_documents(f, opts, stats):
         texts.append(text)
-        if len(texts) >= docs_per_batch:
+        chars += len(text)
+        if len(texts) >= docs_per_batch or chars >= batch_chars:
             yield flush()
     if texts:
         yield flush()

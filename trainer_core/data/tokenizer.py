@@ -3,15 +3,17 @@
 All of them share one small interface (:class:`Tokenizer`): ``encode_batch``, ``vocab_size``,
 ``eos_id``, ``bos_id``, ``kind``, ``content_hash`` and ``save``. The hash identifies the exact
 vocabulary and rules, so a shard manifest can tell whether shards were made by the tokenizer a
-run expects. Documents are encoded without special tokens; the shard writer appends EOS itself.
+run expects. Documents are encoded without special tokens, a special token's text in them as
+plain text; the shard writer appends EOS itself.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -29,6 +31,11 @@ BYTE_FILE = "byte_tokenizer.json"
 EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|eos|>", "<|end_of_text|>", "[SEP]")
 BOS_NAMES = ("<|bos|>", "<s>", "<bos>", "<|begin_of_text|>", "<|startoftext|>", "[CLS]")
 BPE_SPECIALS = ("<|endoftext|>", "<|bos|>", "<|pad|>")
+CHUNK_CHARS = 1 << 20
+"""A longer document is encoded in pieces of about this size, where the tokenizer allows it:
+encoding takes ~160 bytes of memory per byte of text, 3 GB for a 20 MB document at once."""
+RUN_START = re.compile(r"(?<=\S)[ \n]")
+"""Where a whitespace run starts (Python's ``\\S`` is narrower than a tokenizer's, so safe)."""
 
 
 class Continuation(NamedTuple):
@@ -117,12 +124,19 @@ class HFTokenizer(Tokenizer):
 
     def __init__(self, tok, eos_token: str, bos_token: str | None):
         self.tok = tok
+        tok.encode_special_tokens = True  # '<|endoftext|>' in a document is text, not its end
+        self.chunkable = _pieces_join_exactly(tok)
         self.eos_token, self.bos_token = eos_token, bos_token
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
         self.eos_id = tok.token_to_id(eos_token)
         self.bos_id = tok.token_to_id(bos_token) if bos_token else None
         payload = json.dumps({"tokenizer": tok.to_str(), "eos": eos_token, "bos": bos_token})
         self._hash = hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    def __setstate__(self, state: dict) -> None:
+        """A pickle (Ray sends the tokenizer to its tasks) drops ``encode_special_tokens``."""
+        self.__dict__.update(state)
+        self.tok.encode_special_tokens = True
 
     @classmethod
     def from_file(cls, path: Path) -> HFTokenizer:
@@ -156,7 +170,15 @@ class HFTokenizer(Tokenizer):
         bos = _token_name(config.get("bos_token")) or _first_present(tok, BOS_NAMES)
         return cls(tok, eos, bos if bos and tok.token_to_id(bos) is not None else None)
 
-    def encode_arrays(self, texts: list[str]) -> list[np.ndarray]:
+    def encode_arrays(self, texts: list[str], chunk_chars: int = CHUNK_CHARS) -> list[np.ndarray]:
+        if not self.chunkable or max(map(len, texts), default=0) <= chunk_chars:
+            return self._encode(texts)
+        return [
+            np.concatenate([self._encode([piece])[0] for piece in _pieces(t, chunk_chars)])
+            for t in texts
+        ]
+
+    def _encode(self, texts: list[str]) -> list[np.ndarray]:
         encodings = self.tok.encode_batch(texts, add_special_tokens=False)
         return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
 
@@ -197,6 +219,30 @@ def _token_name(value: object) -> str | None:
 
 def _first_present(tok, names: Iterable[str]) -> str | None:
     return next((n for n in names if tok.token_to_id(n) is not None), None)
+
+
+def _pieces_join_exactly(tok) -> bool:
+    """Whether a text's ids are its :func:`_pieces`' ids joined: so for byte-level pre-tokenizing
+    by the GPT-2 regex, where no pre-token runs from a non-space into a space, unless a
+    normalizer, a prefix space or a non-special added token acts across the whole text."""
+    pre = tok.pre_tokenizer
+    return (
+        isinstance(pre, pre_tokenizers.ByteLevel)
+        and pre.use_regex
+        and not pre.add_prefix_space
+        and tok.normalizer is None
+        and all(t.special for t in tok.get_added_tokens_decoder().values())
+    )
+
+
+def _pieces(text: str, size: int) -> Iterator[str]:
+    """``text`` in pieces of ``size`` characters or a little more, each cut where a run of
+    whitespace starts (the rest is one piece if it has no such place)."""
+    start = 0
+    while cut := RUN_START.search(text, start + size):
+        yield text[start : cut.start()]
+        start = cut.start()
+    yield text[start:]
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int) -> HFTokenizer:

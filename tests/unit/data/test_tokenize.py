@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
+import pickle
 import re
 
 import fsspec
@@ -12,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
+from tokenizers import pre_tokenizers
 
 from trainer_core.config.sections import DataConfig
 from trainer_core.data.shards import (
@@ -23,11 +26,34 @@ from trainer_core.data.shards import (
     split_key,
     verify_shards,
 )
-from trainer_core.data.text_sources import ReadOptions, discover_inputs, write_shards
+from trainer_core.data.text_sources import (
+    ReadOptions,
+    ReadStats,
+    _is_read_failure,
+    discover_inputs,
+    read_documents,
+    tokenize_file,
+    write_shards,
+)
 from trainer_core.data.token_data import open_token_data
-from trainer_core.data.tokenizer import ByteTokenizer, load_tokenizer, train_bpe
+from trainer_core.data.tokenizer import (
+    ByteTokenizer,
+    HFTokenizer,
+    _pieces,
+    load_tokenizer,
+    train_bpe,
+)
 
 BYTE = ByteTokenizer()
+
+
+def documents(pattern: str, opts: ReadOptions | None = None) -> list[str]:
+    """The documents the files ``pattern`` names hold, read as tokenizing reads them."""
+    return [
+        t
+        for f in discover_inputs([pattern])
+        for t in read_documents(f, opts or ReadOptions(), ReadStats())
+    ]
 
 
 def shard_documents(directory, split: str | None = None) -> list[str]:
@@ -123,6 +149,45 @@ def test_jsonl_field_and_parquet_column_options(tmp_path):
     assert sorted(shard_documents(tmp_path / "out")) == ["from body", "from column"]
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".json", ".ndjson"])
+def test_zstd_jsonl_reads_like_plain_jsonl_locally_and_from_a_url(tmp_path, suffix):
+    """A zstandard reader can't be iterated by line: every .jsonl.zst was 'can't read it'."""
+    raw = b'{"text": "json one"}\n\n{"text": "json two"}\n'
+    packed = zstandard.ZstdCompressor().compress(raw)
+    (tmp_path / f"plain{suffix}").write_bytes(raw)
+    (tmp_path / f"packed{suffix}.zst").write_bytes(packed)
+    fsspec.filesystem("memory").pipe(f"/zst/packed{suffix}.zst", packed)
+    expected = documents(str(tmp_path / f"plain{suffix}"))
+    assert expected == ["json one", "json two"]
+    assert documents(str(tmp_path / f"packed{suffix}.zst")) == expected
+    assert documents(f"memory://zst/packed{suffix}.zst") == expected
+
+
+def test_a_reader_bug_is_not_a_file_to_skip():
+    """A stream that can't do what a reader asks (as .jsonl.zst once) is a bug here: reported
+    as a damaged file, --on-decode-error skip silently dropped every such file."""
+    assert not _is_read_failure(io.UnsupportedOperation("not seekable"))
+    assert _is_read_failure(EOFError("truncated")) and _is_read_failure(zstandard.ZstdError())
+
+
+def test_a_utf8_bom_before_the_first_json_line_is_ignored(tmp_path):
+    (tmp_path / "b.jsonl").write_bytes(b'\xef\xbb\xbf{"text": "one"}\n{"text": "two"}\n')
+    assert documents(str(tmp_path / "b.jsonl")) == ["one", "two"]
+
+
+def test_tokenize_file_batches_by_characters_as_well_as_documents(tmp_path, random_texts):
+    """A batch of 256 documents could hold any amount of text, all encoded at once."""
+    texts = random_texts(40, low=50, high=70)
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    (f,) = discover_inputs([str(tmp_path / "d.jsonl")])
+    for tok in (BYTE, train_bpe(texts, 300)):
+        one = list(tokenize_file(f, tok, ReadOptions(), ReadStats()))
+        small = list(tokenize_file(f, tok, ReadOptions(), ReadStats(), batch_chars=100))
+        assert [len(b.tokens) for b in one] == [40]
+        assert [len(b.tokens) for b in small] == [2] * 20
+        assert [t.tolist() for b in small for t in b.tokens] == [t.tolist() for t in one[0].tokens]
+
+
 def test_bpe_training_save_and_reload(tmp_path, random_texts):
     texts = random_texts(50, letters="abc de") * 2
     tok = train_bpe(texts, 300)
@@ -142,6 +207,63 @@ def test_bpe_training_save_and_reload(tmp_path, random_texts):
     assert train_bpe(texts, 300).content_hash == tok.content_hash, "training is deterministic"
     with pytest.raises(DataError, match="vocab size >= 259"):
         train_bpe(texts, 100)
+
+
+def test_special_token_text_in_a_document_is_plain_text(tmp_path):
+    """'<|endoftext|>' written in a document (code, a chat log) once became the EOS id, a
+    document boundary in the middle of a document; in a task's text too."""
+    text = "see <|endoftext|> and <|bos|> in code"
+    trained = train_bpe([text, "plain words here"] * 10, 300)
+    trained.save(tmp_path / "tok")
+    for tok in (trained, load_tokenizer(tmp_path / "tok"), pickle.loads(pickle.dumps(trained))):
+        specials = {tok.tok.token_to_id(name) for name in ("<|endoftext|>", "<|bos|>", "<|pad|>")}
+        (ids,) = tok.encode_arrays([text])
+        assert specials.isdisjoint(ids.tolist())
+        assert tok.tok.decode(ids.tolist(), skip_special_tokens=False) == text
+        (c,) = tok.encode_continuations("see ", [text[4:]])
+        assert specials.isdisjoint([*c.context, *c.ids]) and c.nbytes == len(text) - 3
+
+
+class LargestCall(HFTokenizer):
+    """The real tokenizer, noting the most text it was given in one call."""
+
+    largest = 0
+
+    def _encode(self, texts: list[str]) -> list[np.ndarray]:
+        self.largest = max(self.largest, sum(map(len, texts)))
+        return super()._encode(texts)
+
+
+def test_a_long_document_is_encoded_in_pieces_with_the_whole_texts_ids():
+    """One 20 MB document took 3 GB to encode at once; in pieces cut where a whitespace run
+    starts, a byte-level BPE gives the same ids (no pre-token runs from a non-space into a
+    space), so the pieces are exact."""
+    rng = np.random.default_rng(0)
+    words = ["the", "naïve", "日本語", "x.", "don't", "(a)", "3.5", "!!", "<|endoftext|>"]
+    spaces = ["", " ", "  ", "\n", "\n\n", "\t", "\r\n", " \n ", "\u00a0", "\x1c", "\u3000"]
+    n = 150_000
+    text = "".join(rng.choice(words, n) + rng.choice(spaces, n))
+    pieces = list(_pieces(text, 997))
+    assert "".join(pieces) == text and len(pieces) > 500
+    cuts = zip(pieces, pieces[1:], strict=False)
+    assert all(b[0] in " \n" and not a[-1].isspace() for a, b in cuts), "where a run starts"
+    tok = LargestCall(train_bpe([text[:100_000]], 400).tok, "<|endoftext|>", "<|bos|>")
+    (whole,) = tok.encode_arrays([text], chunk_chars=len(text))
+    assert tok.largest == len(text)
+    tok.largest = 0
+    (chunked,) = tok.encode_arrays([text], chunk_chars=997)
+    assert tok.largest < 2 * 997 and chunked.tolist() == whole.tolist()
+    # A prefix space is added to each encoded text, so pieces would differ: encoded whole.
+    raw = type(tok.tok).from_str(tok.tok.to_str())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    prefixed = LargestCall(raw, "<|endoftext|>", "<|bos|>")
+    short = text[:20_000]
+    assert (
+        prefixed.encode_arrays([short], 997)[0].tolist()
+        == prefixed.encode_arrays([short])[0].tolist()
+    )
+    assert prefixed.largest == len(short)
+    assert [b.tolist() for b in BYTE.encode_arrays([text])] == [list(text.encode())]
 
 
 def test_bpe_shards_record_their_tokenizer(tmp_path, random_texts):
@@ -279,6 +401,20 @@ def test_non_utf8_jsonl_line_is_named(tmp_path):
         write_shards(
             discover_inputs([str(tmp_path / "x.jsonl")]), BYTE, tmp_path / "o", ReadOptions()
         )
+
+
+def test_a_lone_surrogate_json_escape_is_named_by_line(tmp_path):
+    """Valid UTF-8 with an escape of half a UTF-16 pair was 'not valid UTF-8 (byte 5 ...)',
+    with no line."""
+    (tmp_path / "s.jsonl").write_text('{"text": "ok"}\n{"text": "a\\ud800b"}\n')
+    with pytest.raises(DataError) as err:
+        documents(str(tmp_path / "s.jsonl"))
+    assert str(err.value) == (
+        f"{tmp_path / 's.jsonl'} line 2: a lone surrogate '\\ud800' (half of a UTF-16 pair, from "
+        "a JSON escape), not a character; fix the text or pass --on-decode-error replace (or skip)"
+    )
+    replace = ReadOptions(on_decode_error="replace")
+    assert documents(str(tmp_path / "s.jsonl"), replace) == ["ok", "a\ufffd\ufffd\ufffdb"]
 
 
 def test_unreadable_file(tmp_path):

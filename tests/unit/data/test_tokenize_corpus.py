@@ -15,7 +15,9 @@ import fsspec
 import pytest
 from scripts import load_script
 
-from trainer_core.data.text_sources import ReadStats
+from trainer_core.data.shards import read_manifest
+from trainer_core.data.text_sources import ReadOptions, ReadStats, discover_inputs, write_shards
+from trainer_core.data.tokenizer import ByteTokenizer
 from trainer_core.io.output_dir import replace_when_complete, sigterm_raises_exit
 
 SCRIPT = "datasets/tokenize_corpus.py"
@@ -49,6 +51,24 @@ def test_progress_in_a_log_is_plain_lines(capsys):
         f"tokenizing: {n}/20 files" for n in (2, 4, 5, 6, 8, 10, 12, 14, 16, 18, 20)
     ]
     assert lines[2] == "tokenizing: 5/20 files, 0.5 MB, 15 documents, 34 s"
+
+
+def test_a_corpus_too_small_to_split_is_warned_of(tmp_path, capsys):
+    """One document gives no validation split, and training failed later with advice to raise
+    --val-fraction, which can't help."""
+    tokenize = load_script(SCRIPT)
+    for name, texts in (("one", ["a single document"]), ("two", ["first doc", "second doc"])):
+        for i, text in enumerate(texts):
+            (tmp_path / name / f"{i}.txt").parent.mkdir(exist_ok=True)
+            (tmp_path / name / f"{i}.txt").write_text(text)
+        files = discover_inputs([str(tmp_path / name)])
+        _, totals = write_shards(files, ByteTokenizer(), tmp_path / f"{name}-out", ReadOptions())
+        tokenize.print_summary(read_manifest(tmp_path / f"{name}-out"), totals, 1.0)
+    warnings = [line for line in capsys.readouterr().out.splitlines() if "warning" in line]
+    assert warnings == [
+        "warning:    no validation documents: 1 document(s) can't be split, and evaluation in "
+        "training needs some; split the corpus into more documents or files"
+    ]
 
 
 def test_sigterm_in_the_block_exits_143_after_the_stage_is_gone_and_restores_the_handler(
