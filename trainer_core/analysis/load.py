@@ -13,6 +13,7 @@ import json
 import math
 import tempfile
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import pandas as pd
 from trainer_core.checkpoint.listing import list_checkpoints
 from trainer_core.errors import UserError
 from trainer_core.io import storage
+from trainer_core.io.records import RecordError, read_json_record
 from trainer_core.io.run_dir import (
     RUN_FIELDS,
     RUN_JSON,
@@ -339,21 +341,8 @@ def read_metrics(run_dir: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
     path = metrics_path(run_dir)
     if not path.is_file():
         return []
-    text = path.read_text()
-    lines = text.splitlines()
     by_step: dict[int, dict[str, Any]] = {}
-    for i, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            if i == len(lines) and not text.endswith("\n"):
-                warnings.warn(f"{path}:{i}: ignoring a line cut mid-write", stacklevel=2)
-                continue
-            raise AnalysisError(
-                f"{path}:{i}: not valid JSON ({e.msg}); fix or delete that line"
-            ) from None
+    for i, record in _metric_lines(path):
         if not isinstance(record, dict) or "step" not in record:
             raise AnalysisError(f"{path}:{i}: expected a JSON object with a 'step' key")
         row = by_step.setdefault(int(record["step"]), {})
@@ -364,6 +353,32 @@ def read_metrics(run_dir: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
         row["annealed"] = _annealed(record, run, unknown=False)
         rows.append(row)
     return rows
+
+
+def _metric_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """Each line of ``metrics.jsonl`` parsed, with its number. A last line cut mid-write (a
+    crash) and a line with a byte that is not UTF-8 (a damaged copy) are skipped with a warning,
+    so the rest of a run stays readable; any other bad line is an error naming it."""
+    raw = path.read_bytes()
+    lines = raw.splitlines()
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        cut = i == len(lines) and not raw.endswith(b"\n")
+        try:
+            record = json.loads(line.decode())
+        except UnicodeDecodeError:
+            why = "cut mid-write" if cut else "that is not UTF-8 text"
+            warnings.warn(f"{path}:{i}: ignoring a line {why}", stacklevel=3)
+            continue
+        except json.JSONDecodeError as e:
+            if not cut:
+                raise AnalysisError(
+                    f"{path}:{i}: not valid JSON ({e.msg}); fix or delete that line"
+                ) from None
+            warnings.warn(f"{path}:{i}: ignoring a line cut mid-write", stacklevel=3)
+            continue
+        yield i, record
 
 
 def read_points(run_dir: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
@@ -429,15 +444,15 @@ def _float(value: Any) -> float:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    """A ``run.json`` or ``metrics_step{N}.json``; a damaged one is refused in the words every
+    command uses (:func:`read_json_record`), as an :class:`AnalysisError` like any other file
+    the analysis can't use (callers turn those into their own messages)."""
     try:
-        record = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise AnalysisError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        return read_json_record(path)
+    except RecordError as e:
+        raise AnalysisError(str(e)) from None
     except OSError as e:
         raise AnalysisError(f"{path}: can't read ({e.strerror})") from None
-    if not isinstance(record, dict):
-        raise AnalysisError(f"{path}: expected a JSON object")
-    return record
 
 
 def _frame(rows: list[dict[str, Any]], columns: list[str], order: list[str]) -> pd.DataFrame:

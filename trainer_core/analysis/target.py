@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit
 from trainer_core.analysis.hparam_laws import HparamLaws, fit_hparam_laws
@@ -32,6 +31,7 @@ from trainer_core.devices import (
     device_peak_flops,
 )
 from trainer_core.io import storage
+from trainer_core.io.records import read_yaml_record
 from trainer_core.io.run_dir import EXPERIMENT, recorded_experiment_kind
 from trainer_core.io.storage import Location
 
@@ -148,7 +148,7 @@ class TargetSettings:
 
 def _experiment_record(exp_dir: Location) -> dict:
     path = storage.join(exp_dir, EXPERIMENT)
-    return (yaml.safe_load(storage.read_text(path)) or {}) if storage.is_file(path) else {}
+    return read_yaml_record(path) if storage.is_file(path) else {}
 
 
 def _from_sweep(record: dict) -> str:

@@ -30,9 +30,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-import yaml
-
 from trainer_core.io import storage
+from trainer_core.io.records import read_bytes, read_json_record, read_yaml_record
 from trainer_core.io.storage import Location, write_atomic
 
 CONFIG = "config.yaml"
@@ -179,9 +178,10 @@ def write_run_json(
 
 
 def read_run_json(run_dir: Location) -> dict[str, Any] | None:
-    """The run's record as written (None: the run has not started)."""
+    """The run's record as written (None: the run has not started); a damaged one is a
+    :class:`~trainer_core.io.records.RecordError`."""
     path = run_json_path(run_dir)
-    return json.loads(storage.read_text(path)) if storage.is_file(path) else None
+    return read_json_record(path) if storage.is_file(path) else None
 
 
 def worker_groups(run_dir: Location) -> list[WorkerGroup]:
@@ -190,10 +190,12 @@ def worker_groups(run_dir: Location) -> list[WorkerGroup]:
 
 
 def last_logged_step(run_dir: Location) -> int:
-    """The step of the last whole line of ``metrics.jsonl`` (0: none)."""
+    """The step of the last whole line of ``metrics.jsonl`` (0: none). A bad byte (a damaged
+    copy) spoils only its own line, which is skipped as a line cut mid-write is."""
     path = metrics_path(run_dir)
+    text = read_bytes(path).decode(errors="replace") if storage.is_file(path) else ""
     last = 0
-    for line in storage.read_text(path).splitlines() if storage.is_file(path) else []:
+    for line in text.splitlines():
         try:
             last = int(json.loads(line).get("step", last))
         except (ValueError, AttributeError):
@@ -242,8 +244,9 @@ def experiment_kind(record: Mapping) -> str:
 
 def recorded_experiment_kind(exp_dir: Location) -> str | None:
     """:func:`experiment_kind` of the experiment recorded in ``exp_dir``; None without a record
-    (a new dir, a single run's dir)."""
+    (a new dir, a single run's dir); a damaged record is a
+    :class:`~trainer_core.io.records.RecordError`."""
     path = storage.join(exp_dir, EXPERIMENT)
     if not storage.is_file(path):
         return None
-    return experiment_kind(yaml.safe_load(storage.read_text(path)) or {})
+    return experiment_kind(read_yaml_record(path))

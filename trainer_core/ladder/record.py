@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 
-import yaml
-
 from trainer_core.config.diff import changed_keys
 from trainer_core.config.loader import ConfigError, to_dict, to_yaml
 from trainer_core.config.sections import TrainConfig
@@ -14,6 +12,7 @@ from trainer_core.data.token_data import open_token_data
 from trainer_core.errors import UserError
 from trainer_core.io import storage
 from trainer_core.io.output_dir import check_output_dir
+from trainer_core.io.records import read_json_record, read_yaml_record
 from trainer_core.io.run_dir import EXPERIMENT, PLAN, experiment_kind, recorded_experiment_kind
 from trainer_core.io.storage import Location, write_atomic
 from trainer_core.ladder.config import LadderConfig
@@ -86,7 +85,7 @@ def write_experiment_record(
     record = storage.join(exp_dir, EXPERIMENT)
     plan_file = storage.join(exp_dir, PLAN)
     if resume and storage.is_file(plan_file):
-        launched = [row["size"] for row in json.loads(storage.read_text(plan_file))]
+        launched = [row["size"] for row in read_json_record(plan_file, list)]
         planned = [p.size for p in plans]
         if sorted(set(launched)) != sorted(set(planned)):
             raise ConfigError(
@@ -96,7 +95,7 @@ def write_experiment_record(
                 "had none), or launch other sizes into a new --dir"
             )
     if resume and storage.is_file(record):
-        recorded = yaml.safe_load(storage.read_text(record)) or {}
+        recorded = read_yaml_record(record)
         changed = [k for k in changed_keys(recorded, to_dict(job)) if k not in DRIVER_KEYS]
         if changed:
             raise ConfigError(

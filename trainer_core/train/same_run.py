@@ -8,13 +8,12 @@ the new: the record would no longer say how the model was trained. Such a relaun
 
 from __future__ import annotations
 
-import yaml
-
 from trainer_core.config.diff import changed_keys
 from trainer_core.config.loader import ConfigError, to_dict
 from trainer_core.config.sections import TrainConfig
 from trainer_core.data.shards import DataError
 from trainer_core.io import storage
+from trainer_core.io.records import read_yaml_record
 from trainer_core.io.run_dir import config_path, read_run_json, run_json_path
 from trainer_core.io.storage import Location
 
@@ -44,11 +43,12 @@ FREE_KEYS = frozenset({"model.attention_backend", "optim.fused"})
 def check_same_run(cfg: TrainConfig, run_dir: Location) -> None:
     """Refuse ``cfg`` for ``run_dir`` when the run recorded there trained with other values of
     :data:`TRAINING_KEYS`, naming them; nothing recorded yet passes, nor a setting the record
-    predates."""
+    predates. A damaged record is refused too: with nothing to compare, the run would resume
+    under whatever settings it was given."""
     path = config_path(run_dir)
     if not storage.is_file(path):
         return
-    recorded = yaml.safe_load(storage.read_text(path)) or {}
+    recorded = read_yaml_record(path)
     changed = [
         key
         for key in changed_keys(recorded, to_dict(cfg), one_side=False)

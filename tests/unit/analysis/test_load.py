@@ -115,6 +115,45 @@ def test_bad_metrics_line_names_file_and_line(tmp_path: Path):
     assert list(res.metrics["step"]) == [1]
 
 
+def test_a_bad_byte_in_metrics_skips_only_its_line(tmp_path: Path):
+    """A damaged copy of a mostly-good run: a UnicodeDecodeError traceback lost all of it."""
+    write_run(tmp_path / "runs" / "r", size="s", n=1000, lr=1e-3, total_steps=10)
+    path = tmp_path / "runs" / "r" / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1}\n{"step": 2, "train/lo\xffss": 3.0}\n{"step": 3}\n')
+    with pytest.warns(UserWarning) as caught:
+        res = load(tmp_path)
+    assert [str(w.message) for w in caught] == [f"{path}:2: ignoring a line that is not UTF-8 text"]
+    assert list(res.metrics["step"]) == [1, 3]
+
+
+FIX = "restore it from a copy, or use a new dir"
+
+
+def test_a_damaged_run_json_is_one_line_naming_it(tmp_path: Path):
+    write_run(tmp_path / "runs" / "r", size="s", n=1000, lr=1e-3, total_steps=10)
+    path = tmp_path / "runs" / "r" / "run.json"
+    for content, why in (
+        (b'{"name": "r", "si', ":1: not valid JSON (Unterminated string starting at)"),
+        (b'{"name": "r\xff"}', ": not UTF-8 text (byte 11)"),
+        (b"[1]", ": holds a list, not a mapping"),
+    ):
+        path.write_bytes(content)
+        with pytest.raises(AnalysisError) as err:
+            load(tmp_path)
+        assert str(err.value) == f"{path}{why}; {FIX}"
+
+
+def test_analyze_stops_in_one_line_on_a_damaged_experiment_yaml(tmp_path: Path, run_script):
+    """A ParserError traceback, from the experiment's kind."""
+    write_run(tmp_path / "runs" / "r", size="s", n=1000, lr=1e-3, total_steps=10)
+    path = tmp_path / "experiment.yaml"
+    path.write_bytes(b"42\n")
+    code, _, err = run_script("workflows/analyze.py", str(tmp_path), "--bootstrap=0")
+    assert (code, err) == (2, f"error: {path}: holds a number, not a mapping; {FIX}\n")
+    assert path.read_bytes() == b"42\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["experiment.yaml", "runs"]
+
+
 def test_result_grid_needs_a_tune_dir(ladder_dir: Path):
     with pytest.raises(AnalysisError, match="no Tune experiment here \\(only Tune-run"):
         load(ladder_dir).result_grid()
