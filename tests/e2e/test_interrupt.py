@@ -11,27 +11,41 @@ import pytest
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
-def test_ctrl_c_stops_the_ladder_as_interrupted_not_done(
+def test_ctrl_c_stops_the_ladder_as_interrupted_and_resume_runs_what_never_started(
     processes, tiny_experiment, tmp_path, no_local_ray
 ):
     """Tune returns from a Ctrl+C as from a finished experiment: the ladder printed its
     analysis of the runs so far, exited 0 and recorded the interrupted run as stopped by early
-    stopping; an LR sweep went on to widen its grid from partial results."""
+    stopping; an LR sweep went on to widen its grid from partial results. And the resume: a
+    run the interrupt left unstarted got Tune's placeholder for its config ('tuple' object has
+    no attribute 'ray'), was retried to failure, and the count said 1 of 1 unfinished."""
     cfg = tiny_experiment(
         "exp",
-        sizes=["1M"],
-        duration={"chinchilla_multiple": 0.25},  # thousands of steps: still running at the ^C
+        sizes=["15K", "25K"],
+        # 25K first (largest first), 1,449 steps: still running at the ^C; 15K waits its turn
+        duration={"chinchilla_multiple": 0.015625, "multiple_by_size": {"25K": 0.25}},
         run={"trainer": {"log_interval": 1, "eval_interval": 1000000}},
+        ray={"max_concurrent_trials": 1},
     )
+    runs = tmp_path / "exp" / "runs"
     log = tmp_path / "ladder.log"
     proc = processes.start(sys.executable, "workflows/ladder.py", "--config", cfg, log=log)
-    metrics = tmp_path / "exp" / "runs" / "1M" / "metrics.jsonl"
+    metrics = runs / "25K" / "metrics.jsonl"
     processes.wait_until(lambda: metrics.is_file() and metrics.stat().st_size, proc, log, 300)
     processes.kill(proc, signal.SIGINT, timeout=180)  # to the group, as a terminal's Ctrl+C
     out = log.read_text()
     assert proc.returncode == 2, out[-3000:]
-    assert "interrupted with 1 of 1 runs unfinished" in out and "with --resume" in out
+    assert "interrupted with 2 of 2 runs unfinished" in out and "with --resume" in out
     assert "Traceback" not in out
     run = json.loads((metrics.parent / "run.json").read_text())
     # Unfinished and resumable: neither stopped (early stopping's word) nor finished nor failed.
     assert run["status"] == "running" and run["last_step"] < run["total_steps"], run
+    assert not (runs / "15K" / "run.json").exists()
+
+    resumed = processes.python("workflows/ladder.py", "--config", cfg, "--resume", timeout=600)
+    out = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, out[-3000:]
+    assert "Traceback" not in out and "has no attribute" not in out
+    for size in ("15K", "25K"):
+        run = json.loads((runs / size / "run.json").read_text())
+        assert run["status"] == "finished" and run["last_step"] == run["total_steps"], run

@@ -184,14 +184,21 @@ def run_trials(
     tune_dir = storage.join(exp_dir, settings.name)
     concurrency = settings.max_concurrent or max_concurrent_trials(specs)
     restored = resume and tune.Tuner.can_restore(str(tune_dir))
+    # The grid again on a restore: Tune saved each spec as a placeholder, and trials the
+    # interrupt left unstarted got the placeholder, not their spec, as their config.
+    grid_space = {"trial": tune.grid_search([s.as_param() for s in specs])}
     if restored:
         tuner = tune.Tuner.restore(
-            str(tune_dir), trainable=trainable, resume_unfinished=True, resume_errored=True
+            str(tune_dir),
+            trainable=trainable,
+            resume_unfinished=True,
+            resume_errored=True,
+            param_space=grid_space,
         )
     else:
         tuner = tune.Tuner(
             trainable,
-            param_space={"trial": tune.grid_search([s.as_param() for s in specs])},
+            param_space=grid_space,
             tune_config=tune.TuneConfig(
                 metric=settings.metric,
                 mode=settings.mode,
@@ -217,10 +224,13 @@ def run_trials(
     # Tune returns from a Ctrl+C as from a finished experiment (its running trials marked
     # terminated): only a trial's last result says whether it ended (``done``, set too when a
     # scheduler stopped it) or was cut off; an interrupted run must not be recorded as stopped.
-    unfinished = sum(r.error is None and not (r.metrics or {}).get("done") for r in grid)
+    unstarted = len(specs) - len(grid)
+    unfinished = unstarted + sum(
+        r.error is None and not (r.metrics or {}).get("done") for r in grid
+    )
     if unfinished:
         raise TrialsInterruptedError(
-            f"interrupted with {unfinished} of {len(grid)} runs unfinished; finished runs, "
+            f"interrupted with {unfinished} of {len(specs)} runs unfinished; finished runs, "
             f"checkpoints and metrics are kept in {exp_dir}: re-run the same command with "
             "--resume to go on"
         )
