@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
@@ -32,16 +32,11 @@ def split_args(argv: list[str], flags: dict[str, bool]) -> tuple[dict[str, str |
     args = list(argv)
     while args:
         arg = args.pop(0)
-        name, _, inline = arg.partition("=")
+        name, equals, inline = arg.partition("=")
         if name in flags:
-            if flags[name]:
-                if not inline:
-                    if not args:
-                        raise ConfigError(f"{name} needs a value")
-                    inline = args.pop(0)
-                own[name] = inline
-            else:
-                own[name] = True
+            if name in own:
+                raise ConfigError(f"{name} is given twice: give it once")
+            own[name] = _flag_value(name, flags[name], equals, inline, args)
         elif arg.startswith("--") and "=" in arg:
             overrides.append(arg)
         elif arg.startswith("--") and args and not args[0].startswith("--"):
@@ -54,20 +49,80 @@ def split_args(argv: list[str], flags: dict[str, bool]) -> tuple[dict[str, str |
     return own, overrides
 
 
-def help_text(usage: str, cls: type) -> str:
+def _flag_value(
+    name: str, takes_value: bool, equals: str, inline: str, args: list[str]
+) -> str | bool:
+    """The value of own flag ``name`` (``--name=value`` or ``--name value``, taking the latter
+    from ``args``), or True for a switch. A switch refuses ``=false``, which would mean true, and
+    an empty or missing value is refused rather than the next flag taken as the value."""
+    if not takes_value:
+        if equals:
+            raise ConfigError(f"{name} takes no value: write {name} alone, not {name}={inline}")
+        return True
+    if not equals and args and not args[0].startswith("--"):
+        inline = args.pop(0)
+    if not inline:
+        raise ConfigError(f"{name} needs a value: write {name} VALUE or {name}=VALUE")
+    return inline
+
+
+CONFIG_HELP = "a YAML file of settings; overrides (--section.key=value) win over it"
+
+
+def help_text(
+    usage: str,
+    cls: type,
+    flags: Mapping[str, bool] | None = None,
+    flag_help: Mapping[str, str] | None = None,
+    planned: Mapping[str, str] | None = None,
+) -> str:
     """draccus's help for ``cls``: the fields by section with types and docstrings. Adjusted: every
     field shows its default (draccus shows it only beside a docstring), and draccus's own
     ``--config_path`` and "Config file for <section>" rows are hidden, as our command line takes
-    neither."""
+    neither. ``--config`` and the script's own ``flags`` are listed with their ``flag_help``,
+    replacing a field of the same name (``--sizes``), which the command line can't set; a field
+    in ``planned`` (dotted key or section -> the key it is planned from) says so instead of
+    showing a default that is never used."""
     parser = ArgumentParser(cls, usage=usage).parser
+    own = {"--config": True, **(flags or {})}
     for group in parser._action_groups:
         for action in group._group_actions:
             text = action.help or ""
-            if action.dest == CONFIG_ARG or text.startswith("Config file for "):
+            owner = _planned_from(action.dest, planned or {})
+            if (
+                action.dest == CONFIG_ARG
+                or text.startswith("Config file for ")
+                or set(action.option_strings) & own.keys()
+            ):
                 action.help = argparse.SUPPRESS
+            elif owner:
+                action.help = f"planned per size from {owner}, so not settable"
+                action.default = argparse.SUPPRESS  # no "(default: ...)": it is never used
             elif not text.strip():
                 action.help = "(default: %(default)s)"
+    _add_own_flags(parser, own, flag_help or {})
     return parser.format_help()
+
+
+def _planned_from(dest: str, planned: Mapping[str, str]) -> str | None:
+    """The key field ``dest`` is planned from, when it or its section is in ``planned``."""
+    return next((v for k, v in planned.items() if dest == k or dest.startswith(f"{k}.")), None)
+
+
+def _add_own_flags(
+    parser: argparse.ArgumentParser, flags: Mapping[str, bool], flag_help: Mapping[str, str]
+) -> None:
+    """List the script's own flags under "options:", beside ``--help``. "resolve": a field of the
+    same name, its row hidden, gives the name up to the flag, as the command line does."""
+    options = parser._optionals
+    options.conflict_handler = "resolve"
+    for name, takes_value in flags.items():
+        text = (CONFIG_HELP if name == "--config" else flag_help.get(name, "")).replace("%", "%%")
+        if takes_value:
+            metavar = "FILE" if name == "--config" else name.lstrip("-").upper()
+            options.add_argument(name, metavar=metavar, help=text, default=argparse.SUPPRESS)
+        else:
+            options.add_argument(name, action="store_true", help=text, default=argparse.SUPPRESS)
 
 
 def exit_on_error(
@@ -90,15 +145,19 @@ def parse_command(
     argv: list[str],
     flags: dict[str, bool] | None = None,
     default_config: Path | None = None,
+    flag_help: Mapping[str, str] | None = None,
+    planned: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, str | bool], T] | None:
     """An entry point's own flags and its typed config from ``argv``; None after ``--help``.
 
     ``doc``: the script's docstring, whose first line is its usage. ``flags``: the script's own
     flags besides ``--config`` (name -> takes a value). ``default_config``: used without
-    ``--config``.
+    ``--config``. ``flag_help`` (flag -> one line) and ``planned`` (field -> the key it is
+    planned from): for ``--help``, see :func:`help_text`.
     """
     if "--help" in argv or "-h" in argv:
-        print(help_text(doc.strip().splitlines()[0].strip("`"), cls), end="")
+        usage = doc.strip().splitlines()[0].strip("`")
+        print(help_text(usage, cls, flags, flag_help, planned), end="")
         if default_config is not None:
             print(
                 f"\nThe defaults above are the built-in ones. Without --config this command "

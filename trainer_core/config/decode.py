@@ -4,14 +4,15 @@ draccus reads the YAML (its ``<<: !include base.yaml`` merge; our ``!include`` o
 the chain of files and so names a cycle) and decodes a mapping into the dataclasses. Every
 failure becomes one :class:`ConfigError` naming the dotted key. Checked by
 ``tests/unit/config/test_decode.py``, we rely on ``SafeLoaderWithInclusion``, on the wording of
-draccus's unknown- and missing-field errors, and on a section's own error being the cause of
-draccus's ``ParsingError``.
+draccus's unknown- and missing-field errors, on a section's own error being the cause of
+draccus's ``ParsingError``, and on PyYAML's ``compose_mapping_node`` and ``Reader.name``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import io
 import math
 import re
 import types
@@ -50,10 +51,28 @@ def repeated(names: list[str]) -> list[str]:
 
 class _IncludeLoader(SafeLoaderWithInclusion):
     """draccus's loader, whose ``<<: !include`` merge we keep, with an ``!include`` that reads
-    relative to the including file and stops at a cycle instead of recursing until Python does."""
+    relative to the including file and stops at a cycle instead of recursing until Python does,
+    and mappings that refuse a key written twice (PyYAML keeps the last one without a word)."""
 
     chain: tuple[Path, ...] = ()
     """The files whose includes led here, the one being read last."""
+
+    def compose_mapping_node(self, anchor: str | None) -> yaml.MappingNode:
+        """Checked as written, before ``<<`` merges are flattened in: a key may override a merged
+        one, but not another key of its own mapping."""
+        node = super().compose_mapping_node(anchor)
+        lines: dict[tuple[str, str], int] = {}
+        for key, _ in node.value:
+            if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                continue
+            line = key.start_mark.line + 1
+            if (first := lines.get((key.tag, key.value))) is not None:
+                raise ConfigError(
+                    f"{self.name}:{line}: key {key.value!r} appears twice in one mapping (first "
+                    f"on line {first}); keep one"
+                )
+            lines[key.tag, key.value] = line
+        return node
 
 
 def _include(loader: _IncludeLoader, node: yaml.Node) -> Any:
@@ -70,17 +89,32 @@ _IncludeLoader.add_constructor("!include", _include)
 def load_yaml(path: str | Path, included_from: tuple[Path, ...] = ()) -> Any:
     """Read a YAML file, resolving ``!include`` relative to that file."""
     path = Path(path)
-    if not path.is_file():
+    loader = _IncludeLoader(io.StringIO(_read_text(path)))  # a stream: marks without snippets
+    loader.name = str(path)  # named in YAML's errors and ours
+    loader.chain = (*included_from, path.resolve())
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from None
+    finally:
+        loader.dispose()
+
+
+def _read_text(path: Path) -> str:
+    """The file as UTF-8 text, which YAML files are: a file saved in another encoding, a
+    directory or an unreadable file is one line, not Python's traceback."""
+    if path.is_dir():
+        raise ConfigError(f"config file {str(path)!r} is a directory: give a YAML file")
+    if not path.exists():
         raise ConfigError(f"config file {str(path)!r} does not exist")
-    with path.open() as f:
-        loader = _IncludeLoader(f)
-        loader.chain = (*included_from, path.resolve())
-        try:
-            return loader.get_single_data()
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from None
-        finally:
-            loader.dispose()
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"config file {str(path)!r} is not UTF-8 (byte {e.start}): save it as UTF-8"
+        ) from None
+    except OSError as e:
+        raise ConfigError(f"config file {str(path)!r} cannot be read: {e.strerror}") from None
 
 
 def _as_float(value: Any) -> float | None:
@@ -98,11 +132,22 @@ class _Explained(DecodingError):
     """Raised by our decoders: the message is already ours."""
 
 
+def _whole_number(raw: Any) -> int | None:
+    """``20.0``, and ``2e6`` or ``65e3``, which YAML 1.1 reads as strings (its floats need a dot
+    and a signed exponent), as integers, as the command line reads them: a string counts only
+    when written as a decimal or an exponent, so ``'12'``, quoted, stays a string."""
+    if isinstance(raw, str) and any(c in raw for c in ".eE"):
+        raw = _as_float(raw)
+    if isinstance(raw, float) and math.isfinite(raw) and raw.is_integer():
+        return int(raw)
+    return None
+
+
 def _decode_scalar(tp: type, raw: Any, path: tuple[str, ...]) -> Any:
     """Ours, not draccus's, for bool/int/float/str: ``2e6`` and ``20.0`` are integers, ``inf``
     is not a number, ``123`` is not a string, and ``null`` is none of them."""
-    if tp is int and isinstance(raw, float) and raw.is_integer():
-        return int(raw)
+    if tp is int and (whole := _whole_number(raw)) is not None:
+        return whole
     if tp is float:
         number = _as_float(raw)
         if number is None:
@@ -161,6 +206,8 @@ def _explain(cls: type, data: dict[str, Any], error: DecodingError) -> str:
     if isinstance(error, _Explained):
         return f"{where}: {error.message}"
     if unknown := _UNKNOWN.match(error.message):
+        if not keys and (other := _other_kind(cls, data)):
+            return f"{unknown[1]}: unknown key; {other}"
         return _unknown_key(field_type(cls, keys), where, unknown[1])
     if missing := _MISSING.match(error.message):
         return f"{_dotted((*keys, missing[1]))}: required (there is no default)"
@@ -188,6 +235,36 @@ def _unknown_key(section: type, where: str, key: str) -> str:
         return f"{dotted}: {foreign}"
     fields = [f.name for f in dataclasses.fields(section) if f.init]
     return f"{dotted}: unknown key{suggest(key, fields)}; allowed keys: {', '.join(fields)}"
+
+
+def _other_kind(cls: type, data: dict[str, Any]) -> str | None:
+    """What to do with a whole file of another entry point's config, recognised by its
+    top-level keys: the sections of one of ``cls``'s sections (a run's config given to a
+    ladder), or ``cls``'s own sections under a key ``cls`` lacks (a ladder's given to a run).
+    Keys that ``cls`` names as moved or foreign don't count: they have their own advice."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    known = fields | getattr(cls, "MOVED_KEYS", {}).keys() | getattr(cls, "FOREIGN_KEYS", {}).keys()
+    strange = [k for k in data if k not in known]
+    if len(strange) < 2:
+        return None
+    for name, tp in get_type_hints(cls).items():
+        if name in fields and dataclasses.is_dataclass(tp):
+            sections = {f.name for f in dataclasses.fields(tp)}
+            if set(strange) <= sections:
+                listed = ", ".join(k for k in data if k not in fields and k in sections)
+                return (
+                    f"{listed} are sections of `{name}:` (a {tp.__name__}): this looks like "
+                    f"another entry point's config; run it with that one, or put these sections "
+                    f"under `{name}:`"
+                )
+    for key in strange:
+        if isinstance(data[key], dict) and data[key] and data[key].keys() <= fields:
+            return (
+                f"this file has this entry point's sections under `{key}:`: it looks like the "
+                f"config of another entry point, which runs `{key}:`; run it with that one, or "
+                f"give this one only what is under `{key}:`"
+            )
+    return None
 
 
 def _failing_section(tp: Any, raw: Any, message: str, keys: tuple[str, ...] = ()) -> tuple:

@@ -58,6 +58,8 @@ def apply_overrides(cls: type, data: dict[str, Any], overrides: list[str]) -> di
             raise ConfigError(f"override {item!r} must look like --section.key=value")
         dotted, raw = text.split("=", 1)
         keys = dotted.split(".")
+        if not all(keys):
+            raise ConfigError(f"override {item!r} has an empty key name: write --section.key=value")
         node = data
         for k in keys[:-1]:
             child = node.get(k)

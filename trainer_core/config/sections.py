@@ -345,7 +345,13 @@ class TrainerConfig:
             (self.max_steps is None) != (self.max_tokens is None),
             "max_steps",
             self.max_steps,
-            "set exactly one of max_steps and max_tokens",
+            "set exactly one of max_steps and max_tokens"
+            + (
+                f"; max_steps defaults to {TrainerConfig.max_steps}: add "
+                "--trainer.max_steps=null (max_steps: null in a file)"
+                if self.max_tokens is not None
+                else ""
+            ),
         )
         for name in ("max_steps", "max_tokens"):
             value = getattr(self, name)

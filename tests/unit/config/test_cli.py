@@ -48,3 +48,59 @@ def test_help_is_draccus_with_every_default_and_none_of_its_own_options():
 def test_parse_command_prints_help_and_returns_none(capsys):
     assert parse_command("``python x.py [--config FILE]``\n\nMore.", TrainConfig, ["-h"]) is None
     assert capsys.readouterr().out.startswith("usage: python x.py [--config FILE]\n")
+
+
+FLAGS = {"--config": True, "--dry-run": False, "--sizes": True}
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--config", "a.yaml", "--config", "b.yaml"], "--config is given twice: give it once"),
+        (["--sizes", "15K", "--sizes=25K"], "--sizes is given twice: give it once"),
+        (
+            ["--dry-run=false"],
+            "--dry-run takes no value: write --dry-run alone, not --dry-run=false",
+        ),
+        (["--sizes=", "--dry-run"], "--sizes needs a value: write --sizes VALUE or --sizes=VALUE"),
+        (["--sizes", "--dry-run"], "--sizes needs a value: write --sizes VALUE or --sizes=VALUE"),
+        (["--dry-run", "--sizes"], "--sizes needs a value: write --sizes VALUE or --sizes=VALUE"),
+    ],
+)
+def test_own_flags_refuse_a_repeat_a_switch_value_and_a_missing_value(argv, expected):
+    """Once: the last repeat won, ``--dry-run=false`` meant true, ``--sizes=`` took the next
+    argument as its value."""
+    with pytest.raises(ConfigError) as err:
+        split_args(argv, FLAGS)
+    assert str(err.value) == expected
+
+
+def test_help_lists_own_flags_and_marks_planned_fields():
+    """``--sizes`` is the script's comma-separated flag, not the config's list (which the command
+    line can't set); a planned field's default is never used."""
+    text = help_text(
+        "python x.py [--config FILE] [overrides]",
+        LadderConfig,
+        {"--dry-run": False, "--sizes": True},
+        {"--dry-run": "plan and print; train nothing", "--sizes": "a subset, such as 1M,3M"},
+        {"run.optim.lr": "lr", "run.schedule": "duration"},
+    )
+    options = text.split("\nLadderConfig:\n", 1)[0]
+    assert options.endswith(
+        "  --config FILE         a YAML file of settings; overrides\n"
+        "                        (--section.key=value) win over it\n"
+        "  --dry-run             plan and print; train nothing\n"
+        "  --sizes SIZES         a subset, such as 1M,3M\n"
+    )
+    assert "--sizes list[str]" not in text
+    assert "  --run.optim.lr float  planned per size from lr, so not settable\n" in text
+    assert (
+        "  --run.schedule.warmup float\n                        planned per size from duration"
+        in text
+    )
+    assert "(default: 0.003)" not in text
+
+
+def test_help_without_descriptions_still_lists_own_flags():
+    text = help_text("python x.py", LadderConfig, {"--resume": False, "--sizes": True})
+    assert "\n  --resume\n  --sizes SIZES\n" in text and "--sizes list[str]" not in text

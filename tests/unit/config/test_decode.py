@@ -162,3 +162,94 @@ def test_values_decode_as_before_draccus():
     cfg = load_config(TrainConfig, None, ["--checkpoint.keep=[{every: 50}]", "--optim.fused=null"])
     assert cfg.checkpoint.keep[0].every == 50 and cfg.optim.fused is None
     assert load_config(TrainConfig, None, ["--tracking.name=null"]).tracking.name == "null"
+
+
+def test_a_file_not_in_utf8_is_one_line_naming_the_file_and_byte(tmp_path):
+    """Once a UnicodeDecodeError traceback, from the file itself, an include, or a binary file."""
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("name: café\n".encode("latin-1"))
+    png = tmp_path / "image.yaml"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n")
+    write(tmp_path / "run.yaml", "optim: !include latin1.yaml\n")
+    for path, failing, byte in [
+        (latin1, latin1, 9),
+        (tmp_path / "run.yaml", latin1, 9),
+        (png, png, 0),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            load_yaml(path)
+        assert (
+            str(err.value)
+            == f"config file '{failing}' is not UTF-8 (byte {byte}): save it as UTF-8"
+        )
+
+
+def test_a_directory_given_as_config_file_is_named_as_one(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(LadderConfig, tmp_path)
+    assert str(err.value) == f"config file '{tmp_path}' is a directory: give a YAML file"
+
+
+def test_a_key_written_twice_in_one_mapping_is_refused_naming_file_and_lines(tmp_path):
+    """PyYAML keeps the last one: ``coef`` silently went back to its default."""
+    path = write(tmp_path / "ladder.yaml", "lr: {coef: 0.5}\nname: x\nlr: {exponent: -0.5}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(LadderConfig, path)
+    assert str(err.value) == (
+        f"{path}:3: key 'lr' appears twice in one mapping (first on line 1); keep one"
+    )
+    write(tmp_path / "flow.yaml", "lr: {coef: 0.5, coef: 0.6}\n")
+    with pytest.raises(ConfigError, match=r"flow\.yaml:1: key 'coef' appears twice"):
+        load_yaml(tmp_path / "flow.yaml")
+
+
+def test_a_key_may_still_override_a_merged_one(tmp_path):
+    write(tmp_path / "base.yaml", "lr: {coef: 0.5}\nname: base\n")
+    write(tmp_path / "run.yaml", "<<: !include base.yaml\nname: run\n")
+    write(tmp_path / "anchor.yaml", "a: &a {coef: 1}\nb: {<<: *a, coef: 2}\n")
+    assert load_yaml(tmp_path / "run.yaml") == {"lr": {"coef": 0.5}, "name": "run"}
+    assert load_yaml(tmp_path / "anchor.yaml") == {"a": {"coef": 1}, "b": {"coef": 2}}
+
+
+def test_integers_in_scientific_notation_in_yaml_as_on_the_command_line(tmp_path):
+    """YAML 1.1 reads ``65e3`` as a string (its floats need a dot and a signed exponent)."""
+    path = write(tmp_path / "ladder.yaml", "eval_tokens: 65e3\nrun: {trainer: {seed: 1E1}}\n")
+    cfg = load_config(LadderConfig, path)
+    assert (cfg.eval_tokens, cfg.run.trainer.seed) == (65_000, 10)
+    path = write(tmp_path / "run.yaml", "trainer: {max_steps: null, max_tokens: 2e6}\n")
+    assert load_config(TrainConfig, path).trainer.max_tokens == 2_000_000
+
+
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        ({"trainer": {"seed": "2.5e0"}}, "trainer.seed: expected an integer, got '2.5e0'"),
+        ({"trainer": {"seed": "1e999"}}, "trainer.seed: expected an integer, got '1e999'"),
+        ({"trainer": {"seed": 2.5}}, "trainer.seed: expected an integer, got 2.5"),
+        (
+            {"trainer": {"max_steps": None, "max_tokens": "abc"}},
+            "trainer.max_tokens: 'abc' is not a valid integer or null",
+        ),
+    ],
+)
+def test_a_number_that_is_not_whole_is_still_refused_for_an_integer(data, expected):
+    assert error(TrainConfig, data) == expected
+
+
+def test_a_whole_file_of_another_entry_points_config_is_recognised():
+    """Once "model: unknown key; allowed keys: name, ..." and "name: unknown key; ...": neither
+    said the file was a run's config given to a ladder, or a ladder's given to a run."""
+    run_file = {"model": {"size": "1M"}, "data": {"seq_len": 64}, "trainer": {"max_steps": 20}}
+    assert error(LadderConfig, run_file) == (
+        "model: unknown key; model, data, trainer are sections of `run:` (a TrainConfig): this "
+        "looks like another entry point's config; run it with that one, or put these sections "
+        "under `run:`"
+    )
+    ladder_file = {"name": "demo", "sizes": ["1M"], "run": {"trainer": {"max_steps": 20}}}
+    assert error(TrainConfig, ladder_file) == (
+        "name: unknown key; this file has this entry point's sections under `run:`: it looks like "
+        "the config of another entry point, which runs `run:`; run it with that one, or give this "
+        "one only what is under `run:`"
+    )
+    old_ladder = {"data": {"seq_len": 64}, "tracking": {"wandb": True}}
+    assert error(LadderConfig, old_ladder) == "data: this key moved; set run.data instead"

@@ -139,3 +139,13 @@ def test_a_number_in_yaml_for_a_string_field_says_to_quote_it(tmp_path):
     write(tmp_path / "run.yaml", "tracking: {name: 123}\n")
     with pytest.raises(ConfigError, match=r"^tracking\.name: expected a string, got 123; quote it"):
         load_config(TrainConfig, tmp_path / "run.yaml")
+
+
+@pytest.mark.parametrize("override", ["--lr..coef=1", "--=3", "--optim.=1", "--.optim.lr=1"])
+def test_an_override_with_an_empty_key_name_is_one_line_naming_it(override):
+    """Once the whole config's mapping, printed as the error."""
+    with pytest.raises(ConfigError) as err:
+        load_config(TrainConfig, None, [override])
+    assert str(err.value) == (
+        f"override {override!r} has an empty key name: write --section.key=value"
+    )

@@ -37,3 +37,18 @@ def test_a_run_number_out_of_range_is_an_error_naming_its_key(data, message):
     with pytest.raises(ConfigError) as err:
         from_dict(TrainConfig, data)
     assert str(err.value).startswith(message)
+
+
+def test_max_tokens_alone_says_how_to_unset_the_default_max_steps():
+    """max_steps has a default, so setting max_tokens alone set both."""
+    with pytest.raises(ConfigError) as err:
+        from_dict(TrainConfig, {"trainer": {"max_tokens": 10_000}})
+    assert str(err.value) == (
+        "trainer.max_steps: 200 is not allowed; set exactly one of max_steps and max_tokens; "
+        "max_steps defaults to 200: add --trainer.max_steps=null (max_steps: null in a file)"
+    )
+    with pytest.raises(ConfigError) as err:
+        from_dict(TrainConfig, {"trainer": {"max_steps": None}})
+    assert str(err.value) == (
+        "trainer.max_steps: None is not allowed; set exactly one of max_steps and max_tokens"
+    )
