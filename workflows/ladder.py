@@ -24,15 +24,25 @@ from trainer_core.io.storage import Location
 from trainer_core.ladder.config import device_counts
 from trainer_core.ladder.lr_feedback import sweep_rules
 from trainer_core.ladder.plan import plan_ladder, sweep_notes
-from trainer_core.ladder.record import data_repeats, preflight
-from trainer_core.ray.ladder_run import LadderJobConfig, benchmark_size, run_ladder
-from trainer_core.train.schedule import MIN_DECAY_UPDATES, plot_schedule, short_decays
+from trainer_core.ladder.record import data_repeats, plot_ladder_schedule, preflight
+from trainer_core.ray.ladder_run import FLAG_HELP as LADDER_FLAG_HELP
+from trainer_core.ray.ladder_run import (
+    LadderJobConfig,
+    benchmark_size,
+    planned_settings,
+    run_ladder,
+)
+from trainer_core.train.schedule import MIN_DECAY_UPDATES, short_decays
 
 FLAGS = {
     "--dry-run": False,
     "--resume": False,
     "--sizes": True,
     "--benchmark": True,
+}
+FLAG_HELP = {
+    **LADDER_FLAG_HELP,
+    "--benchmark": "train this size a few steps here, print its tokens/s and MFU, and exit",
 }
 
 
@@ -80,10 +90,11 @@ def print_plan(job: LadderJobConfig, plans) -> None:
             )
 
 
-def schedule_plot_path(job: LadderJobConfig, dry_run: bool) -> Location:
-    """In the experiment dir; for a dry run, which plans from the config alone, only where
-    :func:`_dry_run_may_write` allows, else ``./<name>-lr_schedule.png``."""
-    if dry_run and not _dry_run_may_write(job.exp_dir):
+def dry_run_plot_path(job: LadderJobConfig) -> Location:
+    """In the experiment dir (where a launch draws it, once its checks pass) where
+    :func:`_dry_run_may_write` allows, else ``./<name>-lr_schedule.png``: a dry run plans from
+    the config alone."""
+    if not _dry_run_may_write(job.exp_dir):
         return Path.cwd() / f"{job.name}-lr_schedule.png"
     return storage.join(job.exp_dir, LR_SCHEDULE)
 
@@ -110,13 +121,19 @@ def _fmt(value) -> str:
 
 
 def main() -> int:
-    parsed = parse_command(__doc__, LadderJobConfig, sys.argv[1:], FLAGS, DEMO_LADDER)
+    parsed = parse_command(
+        __doc__, LadderJobConfig, sys.argv[1:], FLAGS, DEMO_LADDER, FLAG_HELP, planned_settings()
+    )
     if parsed is None:
         return 0
     own, job = parsed
     sizes = own["--sizes"].split(",") if "--sizes" in own else None
     dry_run = "--dry-run" in own
     if "--benchmark" in own:
+        if others := [f for f in ("--dry-run", "--resume", "--sizes") if f in own]:
+            raise ConfigError(
+                f"--benchmark times one size and trains no ladder: drop {', '.join(others)}"
+            )
         check_output_dir(job.dir, "dir")
         result = benchmark_size(job, own["--benchmark"])
         print(
@@ -130,23 +147,14 @@ def main() -> int:
     print_plan(job, plans)
     for problem in problems + data_repeats(job, [(p.size, p.config) for p in plans]):
         print(f"warning: {problem}")
-    exp_dir = job.exp_dir
-    largest = plans[-1]
-    png = plot_schedule(
-        largest.schedule,
-        largest.steps,
-        largest.lr,
-        schedule_plot_path(job, dry_run),
-        title=f"{job.name} {largest.size}: LR schedule",
-    )
-    print(f"LR schedule plot: {png}")
     if dry_run:
+        print(f"LR schedule plot: {plot_ladder_schedule(job, plans, dry_run_plot_path(job))}")
         return 0
 
     from trainer_core.analysis import report_experiment
 
     run_ladder(job, sizes, resume="--resume" in own, rules=rules)
-    report_experiment(exp_dir)
+    report_experiment(job.exp_dir)
     return 0
 
 

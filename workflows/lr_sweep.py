@@ -17,6 +17,7 @@ import sys
 
 from trainer_core.config.cli import DEMO_LADDER, exit_on_error, parse_command
 from trainer_core.ladder.record import data_repeats, preflight
+from trainer_core.ray.ladder_run import FLAG_HELP, planned_settings
 from trainer_core.ray.sweep_run import (
     SweepJobConfig,
     as_sweep,
@@ -30,7 +31,9 @@ FLAGS = {"--dry-run": False, "--resume": False, "--sizes": True}
 
 
 def main() -> int:
-    parsed = parse_command(__doc__, SweepJobConfig, sys.argv[1:], FLAGS, DEMO_LADDER)
+    parsed = parse_command(
+        __doc__, SweepJobConfig, sys.argv[1:], FLAGS, DEMO_LADDER, FLAG_HELP, planned_settings()
+    )
     if parsed is None:
         return 0
     own, job = parsed[0], as_sweep(parsed[1])

@@ -131,6 +131,7 @@ def test_sweep_dry_run_warns_where_a_launch_stops(run_script, repo_root, tmp_pat
         (["--sizes", "1M,30M"], "sizes: '30M' is not in the size table"),
         (["--vocab_size=200"], "model.vocab_size"),
         (["--dir=/proc/rayladder-cannot-write"], "is not writable"),
+        (["--benchmark=1M", "--dry-run"], "--benchmark times one size and trains no ladder"),
     ],
 )
 def test_bad_input_fails_before_any_trial(run_script, ladder_yaml, tmp_path, args, message):
@@ -153,3 +154,37 @@ def test_a_dir_holding_an_lr_sweep_is_refused(run_script, ladder_yaml, tmp_path)
     code, _, err = run_script("workflows/lr_sweep.py", "--config", str(ladder_yaml))
     assert code == 2, err
     assert err.startswith("error: sweep.dir: ") and "pick another --sweep.dir" in err
+
+
+def test_a_refused_relaunch_leaves_the_experiment_plot_as_it_was(run_script, ladder_yaml, tmp_path):
+    """The plot was drawn before a launch's checks: a relaunch refused for its changed LR left
+    the experiment's lr_schedule.png showing the schedule it refused."""
+    from trainer_core.config.loader import load_config, to_yaml
+    from trainer_core.ladder.plan import plan_ladder
+    from trainer_core.ray.ladder_run import LadderJobConfig, ladder_trials
+
+    job = load_config(LadderJobConfig, ladder_yaml, [])
+    for spec in ladder_trials(job, plan_ladder(job)):  # as a launch leaves them
+        run_dir = tmp_path / "exp" / "runs" / spec.name
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.yaml").write_text(to_yaml(spec.config))
+    png = tmp_path / "exp" / "lr_schedule.png"
+    png.write_bytes(b"the launch's plot")
+    code, _, err = run_script(LADDER, "--config", str(ladder_yaml), "--lr.coef=1e-3")
+    assert code == 2 and "records a run trained with other optim.lr" in err, err
+    assert png.read_bytes() == b"the launch's plot"
+
+
+def test_help_describes_the_own_flags_and_the_planned_settings(run_script):
+    """--sizes was listed as the config's list (it is the script's comma-separated flag),
+    --dry-run, --resume and --benchmark not at all, and every planned run setting with a
+    default that is never used."""
+    for script in (LADDER, SWEEP):
+        code, out, _ = run_script(script, "--help")
+        assert code == 0
+        assert re.search(r"--dry-run +plan and print every size", out), script
+        assert re.search(r"--sizes SIZES +only these sizes, comma-separated", out), script
+        assert "--sizes list[str]" not in out
+        assert re.search(r"--run\.optim\.lr float +planned per size from lr, so not settable", out)
+        assert re.search(r"--ray\.num_workers int\s+planned per size from max_devices", out)
+    assert "--benchmark BENCHMARK" in run_script(LADDER, "--help")[1]

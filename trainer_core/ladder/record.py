@@ -17,6 +17,7 @@ from trainer_core.io.run_dir import EXPERIMENT, PLAN, experiment_kind, recorded_
 from trainer_core.io.storage import Location, write_atomic
 from trainer_core.ladder.config import LadderConfig
 from trainer_core.ladder.plan import SizePlan
+from trainer_core.train.schedule import plot_schedule
 
 
 def preflight(job: LadderConfig, dry_run: bool = False, dir_key: str = "dir") -> list[str]:
@@ -70,6 +71,13 @@ def data_repeats(job: LadderConfig, runs: list[tuple[str, TrainConfig]]) -> list
         f"{'every run' if every and len(names) == len(runs) else ', '.join(names)}: {line}"
         for line, names in found.items()
     ]
+
+
+def plot_ladder_schedule(job: LadderConfig, plans: list[SizePlan], path: Location) -> Location:
+    """The LR schedule of the largest size (the last planned): the ladder's at a glance."""
+    largest = plans[-1]
+    title = f"{job.name} {largest.size}: LR schedule"
+    return plot_schedule(largest.schedule, largest.steps, largest.lr, path, title=title)
 
 
 DRIVER_KEYS = frozenset({"ray.address"})

@@ -8,11 +8,22 @@ from dataclasses import dataclass, field, replace
 from trainer_core.config.decode import ConfigError
 from trainer_core.config.sections import ScheduleConfig, TrainConfig
 from trainer_core.io import storage
-from trainer_core.ladder.config import LadderConfig, check_unplanned
+from trainer_core.io.run_dir import LR_SCHEDULE
+from trainer_core.ladder.config import PLANNED, LadderConfig, check_unplanned
 from trainer_core.ladder.plan import SizePlan, plan_ladder
-from trainer_core.ladder.record import write_experiment_record
+from trainer_core.ladder.record import plot_ladder_schedule, write_experiment_record
 from trainer_core.ray.run_config import RayConfig, RayTrainConfig
 from trainer_core.ray.tune_run import TrialSpec, costliest_first
+
+PLANNED_RAY = {"num_workers": "max_devices", "use_gpu": "device_type"}
+"""The Ray settings the plan fills in per size -> the ladder key each is planned from."""
+
+FLAG_HELP = {
+    "--dry-run": "plan and print every size, plot the LR schedule; train nothing",
+    "--resume": "go on with the experiment in dir after an interrupt (finished runs are kept)",
+    "--sizes": "only these sizes, comma-separated (e.g. 15K,25K)",
+}
+"""``--help``'s lines for the flags a ladder and its LR sweep share."""
 
 
 @dataclass
@@ -24,8 +35,16 @@ class LadderJobConfig(LadderConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        planned = {"num_workers": "max_devices", "use_gpu": "device_type"}
-        check_unplanned(self.ray, RayConfig(), planned, "ray.")
+        check_unplanned(self.ray, RayConfig(), PLANNED_RAY, "ray.")
+
+
+def planned_settings() -> dict[str, str]:
+    """Every setting the plan fills in (dotted) -> the ladder key it is planned from: ``--help``
+    says so instead of a default that is never used."""
+    return {
+        **{f"run.{key}": owner for key, owner in PLANNED.items()},
+        **{f"ray.{key}": owner for key, owner in PLANNED_RAY.items()},
+    }
 
 
 def on_ray(
@@ -65,6 +84,10 @@ def run_ladder(job: LadderJobConfig, sizes: list[str] | None, resume: bool, rule
     check_unchanged_runs(specs)
     exp_dir = job.exp_dir
     write_experiment_record(job, plans, exp_dir, resume)
+    # after the checks: a refused relaunch left the experiment's plot showing its schedule
+    print(
+        f"LR schedule plot: {plot_ladder_schedule(job, plans, storage.join(exp_dir, LR_SCHEDULE))}"
+    )
     init_ray(job.ray.address)
     run = run_trials(specs, exp_dir, tune_settings(job), resume)
     return plans, run.grid
