@@ -1,36 +1,87 @@
 """``python workflows/submit.py [--address URL] [--no-wait] -- workflows/ladder.py [args...]``
 
-``ray job submit --working-dir .`` with a check first: the upload must fit Ray's 100 MiB cap
-(what .rayignore excludes does not count), else a clear error names the biggest entries.
+``ray job submit --working-dir .`` with checks first, each a one-line error: the upload must fit
+Ray's 100 MiB cap (what .rayignore excludes does not count; the biggest entries are named), and
+the Jobs API must answer at ``--address`` (else RAY_ADDRESS, else this machine's dashboard).
+The command after ``--`` is a script and its arguments; a leading ``python``, as ``ray job
+submit`` takes it, is dropped (the job runs the script with ``python`` itself). Other options
+(``--submission-id``, ``--runtime-env``, ...) go to ``ray job submit`` as they are.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
+from trainer_core.config.cli import exit_on_error
+from trainer_core.config.loader import ConfigError
 from trainer_core.ray.upload import UploadTooLargeError, check_upload
 
 ROOT = Path(__file__).resolve().parents[1]
+LOCAL_DASHBOARD = "http://127.0.0.1:8265"
+PROBE_TIMEOUT_S = 5.0
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str], list[str]]:
+    """This script's options (``--help`` prints them), other options for ``ray job submit``
+    (``--submission-id``, ``--runtime-env``, ...) and the command after ``--``."""
+    own, script = (
+        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    )
+    parser = argparse.ArgumentParser(
+        prog="python workflows/submit.py",
+        usage=__doc__.strip().splitlines()[0].strip("`"),
+        description=__doc__.split("\n\n", 1)[1],
+    )
+    parser.add_argument(
+        "--address",
+        default=os.environ.get("RAY_ADDRESS") or LOCAL_DASHBOARD,
+        help="the dashboard's Jobs API, http://HOST:8265 (default: RAY_ADDRESS, else this machine)",
+    )
+    parser.add_argument("--no-wait", action="store_true", help="return once the job is submitted")
+    args, passed_on = parser.parse_known_args(own)
+    if script[:1] in (["python"], ["python3"]):
+        script = script[1:]
+    if not script:
+        raise ConfigError(
+            "no script to run: give it after --, e.g. -- workflows/ladder.py --dry-run"
+        )
+    return args, passed_on, script
+
+
+def check_jobs_api(address: str) -> None:
+    """Something answers where the job goes: ``ray job submit`` prints a connection traceback."""
+    url = urlsplit(address if "://" in address else f"http://{address}")
+    if not url.hostname:
+        raise ConfigError(f"--address: {address!r} names no host; give http://HOST:8265")
+    try:
+        socket.create_connection((url.hostname, url.port or 8265), PROBE_TIMEOUT_S).close()
+    except OSError as e:
+        raise ConfigError(
+            f"--address: nothing answers at {address} ({e.strerror or e}); "
+            "start the cluster (ray start --head, ray up cluster.yaml) or give its dashboard, "
+            "http://HOST:8265"
+        ) from None
 
 
 def main() -> int:
-    argv = sys.argv[1:]
-    if "--" not in argv:
-        print(__doc__.strip().splitlines()[0], file=sys.stderr)
-        return 2
-    own, script = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+    args, passed_on, script = parse(sys.argv[1:])
     try:
         size = check_upload(ROOT)
     except UploadTooLargeError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"uploading {size / 2**20:.1f} MiB working dir")
-    cmd = ["ray", "job", "submit", "--working-dir", str(ROOT), *own, "--", "python", *script]
-    return subprocess.call(cmd, env=os.environ.copy())
+        raise ConfigError(str(e)) from None
+    check_jobs_api(args.address)
+    print(f"uploading {size / 2**20:.1f} MiB working dir to {args.address}")
+    cmd = ["ray", "job", "submit", "--address", args.address, "--working-dir", str(ROOT)]
+    cmd += ["--no-wait"] if args.no_wait else []
+    cmd += passed_on
+    return subprocess.call([*cmd, "--", "python", *script], env=os.environ.copy())
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_on_error(main)

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from scripts import load_script
 
 from trainer_core.config.loader import ConfigError
 from trainer_core.io.output_dir import RAY_JOB_CONFIG_ENV, check_output_dir
@@ -38,10 +39,37 @@ def test_project_upload_fits(repo_root):
     assert check_upload(repo_root) < 10 * 2**20
 
 
-def test_submit_script_runs_from_a_shell_and_asks_for_the_command(processes):
+def test_submit_script_runs_from_a_shell_and_asks_for_the_command(processes, free_port):
+    """--help printed only the usage line and exited 2; a job submitted where nothing answers
+    ended in Ray's connection traceback, after the upload was packed."""
     out = processes.python("workflows/submit.py", "--no-wait")
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.startswith("``python workflows/submit.py [--address URL] [--no-wait] -- ")
+    assert (
+        out.stderr
+        == "error: no script to run: give it after --, e.g. -- workflows/ladder.py --dry-run\n"
+    )
+    out = processes.python("workflows/submit.py", "--help")
+    assert out.returncode == 0
+    assert out.stdout.startswith(
+        "usage: python workflows/submit.py [--address URL] [--no-wait] -- "
+    )
+    assert "--address ADDRESS" in out.stdout and "--no-wait" in out.stdout
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    args = ("--address", nowhere, "--", "workflows/ladder.py", "--dry-run")
+    out = processes.python("workflows/submit.py", *args)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.startswith(f"error: --address: nothing answers at {nowhere} (")
+
+
+def test_submit_takes_the_command_as_ray_job_submit_does():
+    """``ray job submit -- python workflows/ladder.py`` is how Ray's docs write it: given so to
+    submit.py, the job ran ``python python workflows/ladder.py`` and failed on the cluster,
+    after the upload. Options submit.py doesn't know go to ``ray job submit``."""
+    parse = load_script("workflows/submit.py").parse
+    argv = ["--submission-id=l-1", "--", "python", "workflows/ladder.py", "--dry-run"]
+    args, passed_on, script = parse(argv)
+    assert script == ["workflows/ladder.py", "--dry-run"] and passed_on == ["--submission-id=l-1"]
+    assert parse(["--no-wait", "--", "workflows/ladder.py"])[2] == ["workflows/ladder.py"]
 
 
 WALKTHROUGH = (

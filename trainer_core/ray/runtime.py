@@ -152,8 +152,16 @@ PROBE_TIMEOUT_S = 5.0
 
 def check_reachable(address: str, source: str) -> None:
     """Refuse, in one line naming ``source``, a cluster address where nothing answers: Ray would
-    retry its GCS connection for minutes, printing only its own timeouts."""
+    retry its GCS connection for minutes, printing only its own timeouts. And a dashboard URL
+    (the RAY_ADDRESS the README exports for ``ray job submit``), which Ray refuses with a
+    traceback."""
     scheme, sep, rest = address.partition("://")
+    if scheme in ("http", "https"):
+        raise ConfigError(
+            f"{source}: {address!r} is the dashboard's Jobs API, which `ray job submit` takes: "
+            "submit this script to it (ray job submit, or workflows/submit.py), or give the "
+            "cluster itself here as host:6379"
+        )
     if sep and scheme != "ray":
         return  # not a GCS or client address: Ray's own handling
     host_port = rest if sep else address

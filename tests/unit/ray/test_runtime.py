@@ -88,4 +88,10 @@ def test_a_cluster_address_where_nothing_answers_is_refused_at_once(
     assert "Traceback" not in out.stderr
     with pytest.raises(ConfigError, match="ray.address: 'head' is not host:port"):
         check_reachable("head", "ray.address")
-    check_reachable("http://127.0.0.1:8265", "ray.address")  # a dashboard URL: Ray's to judge
+    with pytest.raises(ConfigError) as e:
+        check_reachable("http://127.0.0.1:8265", "RAY_ADDRESS")  # the README's, for job submit
+    assert str(e.value) == (
+        "RAY_ADDRESS: 'http://127.0.0.1:8265' is the dashboard's Jobs API, which `ray job "
+        "submit` takes: submit this script to it (ray job submit, or workflows/submit.py), or "
+        "give the cluster itself here as host:6379"
+    )
