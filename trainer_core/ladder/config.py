@@ -133,8 +133,16 @@ class LadderConfig:
             self.max_micro_batch_seqs,
             "must be >= 1",
         )
-        require(self.seq_len >= 2, "seq_len", self.seq_len, "must be >= 2")
-        require(self.vocab_size >= 1, "vocab_size", self.vocab_size, "must be >= 1")
+        require(
+            bool(self.name) and "/" not in self.name and self.name.strip() == self.name,
+            "name",
+            self.name,
+            "must be a word without '/' or surrounding spaces (it names the runs and files)",
+        )
+        require(2 <= self.seq_len <= MAX_COUNT, "seq_len", self.seq_len, "must be in 2 .. 2^31")
+        require(
+            1 <= self.vocab_size <= MAX_COUNT, "vocab_size", self.vocab_size, "must be in 1 .. 2^31"
+        )
         require(
             self.eval_tokens >= 0,
             "eval_tokens",
@@ -162,6 +170,9 @@ class LadderConfig:
     def uses_gpu(self) -> bool:
         return self.device_type.lower() != "cpu"
 
+
+MAX_COUNT = 2**31
+"""A sequence length or vocabulary past this is a typo (1e30 planned as 'needs more devices')."""
 
 PLANNED = {
     **{f"model.{key}": "sizes" for key in ("size", *SIZE_DIMS)},

@@ -278,8 +278,13 @@ def test_bad_size_name():
 @pytest.mark.parametrize(
     "data, message",
     [
-        ({"seq_len": 0}, "seq_len: 0 is not allowed; must be >= 2"),
-        ({"vocab_size": 0}, "vocab_size: 0 is not allowed; must be >= 1"),
+        ({"seq_len": 0}, "seq_len: 0 is not allowed; must be in 2 .. 2^31"),
+        # 1e30 was planned, then refused as a size needing more devices
+        ({"seq_len": 10**30}, "seq_len: 10000000000000000000000000000"),
+        ({"vocab_size": 0}, "vocab_size: 0 is not allowed; must be in 1 .. 2^31"),
+        # an empty name made the plot '-lr_schedule.png'; 'a/b' made a dir ./a for it
+        ({"name": ""}, "name: '' is not allowed; must be a word without '/'"),
+        ({"name": "a/b"}, "name: 'a/b' is not allowed; must be a word without '/'"),
         ({"eval_tokens": -1}, "eval_tokens: -1 is not allowed; must be >= 0"),
         ({"max_micro_batch_seqs": 0}, "max_micro_batch_seqs: 0 is not allowed; must be >= 1"),
         ({"assumed_mfu": 0.0}, "assumed_mfu: 0.0 is not allowed; must be in (0, 1]"),
