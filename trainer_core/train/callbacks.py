@@ -103,9 +103,11 @@ class ConsoleProgress(BaseCallback):
             for key, label in (("train/loss", "final train loss"), ("eval/loss", "eval loss"))
             if key in summary
         ]
+        steps = summary["steps"]
+        trained = f"steps {self.start_step + 1}-{steps}" if self.start_step else f"{steps} steps"
         self._print(
-            f"done {summary['name']}: {summary['steps']} steps in "
-            f"{format_duration(summary['elapsed_s'])}" + "".join(f", {x}" for x in losses)
+            f"done {summary['name']}: {trained} in {format_duration(summary['elapsed_s'])}"
+            + "".join(f", {x}" for x in losses)
         )
 
     def _print(self, line: str) -> None:

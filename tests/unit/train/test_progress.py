@@ -16,3 +16,16 @@ def test_the_summary_line_names_the_losses_the_run_has():
         "[r] done r: 3 steps in 0m01s, final train loss 5.1945",
         "[r] done r: 3 steps in 0m01s, final train loss 5.1945, eval loss 4.6004",
     ]
+
+
+def test_a_resumed_run_ends_with_the_steps_this_attempt_trained():
+    """After a resume the line set the run's whole step count against this attempt's time."""
+    out = io.StringIO()
+    progress = ConsoleProgress("r", stream=out)
+    info = {"name": "r", "num_params": 10, "total_steps": 363, "global_batch_tokens": 64}
+    progress.on_start({**info, "start_step": 140})
+    progress.on_end({"name": "r", "steps": 363, "elapsed_s": 11.0})
+    assert out.getvalue().splitlines() == [
+        "[r] training r: 10 non-embedding params, 363 steps of 64 tokens, resumed at step 140",
+        "[r] done r: steps 141-363 in 0m11s",
+    ]
