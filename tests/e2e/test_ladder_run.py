@@ -171,7 +171,7 @@ def test_a_refused_relaunch_leaves_the_experiment_plot_as_it_was(run_script, lad
     png = tmp_path / "exp" / "lr_schedule.png"
     png.write_bytes(b"the launch's plot")
     code, _, err = run_script(LADDER, "--config", str(ladder_yaml), "--lr.coef=1e-3")
-    assert code == 2 and "records a run trained with other optim.lr" in err, err
+    assert code == 2 and "records run 3M trained with other lr;" in err, err
     assert png.read_bytes() == b"the launch's plot"
 
 

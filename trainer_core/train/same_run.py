@@ -55,7 +55,17 @@ def check_same_run(cfg: TrainConfig, run_dir: Location) -> None:
         if key.startswith(TRAINING_KEYS) and key not in FREE_KEYS
     ]
     if changed:
-        raise ConfigError(
+        raise ChangedRunError(path, changed)
+
+
+class ChangedRunError(ConfigError):
+    """A relaunch whose settings differ, in ``changed`` (dotted run keys), from the run recorded
+    at ``path``: a ladder or sweep words it in its own keys (:func:`~trainer_core.ray.tune_run.
+    check_unchanged_runs`)."""
+
+    def __init__(self, path: Location, changed: list[str]):
+        self.path, self.changed = path, changed
+        super().__init__(
             f"trainer.run_dir: {path} records a run trained with other {', '.join(changed)}; "
             "going on would keep its weights under the new settings: give the changed run a new "
             "run dir (checkpoint.resume_from branches it from one of this run's checkpoints), "

@@ -76,10 +76,14 @@ def test_a_relaunch_into_the_dir_with_other_run_settings_is_refused_before_anyth
         (run_dir / "config.yaml").write_text(to_yaml(spec.config))
     before = (tmp_path / "experiment.yaml").read_text()
     changed = from_dict(LadderJobConfig, {**BASE, "dir": str(tmp_path), "lr": {"coef": 1e-3}})
-    with pytest.raises(
-        ConfigError, match=r"runs/15K/config.yaml records a run trained with other optim.lr"
-    ):
+    with pytest.raises(ConfigError) as e:
         run_ladder(changed, None, resume=False)
+    # in the ladder's keys, with its remedy (was the run's optim.lr, and a new run dir)
+    assert str(e.value) == (
+        f"dir: {tmp_path / 'runs' / '15K' / 'config.yaml'} records run 15K trained with other lr; "
+        "going on would keep its weights under the new settings: launch the changed config into "
+        "a new --dir, or undo the change"
+    )
     assert (tmp_path / "experiment.yaml").read_text() == before
     grown = from_dict(LadderJobConfig, {**BASE, "dir": str(tmp_path), "sizes": ["15K", "25K"]})
     check_unchanged_runs(ladder_trials(grown, plan_ladder(grown, None)))
