@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from trainer_core.analysis.checks import (
     fit_flags,
-    frontier_unresolved,
     isoflop_flags,
     isoflop_unresolved,
     unresolved,
@@ -130,7 +129,6 @@ __all__ = [
     "hparam_table",
     "isoflop_flags",
     "isoflop_unresolved",
-    "frontier_unresolved",
     "leave_one_out",
     "load",
     "lr_sweep_table",

@@ -99,20 +99,6 @@ def unresolved(fit: ChinchillaFit | PowerLawFit, min_loss: float) -> list[str]:
     return notes
 
 
-def frontier_unresolved(fit: PowerLawFit, min_loss: float) -> list[str]:
-    """:func:`unresolved`, and an alpha outside its own interval: the frontier is resampled
-    around L(N, D)'s frontier, which the envelope need not follow."""
-    notes = unresolved(fit, min_loss)
-    lo, hi = fit.ci.get("alpha", (math.nan, math.nan))
-    if math.isfinite(lo) and math.isfinite(hi) and not lo <= fit.alpha <= hi:
-        notes.append(
-            f"alpha: {fit.alpha:.3g} is outside its 95% CI {lo:.3g} .. {hi:.3g}: the resamples "
-            "are drawn around L(N, D), whose frontier the envelope does not follow; the interval "
-            "is approach 3's, not this fit's"
-        )
-    return notes
-
-
 def isoflop_unresolved(fit: IsoFLOPFit) -> list[str]:
     """Approach 2 without an answer: ``a``'s interval covers every split of compute."""
     if fit.n_bootstrap == 0 or "a" not in fit.ci:

@@ -118,18 +118,39 @@ class PowerLawFit(FitStats):
     A: float
     alpha: float
     title: str = "L(C) = E + A * C^-alpha"
+    shift: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """How far (in log E, log A, alpha) the refits were moved, from the fit they spread around
+    onto this one (:meth:`from_samples`); zero when they spread around this fit."""
 
     EXPONENTS = ("alpha",)
 
     @classmethod
     def from_samples(
-        cls, theta: np.ndarray, samples: np.ndarray, n_points: int, objective: float, title: str
+        cls,
+        theta: np.ndarray,
+        samples: np.ndarray,
+        n_points: int,
+        objective: float,
+        title: str,
+        reference: np.ndarray | None = None,
     ) -> PowerLawFit:
-        """From raw parameters (e, log A, alpha) and an (n_bootstrap, 3) array of refits."""
-        named = {"E": np.exp(samples[:, 0]), "A": np.exp(samples[:, 1]), "alpha": samples[:, 2]}
+        """From raw parameters (log E, log A, alpha) and an (n_bootstrap, 3) array of refits.
+
+        ``reference``: the raw parameters the refits spread around when that is not ``theta``
+        (the frontier's resamples are drawn around L(N, D), whose frontier the envelope need not
+        follow). Each parameter's refits are then moved by ``theta - reference``, so its interval
+        is this estimate's spread, and :meth:`predict_interval` moves predictions, not
+        parameters, by the two laws' ratio: moved parameters would break the trade-off of E, A
+        and alpha (on the demo, prediction intervals of 0.5 .. 7.3).
+        """
+        shift = np.zeros(3)
+        if reference is not None and np.all(np.isfinite(reference)):
+            shift = np.asarray(theta, dtype=float) - reference
+        moved = samples + shift
+        named = {"E": np.exp(moved[:, 0]), "A": np.exp(moved[:, 1]), "alpha": moved[:, 2]}
         e, a, alpha = theta
         stats = _fit_stats(named, n_points, objective)
-        return cls(math.exp(e), math.exp(a), float(alpha), title=title, **stats)
+        return cls(math.exp(e), math.exp(a), float(alpha), title=title, shift=tuple(shift), **stats)
 
     def params(self) -> dict[str, float]:
         return {"E": self.E, "A": self.A, "alpha": self.alpha}
@@ -143,11 +164,16 @@ class PowerLawFit(FitStats):
         return np.asarray(self.predict(df["flops"].to_numpy(float)))
 
     def predict_interval(self, C: float) -> tuple[float, float]:
-        """The bootstrap refits' CI_LEVEL interval of L(C) (NaNs without a bootstrap)."""
+        """The bootstrap refits' CI_LEVEL interval of L(C) (NaNs without a bootstrap): each
+        refit's own prediction, times this fit's over the reference's (see ``shift``)."""
         s = self.samples
         if not s:
             return math.nan, math.nan
-        return percentile_interval(s["E"] + s["A"] * float(C) ** (-s["alpha"]))
+        c = float(C)
+        log_e, log_a, alpha = self.shift
+        refits = s["E"] / math.exp(log_e) + s["A"] / math.exp(log_a) * c ** (alpha - s["alpha"])
+        reference = self.E / math.exp(log_e) + self.A / math.exp(log_a) * c ** (alpha - self.alpha)
+        return percentile_interval(refits * self.predict(c) / reference)
 
     def __str__(self) -> str:
         return _format(self.title, self.params(), self)

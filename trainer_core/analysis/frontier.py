@@ -66,11 +66,11 @@ def fit_frontier(
 
     Bootstrap: each resample redraws the points' noise around ``smoother`` (an L(N, D) fit of the
     same points, fitted here when not given) and rebuilds the envelope before refitting. The
-    refits spread around the frontier L(N, D) implies; unlike approach 2's line they are not
-    moved onto this fit (shifting E, A and alpha apart breaks their trade-off: on the demo,
-    prediction intervals of 0.5 .. 7.3), and an estimate outside its own interval is flagged
-    instead (:func:`trainer_core.analysis.checks.unresolved`). Without 3 sizes there is no
-    L(N, D) to resample around and the fit has no intervals.
+    refits spread around the frontier fitted to the smoother's noise-free points, not around
+    this fit (the demo's envelope sat off it: every printed estimate, the answer's loss too,
+    fell outside its own interval); they are moved onto this fit as approach 2's line is
+    (:meth:`PowerLawFit.from_samples`: parameters for their intervals, predictions by ratio).
+    Without 3 sizes there is no L(N, D) to resample around and the fit has no intervals.
     """
     if points["size"].nunique() < 2:
         raise AnalysisError("frontier needs annealed points from >= 2 sizes")
@@ -85,12 +85,14 @@ def fit_frontier(
         title += "   (envelope with its single-size ends: the sizes barely overlap in compute)"
     full = fit_loss_vs_compute(front["flops"], front["eval_loss"], n_bootstrap=0)
     theta = np.array([np.log(full.E), np.log(full.A), full.alpha])
-    samples = np.empty((0, 3))
+    samples, reference = np.empty((0, 3)), None
     if n_bootstrap > 0:
         smoother = smoother or chinchilla_smoother(points)
         if smoother is not None:
             samples = _bootstrap(points, smoother, trimmed, n_bootstrap, seed)
-    fit = PowerLawFit.from_samples(theta, samples, len(front), full.objective, title)
+            noise_free = np.log(np.asarray(smoother.predict_frame(points), dtype=float))
+            reference = _refit_envelope(points, trimmed, noise_free)
+    fit = PowerLawFit.from_samples(theta, samples, len(front), full.objective, title, reference)
     fit.n_sizes = points["size"].nunique() if len(samples) else 0
     return fit
 

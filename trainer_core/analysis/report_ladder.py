@@ -18,7 +18,6 @@ from rich.table import Table
 from trainer_core.analysis.checks import (
     fit_flags,
     format_flags,
-    frontier_unresolved,
     isoflop_flags,
     isoflop_unresolved,
     unresolved,
@@ -82,7 +81,7 @@ def ladder_section(
     )
     for name, fit, flags, open_params in (
         ("L(N, D)", report.chinchilla, lambda f: fit_flags(f, min_loss), unresolved),
-        ("frontier L(C)", report.frontier, lambda f: fit_flags(f, min_loss), frontier_unresolved),
+        ("frontier L(C)", report.frontier, lambda f: fit_flags(f, min_loss), unresolved),
         ("isoFLOP", report.isoflop, isoflop_flags, lambda f, _: isoflop_unresolved(f)),
     ):
         if fit is not None:
