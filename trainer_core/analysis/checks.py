@@ -76,7 +76,14 @@ def unresolved(fit: ChinchillaFit | PowerLawFit, min_loss: float) -> list[str]:
     """What the bootstrap says ``fit``'s data do not pin down (a fit need not be degenerate to
     leave a parameter open): E's interval reaching zero, coefficients that trade off with their
     exponent over orders of magnitude, intervals without the noise between sizes. Empty without
-    a bootstrap."""
+    a bootstrap, but for a law with no more points than parameters, which gets none."""
+    params = len(fit.params())
+    if fit.n_points <= params:
+        return [
+            f"{fit.n_points} points for {params} parameters: the law passes through every one, "
+            "so nothing is left to measure its spread: no intervals (give each size more "
+            "annealed points, e.g. WSD-S decays, or add sizes)"
+        ]
     if fit.n_bootstrap == 0:
         return []
     notes = too_few_sizes(fit)

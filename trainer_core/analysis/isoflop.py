@@ -51,13 +51,20 @@ class IsoFLOPParabola:
 def isoflop_parabolas(
     points: pd.DataFrame, loss: np.ndarray | None = None
 ) -> list[IsoFLOPParabola]:
-    """A parabola per budget covered by >= 3 sizes; ``loss`` replaces ``points.eval_loss``."""
+    """A parabola per budget covered by >= 3 sizes; ``loss`` replaces ``points.eval_loss``.
+    Runs of one N (two LRs of a size, say) are one size, at their mean loss: counted apart, two
+    of them made a budget of 2 sizes whose parabola nothing pins down."""
     curves = size_curves(points, loss)
     out = []
     for x in budget_grid(curves, MIN_SIZES, "isoFLOP"):
-        covering = [c for c in curves if c.covers(x)]
-        n = np.array([c.N for c in covering])
-        values = np.array([c.loss(x) for c in covering])
+        at_n: dict[float, list[float]] = {}
+        for c in curves:
+            if c.covers(x):
+                at_n.setdefault(c.N, []).append(c.loss(x))
+        if len(at_n) < MIN_SIZES:
+            continue
+        n = np.array(sorted(at_n))
+        values = np.array([np.mean(at_n[v]) for v in n])
         log_n = np.log(n)
         coef = np.polyfit(log_n, values, 2)
         n_opt = loss_opt = math.nan

@@ -121,7 +121,9 @@ def ladder_section(
         for law, why in report.extrapolation.skipped:
             report.skipped.append(f"held-out {law}: {why}")
 
-    if report.chinchilla is not None and target_params is not None:
+    if report.chinchilla is None and target_params is not None:
+        report.skipped.append(f"prediction at N={target_params:.3g}: it needs the L(N, D) fit")
+    elif target_params is not None:
         prediction = report.attempt(
             f"prediction at N={target_params:.3g}",
             lambda: predict_loss(report.chinchilla, N=target_params),

@@ -141,9 +141,13 @@ class FitResult:
 def fit_problem(
     prob: Problem, n_bootstrap: int, seed: int, groups: np.ndarray | None, group_params: int
 ) -> FitResult:
-    """The fit and its bootstrap refits; ``group_params``: parameters that vary between groups."""
+    """The fit and its bootstrap refits; ``group_params``: parameters that vary between groups.
+    No refits with no more points than parameters: the law passes through every point, the
+    residuals are all zero, and every refit would repeat the fit (intervals of zero width)."""
     theta, value = solve(prob, best_grid_points(prob, LOCAL_STARTS))
     n = prob.log_loss.size
+    if n <= theta.size:
+        n_bootstrap = 0
     resamples = residual_resamples(
         prob.log_loss,
         prob.log_pred(theta),

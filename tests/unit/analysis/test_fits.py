@@ -200,3 +200,19 @@ def test_one_size_gets_its_tables_and_no_fits(tmp_path):
     ]
     assert "compute-optimal" not in text.getvalue() and report.chinchilla is None
     assert [p.name for p in report.plots] == ["loss_vs_compute.png", "loss_curves.png"]
+
+
+def test_a_target_size_without_an_l_n_d_fit_says_why(tmp_path):
+    """Two sizes fit no L(N, D): --target-params was dropped without a word."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from trainer_core.analysis import report_experiment
+
+    two = {k: LADDER_N[k] for k in ("s1", "s2")}
+    root = make_ladder(tmp_path, sizes=two)
+    console = Console(file=StringIO(), width=200)
+    report = report_experiment(root, target_params=1e9, n_bootstrap=0, console=console)
+    assert report.chinchilla is None and report.predictions == []
+    assert "prediction at N=1e+09: it needs the L(N, D) fit" in report.skipped

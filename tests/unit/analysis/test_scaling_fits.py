@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -189,6 +190,24 @@ def test_refits_around_another_law_are_moved_onto_the_estimate():
     own = np.exp(refits[:, 0]) + np.exp(refits[:, 1]) * C ** -refits[:, 2]
     assert (lo, hi) == pytest.approx(np.percentile(own * scale, [2.5, 97.5]), rel=1e-4)
     assert around.predict_interval(C) == pytest.approx(np.percentile(own, [2.5, 97.5]), rel=1e-4)
+
+
+def test_a_law_through_as_many_points_as_parameters_gets_no_intervals():
+    """One annealed point per size (a cosine ladder) of 5 sizes: L(N, D) passes through all 5,
+    the residuals are zero, and every refit repeated the fit: E 0.8394 (95% CI 0.8394 ..
+    0.8394), the target's N_opt and loss with intervals of zero width."""
+    n = 1e7 * 2.0 ** np.arange(5)
+    d = 20 * n * np.array([1.0, 4.0, 2.0, 8.0, 3.0])
+    loss = LAW.predict(n, d) * np.exp(0.01 * np.array([1, -1, 0.5, -0.5, 0.2]))
+    fit = fit_chinchilla(n, d, loss, n_bootstrap=20)
+    assert fit.n_bootstrap == 0 and all(np.isnan(fit.ci["E"]))
+    assert unresolved(fit, float(loss.min())) == [
+        "5 points for 5 parameters: the law passes through every one, so nothing is left to "
+        "measure its spread: no intervals (give each size more annealed points, e.g. WSD-S "
+        "decays, or add sizes)"
+    ]
+    more = fit_chinchilla(np.append(n, n[0]), np.append(d, 2 * d[0]), np.append(loss, 3.0), 20)
+    assert more.n_bootstrap == 20
 
 
 def test_a_ladder_with_one_tokens_per_parameter_ratio_is_refused_by_approach_3():
@@ -410,3 +429,21 @@ def _three_sizes_note() -> str:
         "95% intervals: 3 sizes leave the noise between sizes no degree of freedom, so the "
         "intervals are too narrow; a 4th size gives it one"
     )
+
+
+def test_runs_of_one_size_count_once_in_an_isoflop_budget():
+    """Two runs of one N (LR variants) counted as two sizes: a budget held 3 curves of 2
+    distinct N, a parabola nothing pins down (and numpy's RankWarning, 22 times, on stdout)."""
+    from trainer_core.analysis.isoflop import isoflop_parabolas
+
+    rows = []
+    for size, n, bump in (("a", 1e7, 1.0), ("b", 2e7, 1.0), ("b2", 2e7, 1.01), ("c", 4e7, 1.0)):
+        for m in (0.25, 0.5, 1, 2, 4, 8):
+            d = 20 * n * m
+            loss = LAW.predict(n, d) * bump
+            rows.append({"size": size, "N": n, "tokens": d, "flops": 6 * n * d, "eval_loss": loss})
+    points = pd.DataFrame(rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        parabolas = isoflop_parabolas(points)
+    assert parabolas and all(len(set(p.N)) == len(p.N) >= 3 for p in parabolas)
