@@ -163,17 +163,21 @@ class PowerLawFit(FitStats):
     def predict_frame(self, df: pd.DataFrame) -> np.ndarray:
         return np.asarray(self.predict(df["flops"].to_numpy(float)))
 
-    def predict_interval(self, C: float) -> tuple[float, float]:
-        """The bootstrap refits' CI_LEVEL interval of L(C) (NaNs without a bootstrap): each
-        refit's own prediction, times this fit's over the reference's (see ``shift``)."""
+    def predict_samples(self, C: float) -> np.ndarray:
+        """The bootstrap refits' L(C) (empty without a bootstrap): each refit's own prediction,
+        times this fit's over the reference's (see ``shift``)."""
         s = self.samples
         if not s:
-            return math.nan, math.nan
+            return np.empty(0)
         c = float(C)
         log_e, log_a, alpha = self.shift
         refits = s["E"] / math.exp(log_e) + s["A"] / math.exp(log_a) * c ** (alpha - s["alpha"])
         reference = self.E / math.exp(log_e) + self.A / math.exp(log_a) * c ** (alpha - self.alpha)
-        return percentile_interval(refits * self.predict(c) / reference)
+        return refits * self.predict(c) / reference
+
+    def predict_interval(self, C: float) -> tuple[float, float]:
+        """The CI_LEVEL interval of :meth:`predict_samples` (NaNs without a bootstrap)."""
+        return percentile_interval(self.predict_samples(C))
 
     def __str__(self) -> str:
         return _format(self.title, self.params(), self)
@@ -246,14 +250,16 @@ class ChinchillaFit(FitStats):
     def predict_frame(self, df: pd.DataFrame) -> np.ndarray:
         return np.asarray(self.predict(df["N"].to_numpy(float), df["tokens"].to_numpy(float)))
 
-    def predict_interval(self, N: float, D: float) -> tuple[float, float]:
-        """The bootstrap refits' CI_LEVEL interval of L(N, D) (NaNs without a bootstrap)."""
+    def predict_samples(self, N: float, D: float) -> np.ndarray:
+        """The bootstrap refits' L(N, D) (empty without a bootstrap)."""
         s = self.samples
         if not s:
-            return math.nan, math.nan
-        return percentile_interval(
-            s["E"] + s["A"] * float(N) ** (-s["alpha"]) + s["B"] * float(D) ** (-s["beta"])
-        )
+            return np.empty(0)
+        return s["E"] + s["A"] * float(N) ** (-s["alpha"]) + s["B"] * float(D) ** (-s["beta"])
+
+    def predict_interval(self, N: float, D: float) -> tuple[float, float]:
+        """The CI_LEVEL interval of :meth:`predict_samples` (NaNs without a bootstrap)."""
+        return percentile_interval(self.predict_samples(N, D))
 
     @property
     def G(self) -> float:
