@@ -71,8 +71,16 @@ def budget_grid(curves: list[SizeCurve], min_sizes: int, what: str) -> np.ndarra
     lo = min(c.log_c[0] for c in curves)
     hi = max(c.log_c[-1] for c in curves)
     grid = np.arange(np.ceil(lo / step), np.floor(hi / step) + 1) * step
+    if min_sizes == 1:
+        # a size with one annealed point (a cosine run's end) covers no budget of the grid
+        grid = np.union1d(grid, [c.log_c[0] for c in curves if c.log_c.size == 1])
     covered = [x for x in grid if sum(c.covers(x) for c in curves) >= min_sizes]
     if not covered:
+        if all(c.log_c.size == 1 for c in curves):
+            raise AnalysisError(
+                f"{what}: each size has one annealed point, so no compute budget is read off "
+                f"{min_sizes} sizes; give each size several (duration.decay_points, WSD-S)"
+            )
         ranges = ", ".join(
             f"{c.size} {np.exp(c.log_c[0]):.3g}..{np.exp(c.log_c[-1]):.3g}" for c in curves
         )

@@ -467,3 +467,26 @@ def test_a_held_out_interval_holds_the_noise_of_the_point_it_is_compared_with():
     lo, hi = law.predict_interval(check.held_out_N, check.tokens)
     assert p.interval[1] - p.interval[0] > hi - lo
     assert 0.002 < np.std(noise) < 0.05  # 0.5% a point and 0.5% a size, inflated
+
+
+def test_sizes_with_one_annealed_point_each_still_have_a_frontier():
+    """A cosine ladder anneals once per size, at its end: no budget of the grid fell on those
+    points, the frontier was refused with advice to train the smaller sizes longer, and the
+    held-out check went with it. Approach 2 says what it needs instead."""
+    from trainer_core.analysis.isoflop import isoflop_parabolas
+
+    n = 1e7 * 2.0 ** np.arange(6)
+    d = 20 * n * np.array([8.0, 6.0, 4.0, 2.0, 1.5, 1.0])
+    pts = pd.DataFrame(
+        {
+            "size": [f"s{i}" for i in range(6)],
+            "N": n,
+            "tokens": d,
+            "flops": 6 * n * d,
+            "eval_loss": LAW.predict(n, d),
+        }
+    )
+    front = fit_frontier(pts, n_bootstrap=0)
+    assert front.n_points == 4  # the envelope without its single-size ends
+    with pytest.raises(AnalysisError, match=r"isoFLOP: each size has one annealed point, so no"):
+        isoflop_parabolas(pts)
