@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -59,14 +60,28 @@ def check_jobs_api(address: str) -> None:
     url = urlsplit(address if "://" in address else f"http://{address}")
     if not url.hostname:
         raise ConfigError(f"--address: {address!r} names no host; give http://HOST:8265")
+    # a URL's own default port (a dashboard behind a proxy), Ray's 8265 for a bare host
+    port = url.port or (
+        {"http": 80, "https": 443}.get(url.scheme, 8265) if "://" in address else 8265
+    )
     try:
-        socket.create_connection((url.hostname, url.port or 8265), PROBE_TIMEOUT_S).close()
+        socket.create_connection((url.hostname, port), PROBE_TIMEOUT_S).close()
     except OSError as e:
         raise ConfigError(
-            f"--address: nothing answers at {address} ({e.strerror or e}); "
+            f"--address: nothing answers at {url.hostname}:{port} ({e.strerror or e}); "
             "start the cluster (ray start --head, ray up cluster.yaml) or give its dashboard, "
             "http://HOST:8265"
         ) from None
+
+
+def ray_command() -> str:
+    """The ``ray`` beside this Python (its venv's, whether or not the venv is active), else the
+    one on PATH."""
+    beside = Path(sys.executable).with_name("ray")
+    found = str(beside) if beside.is_file() else shutil.which("ray")
+    if not found:
+        raise ConfigError("no `ray` command beside this python or on PATH: run `make setup`")
+    return found
 
 
 def main() -> int:
@@ -77,7 +92,7 @@ def main() -> int:
         raise ConfigError(str(e)) from None
     check_jobs_api(args.address)
     print(f"uploading {size / 2**20:.1f} MiB working dir to {args.address}")
-    cmd = ["ray", "job", "submit", "--address", args.address, "--working-dir", str(ROOT)]
+    cmd = [ray_command(), "job", "submit", "--address", args.address, "--working-dir", str(ROOT)]
     cmd += ["--no-wait"] if args.no_wait else []
     cmd += passed_on
     return subprocess.call([*cmd, "--", "python", *script], env=os.environ.copy())

@@ -58,7 +58,7 @@ def test_submit_script_runs_from_a_shell_and_asks_for_the_command(processes, fre
     args = ("--address", nowhere, "--", "workflows/ladder.py", "--dry-run")
     out = processes.python("workflows/submit.py", *args)
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert out.stderr.startswith(f"error: --address: nothing answers at {nowhere} (")
+    assert out.stderr.startswith(f"error: --address: nothing answers at {nowhere[7:]} (")
 
 
 def test_submit_takes_the_command_as_ray_job_submit_does():
@@ -70,6 +70,13 @@ def test_submit_takes_the_command_as_ray_job_submit_does():
     args, passed_on, script = parse(argv)
     assert script == ["workflows/ladder.py", "--dry-run"] and passed_on == ["--submission-id=l-1"]
     assert parse(["--no-wait", "--", "workflows/ladder.py"])[2] == ["workflows/ladder.py"]
+
+
+def test_submit_probes_a_dashboard_url_at_its_own_port():
+    """A dashboard behind a proxy (https://host, no port) was probed at 8265, and refused."""
+    probe = load_script("workflows/submit.py").check_jobs_api
+    with pytest.raises(ConfigError, match=r"nothing answers at 127\.0\.0\.1:443 "):
+        probe("https://127.0.0.1")
 
 
 WALKTHROUGH = (

@@ -183,8 +183,8 @@ def test_help_describes_the_own_flags_and_the_planned_settings(run_script):
         code, out, _ = run_script(script, "--help")
         assert code == 0
         assert re.search(r"--dry-run +plan and print every size", out), script
-        assert re.search(r"--sizes SIZES +only these sizes, comma-separated", out), script
+        assert re.search(r"--sizes 1M,3M +only these sizes, comma-separated", out), script
         assert "--sizes list[str]" not in out
-        assert re.search(r"--run\.optim\.lr float +planned per size from lr, so not settable", out)
-        assert re.search(r"--ray\.num_workers int\s+planned per size from max_devices", out)
-    assert "--benchmark BENCHMARK" in run_script(LADDER, "--help")[1]
+        assert re.search(r"--run\.optim\.lr float +set by the plan from lr, so not settable", out)
+        assert re.search(r"--ray\.num_workers int\s+set by the plan from max_devices", out)
+    assert "--benchmark SIZE " in run_script(LADDER, "--help")[1]

@@ -78,7 +78,7 @@ def unresolved(fit: ChinchillaFit | PowerLawFit, min_loss: float) -> list[str]:
     exponent over orders of magnitude, intervals without the noise between sizes. Empty without
     a bootstrap, but for a law with no more points than parameters, which gets none."""
     params = len(fit.params())
-    if fit.n_points <= params:
+    if fit.n_points <= params and fit.n_bootstrap == 0:
         return [
             f"{fit.n_points} points for {params} parameters: the law passes through every one, "
             "so nothing is left to measure its spread: no intervals (give each size more "

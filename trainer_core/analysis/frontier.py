@@ -86,9 +86,10 @@ def fit_frontier(
     full = fit_loss_vs_compute(front["flops"], front["eval_loss"], n_bootstrap=0)
     theta = np.array([np.log(full.E), np.log(full.A), full.alpha])
     samples, reference = np.empty((0, 3)), None
-    if n_bootstrap > 0:
+    if n_bootstrap > 0 and len(front) > len(theta):
         smoother = smoother or chinchilla_smoother(points)
-        if smoother is not None:
+        # a smoother through every point leaves no noise to redraw: refits of one envelope
+        if smoother is not None and smoother.n_points > len(smoother.params()):
             samples = _bootstrap(points, smoother, trimmed, n_bootstrap, seed)
             noise_free = np.log(np.asarray(smoother.predict_frame(points), dtype=float))
             reference = _refit_envelope(points, trimmed, noise_free)

@@ -34,9 +34,9 @@ def save(fig: Figure, path: str | Path) -> Path:
 
 def interval_bars(ax, at, lo, hi, axis: str = "y", color=None, capsize: float = 3) -> None:
     """Bars from ``lo`` to ``hi`` (along ``axis``) at positions ``at``, drawn as the intervals
-    themselves: an estimate can sit outside its bootstrap interval (the frontier's refits spread
-    around L(N, D), not around it), where errors relative to the marker come out negative and
-    matplotlib refuses the whole plot. Non-finite bounds draw no bar."""
+    themselves: an estimate can sit outside its interval (a percentile interval of skewed refits,
+    a cell optimum's interval on a coarse grid), where errors relative to the marker come out
+    negative and matplotlib refuses the whole plot. Non-finite bounds draw no bar."""
     at, lo, hi = (np.atleast_1d(np.asarray(v, dtype=float)) for v in (at, lo, hi))
     ok = np.isfinite(lo) & np.isfinite(hi)
     if not ok.any():

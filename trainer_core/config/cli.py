@@ -8,6 +8,7 @@ override that works for one works for all. ``--help`` is draccus's, adjusted (a 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -96,11 +97,11 @@ def help_text(
             ):
                 action.help = argparse.SUPPRESS
             elif owner:
-                action.help = f"planned per size from {owner}, so not settable"
+                action.help = f"set by the plan from {owner}, so not settable"
                 action.default = argparse.SUPPRESS  # no "(default: ...)": it is never used
             elif not text.strip():
                 action.help = "(default: %(default)s)"
-    _add_own_flags(parser, own, flag_help or {})
+    _add_own_flags(parser, own, flag_help or {}, usage)
     return parser.format_help()
 
 
@@ -110,16 +111,21 @@ def _planned_from(dest: str, planned: Mapping[str, str]) -> str | None:
 
 
 def _add_own_flags(
-    parser: argparse.ArgumentParser, flags: Mapping[str, bool], flag_help: Mapping[str, str]
+    parser: argparse.ArgumentParser,
+    flags: Mapping[str, bool],
+    flag_help: Mapping[str, str],
+    usage: str,
 ) -> None:
-    """List the script's own flags under "options:", beside ``--help``. "resolve": a field of the
-    same name, its row hidden, gives the name up to the flag, as the command line does."""
+    """List the script's own flags under "options:", beside ``--help``, each value named as the
+    usage line names it (``--benchmark SIZE``). "resolve": a field of the same name, its row
+    hidden, gives the name up to the flag, as the command line does."""
     options = parser._optionals
     options.conflict_handler = "resolve"
     for name, takes_value in flags.items():
         text = (CONFIG_HELP if name == "--config" else flag_help.get(name, "")).replace("%", "%%")
         if takes_value:
-            metavar = "FILE" if name == "--config" else name.lstrip("-").upper()
+            named = re.search(rf"\[{re.escape(name)} ([^\]\s]+)\]", usage)
+            metavar = named[1] if named else name.lstrip("-").upper()
             options.add_argument(name, metavar=metavar, help=text, default=argparse.SUPPRESS)
         else:
             options.add_argument(name, action="store_true", help=text, default=argparse.SUPPRESS)

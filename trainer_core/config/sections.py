@@ -453,6 +453,11 @@ class TrainConfig:
         )
 
     @property
+    def windows_read(self) -> tuple[int, int]:
+        """The sequences the run reads: over its training, and at each evaluation."""
+        return self.total_steps * self.batch_seqs, self.trainer.eval_batches * self.batch_seqs
+
+    @property
     def batch_seqs(self) -> int:
         """Sequences per optimizer step: the global batch counts tokens, the data yields rows."""
         return self.trainer.global_batch_size // self.data.seq_len

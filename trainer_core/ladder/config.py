@@ -6,6 +6,7 @@ silently replaced.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import ClassVar
@@ -134,10 +135,10 @@ class LadderConfig:
             "must be >= 1",
         )
         require(
-            bool(self.name) and "/" not in self.name and self.name.strip() == self.name,
+            re.fullmatch(r"[\w.+-]+", self.name) is not None,
             "name",
             self.name,
-            "must be a word without '/' or surrounding spaces (it names the runs and files)",
+            "must be one word of letters, digits and . _ + - (it names the runs and files)",
         )
         require(2 <= self.seq_len <= MAX_COUNT, "seq_len", self.seq_len, "must be in 2 .. 2^31")
         require(

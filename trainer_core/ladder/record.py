@@ -62,9 +62,7 @@ def data_repeats(job: LadderConfig, runs: list[tuple[str, TrainConfig]]) -> list
         return []
     found: dict[str, list[str]] = {}
     for name, cfg in runs:
-        seqs = cfg.batch_seqs
-        train, evals = cfg.total_steps * seqs, cfg.trainer.eval_batches * seqs
-        for line in data.repeats(cfg.data.seq_len, train, evals):
+        for line in data.repeats(cfg.data.seq_len, *cfg.windows_read):
             found.setdefault(line, []).append(name)
     every = len(runs) > 1
     return [

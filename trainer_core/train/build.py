@@ -128,8 +128,7 @@ def build_trainer(
     info = replace(run_info(cfg, tags), data_id=data.content_id)
     callbacks: list[Callback] = []
     if dist_info.rank == 0:
-        train_seqs = cfg.total_steps * batch_seqs
-        for line in data.repeats(seq_len, train_seqs, batch_seqs * cfg.trainer.eval_batches):
+        for line in data.repeats(seq_len, *cfg.windows_read):
             log.warning("warning: %s", line)
         run_dir = cfg.trainer.run_location
         storage.makedirs(run_dir)

@@ -104,7 +104,11 @@ class ConsoleProgress(BaseCallback):
             if key in summary
         ]
         steps = summary["steps"]
-        trained = f"steps {self.start_step + 1}-{steps}" if self.start_step else f"{steps} steps"
+        trained = f"{steps} steps"
+        if self.start_step:
+            trained = f"steps {self.start_step + 1}-{steps}"
+            if steps <= self.start_step:
+                trained = f"no steps left (resumed at step {self.start_step})"
         self._print(
             f"done {summary['name']}: {trained} in {format_duration(summary['elapsed_s'])}"
             + "".join(f", {x}" for x in losses)

@@ -108,9 +108,9 @@ def test_loss_vs_compute_draws_points_fit_and_held_out(ladder_dir: Path):
 
 
 def test_an_estimate_outside_its_interval_is_drawn_beside_the_interval(ladder_dir: Path):
-    """The frontier's refits spread around L(N, D), not around its own fit, so its held-out
-    prediction can sit outside its interval (the demo's, at 10 resamples): the bars were drawn
-    relative to the marker, came out negative, and matplotlib's refusal ended analyze.py."""
+    """A percentile interval of skewed refits need not hold its estimate (the frontier's did not,
+    on the demo, when its refits spread around L(N, D)): the bars were drawn relative to the
+    marker, came out negative, and matplotlib's refusal ended analyze.py."""
     pts = load(ladder_dir).fit_points()
     check = extrapolation_check(pts, n_bootstrap=20)
     p = check.prediction(LAW_FRONTIER)

@@ -488,5 +488,9 @@ def test_sizes_with_one_annealed_point_each_still_have_a_frontier():
     )
     front = fit_frontier(pts, n_bootstrap=0)
     assert front.n_points == 4  # the envelope without its single-size ends
+    # 5 such sizes: L(N, D) passes through all 5 points, leaving no noise to redraw around it;
+    # the frontier printed intervals (alpha's starting at its estimate) beside "no intervals"
+    five = fit_frontier(pts.iloc[:5], n_bootstrap=20)
+    assert five.n_bootstrap == 0 and unresolved(five, 1.0)[0].startswith("3 points for 3 ")
     with pytest.raises(AnalysisError, match=r"isoFLOP: each size has one annealed point, so no"):
         isoflop_parabolas(pts)

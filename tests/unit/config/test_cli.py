@@ -93,9 +93,9 @@ def test_help_lists_own_flags_and_marks_planned_fields():
         "  --sizes SIZES         a subset, such as 1M,3M\n"
     )
     assert "--sizes list[str]" not in text
-    assert "  --run.optim.lr float  planned per size from lr, so not settable\n" in text
+    assert "  --run.optim.lr float  set by the plan from lr, so not settable\n" in text
     assert (
-        "  --run.schedule.warmup float\n                        planned per size from duration"
+        "  --run.schedule.warmup float\n                        set by the plan from duration"
         in text
     )
     assert "(default: 0.003)" not in text

@@ -283,8 +283,9 @@ def test_bad_size_name():
         ({"seq_len": 10**30}, "seq_len: 10000000000000000000000000000"),
         ({"vocab_size": 0}, "vocab_size: 0 is not allowed; must be in 1 .. 2^31"),
         # an empty name made the plot '-lr_schedule.png'; 'a/b' made a dir ./a for it
-        ({"name": ""}, "name: '' is not allowed; must be a word without '/'"),
-        ({"name": "a/b"}, "name: 'a/b' is not allowed; must be a word without '/'"),
+        ({"name": ""}, "name: '' is not allowed; must be one word of letters, digits and"),
+        ({"name": "a/b"}, "name: 'a/b' is not allowed; must be one word of letters, digits"),
+        ({"name": "a b"}, "name: 'a b' is not allowed; must be one word of letters, digits"),
         ({"eval_tokens": -1}, "eval_tokens: -1 is not allowed; must be >= 0"),
         ({"max_micro_batch_seqs": 0}, "max_micro_batch_seqs: 0 is not allowed; must be >= 1"),
         ({"assumed_mfu": 0.0}, "assumed_mfu: 0.0 is not allowed; must be in (0, 1]"),

@@ -29,3 +29,7 @@ def test_a_resumed_run_ends_with_the_steps_this_attempt_trained():
         "[r] training r: 10 non-embedding params, 363 steps of 64 tokens, resumed at step 140",
         "[r] done r: steps 141-363 in 0m11s",
     ]
+    progress.on_start({**info, "start_step": 363})  # interrupted after its last checkpoint
+    progress.on_end({"name": "r", "steps": 363, "elapsed_s": 0.0})
+    last = out.getvalue().splitlines()[-1]
+    assert last == "[r] done r: no steps left (resumed at step 363) in 0m00s"
