@@ -129,7 +129,8 @@ def test_sweep_dry_run_warns_where_a_launch_stops(run_script, repo_root, tmp_pat
     "args, message",
     [
         (["--sizes", "1M,30M"], "sizes: '30M' is not in the size table"),
-        (["--vocab_size=200"], "model.vocab_size"),
+        # the ladder's own key (it refuses run.model.vocab_size, which the message named)
+        (["--vocab_size=200"], "more than vocab_size=200; set vocab_size >= 259"),
         (["--dir=/proc/rayladder-cannot-write"], "is not writable"),
         (["--benchmark=1M", "--dry-run"], "--benchmark times one size and trains no ladder"),
     ],

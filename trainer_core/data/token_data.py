@@ -126,14 +126,17 @@ def resolve_spec(cfg: DataConfig) -> TokenDataSpec:
     return TokenDataSpec(demo_tokenizer=cfg.tokenizer, verify_checksums=cfg.verify_checksums)
 
 
-def open_token_data(cfg: DataConfig, model_vocab_size: int) -> TokenData:
-    """Open the configured shards (or the demo corpus) and check they fit the model's vocab."""
+def open_token_data(
+    cfg: DataConfig, model_vocab_size: int, vocab_key: str = "model.vocab_size"
+) -> TokenData:
+    """Open the configured shards (or the demo corpus) and check they fit the model's vocab,
+    set by ``vocab_key`` (a ladder's is its own ``vocab_size``)."""
     data = TokenData.open(resolve_spec(cfg))
     info = data.manifest.tokenizer
     if info.vocab_size > model_vocab_size:
         raise DataError(
             f"{data.manifest.path}: the shards' tokenizer ({info.kind}) has vocab_size {info.vocab_size}, "
-            f"more than model.vocab_size={model_vocab_size}; set model.vocab_size >= {info.vocab_size}"
+            f"more than {vocab_key}={model_vocab_size}; set {vocab_key} >= {info.vocab_size}"
         )
     if (
         (cfg.shards or cfg.mix)

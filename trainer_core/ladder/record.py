@@ -31,7 +31,7 @@ def preflight(job: LadderConfig, dry_run: bool = False, dir_key: str = "dir") ->
     """
     problems = []
     for check in (
-        lambda: open_token_data(job.run.data, job.vocab_size),
+        lambda: open_token_data(job.run.data, job.vocab_size, "vocab_size"),
         lambda: check_output_dir(job.dir, dir_key),
     ):
         try:
@@ -57,7 +57,7 @@ def data_repeats(job: LadderConfig, runs: list[tuple[str, TrainConfig]]) -> list
     finding once with the runs it holds for; nothing where the data can't be opened here (the
     preflight says so)."""
     try:
-        data = open_token_data(job.run.data, job.vocab_size)
+        data = open_token_data(job.run.data, job.vocab_size, "vocab_size")
     except UserError:
         return []
     found: dict[str, list[str]] = {}
