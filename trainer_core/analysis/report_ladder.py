@@ -101,7 +101,7 @@ def ladder_section(
             f"target compute {report.target_flops:.3g} FLOPs ({TARGET_MULTIPLE:g}x the largest "
             "run's; --target-flops sets it)"
         )
-    console.print(_target_table(report, target or TargetSettings()))
+    console.print(_target_table(report, target or TargetSettings(), float(points["flops"].min())))
 
     report.extrapolation = report.attempt(
         "held-out check", lambda: extrapolation_check(points, n_bootstrap)
@@ -187,8 +187,9 @@ def _final_table(report: Report, console: Console) -> None:
     console.print(table)
 
 
-def _target_table(report: Report, settings: TargetSettings) -> Table:
-    """The whole answer at the target compute (:func:`target_answer`), kept on the report."""
+def _target_table(report: Report, settings: TargetSettings, least_flops: float) -> Table:
+    """The whole answer at the target compute (:func:`target_answer`), kept on the report;
+    a target below every annealed point (``least_flops``) is said to be extrapolated back."""
     cost, sweep = settings.resolve(report.results.path)
     cost = replace(cost, per_token=FlopsPerToken.of_runs(report.results.runs))
     laws = report.attempt(f"lr*, B* laws of {sweep}", lambda: sweep_laws(sweep)) if sweep else None
@@ -201,6 +202,11 @@ def _target_table(report: Report, settings: TargetSettings) -> Table:
         laws,
         str(sweep),
     )
+    if report.target_flops < least_flops:
+        answer.notes.append(
+            f"the target {report.target_flops:.3g} FLOPs is below the ladder's least annealed "
+            f"point ({least_flops:.3g}): every column is extrapolated back, past the smallest runs"
+        )
     report.target = answer
     table = Table(title=answer.title, caption="\n".join(answer.footer()), caption_justify="left")
     table.add_column("")

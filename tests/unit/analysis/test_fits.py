@@ -216,3 +216,23 @@ def test_a_target_size_without_an_l_n_d_fit_says_why(tmp_path):
     report = report_experiment(root, target_params=1e9, n_bootstrap=0, console=console)
     assert report.chinchilla is None and report.predictions == []
     assert "prediction at N=1e+09: it needs the L(N, D) fit" in report.skipped
+
+
+def test_a_target_below_the_ladder_says_it_is_extrapolated_back(tmp_path):
+    """--target-flops below every annealed point printed N_opt and a loss as at any target."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from trainer_core.analysis import report_experiment
+
+    root = make_ladder(tmp_path)
+    console = Console(file=StringIO(), width=200)
+    report = report_experiment(root, target_flops=1.0, n_bootstrap=0, console=console)
+    least = report.results.fit_points()["flops"].min()
+    assert (
+        f"the target 1 FLOPs is below the ladder's least annealed point ({least:.3g}): every "
+        "column is extrapolated back, past the smallest runs"
+    ) in report.target.footer()
+    report = report_experiment(root, n_bootstrap=0, console=console)
+    assert not [n for n in report.target.footer() if "extrapolated back" in n]
