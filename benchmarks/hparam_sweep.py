@@ -30,6 +30,7 @@ from trainer_core.analysis import (
     plot_cell_sweeps,
     plot_hparam_laws,
 )
+from trainer_core.config.arg_types import positive_number
 from trainer_core.config.cli import exit_on_error
 
 
@@ -59,10 +60,9 @@ def held_out(laws, sweep: pd.DataFrame, held: pd.DataFrame, n_bootstrap: int) ->
 def n_and_d(text: str) -> tuple[float, float]:
     """``--predict``'s "N,D" (e.g. 1e8,2e9), refused in one line when it is anything else."""
     parts = text.split(",")
-    try:
-        n, d = (float(v) for v in parts)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not N,D (e.g. 1e8,2e9)") from None
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"{text!r} is not N,D (e.g. 1e8,2e9)")
+    n, d = (positive_number(v) for v in parts)
     return n, d
 
 

@@ -93,23 +93,29 @@ def measured_cpu_flops(size: int = 512, windows: int = 6, seconds: float = 0.05)
     return best
 
 
+def peak_is_measured(device: torch.device, configured: float | None = None) -> bool:
+    """Whether :func:`peak_flops` is a measurement (a CPU matmul's: anything but CUDA, unless
+    configured), which a neighbour's load can have lowered, not a table's or the config's."""
+    return device.type != "cuda" and not configured
+
+
 def peak_flops(device: torch.device, configured: float | None = None) -> float:
     if configured:
         return configured
-    if device.type == "cuda":
-        import torch
+    if peak_is_measured(device):
+        return measured_cpu_flops()
+    import torch
 
-        name = torch.cuda.get_device_name(device)
-        found = device_peak_flops(name)
-        if found is None:
-            warnings.warn(
-                f"no peak FLOP/s known for {name!r}: MFU assumes {UNKNOWN_GPU_FLOPS:.3g}; set "
-                "trainer.peak_flops_per_device",
-                stacklevel=2,
-            )
-            return UNKNOWN_GPU_FLOPS
-        return found
-    return measured_cpu_flops()
+    name = torch.cuda.get_device_name(device)
+    found = device_peak_flops(name)
+    if found is None:
+        warnings.warn(
+            f"no peak FLOP/s known for {name!r}: MFU assumes {UNKNOWN_GPU_FLOPS:.3g}; set "
+            "trainer.peak_flops_per_device",
+            stacklevel=2,
+        )
+        return UNKNOWN_GPU_FLOPS
+    return found
 
 
 # Accelerator memory (GiB) by model name in the device type (matched as :func:`match_device`

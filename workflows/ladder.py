@@ -141,11 +141,11 @@ def main() -> int:
             f"MFU {100 * result['mfu']:.1f}% on {result['devices']} device(s)"
         )
         return 0
-    problems = preflight(job, dry_run=dry_run)
+    problems, data = preflight(job, dry_run=dry_run)
     rules = sweep_rules(job)
     plans = plan_ladder(job, sizes, rules)
     print_plan(job, plans)
-    for problem in problems + data_repeats(job, [(p.size, p.config) for p in plans]):
+    for problem in problems + data_repeats(data, [(p.size, p.config) for p in plans]):
         print(f"warning: {problem}")
     if dry_run:
         print(f"LR schedule plot: {plot_ladder_schedule(job, plans, dry_run_plot_path(job))}")

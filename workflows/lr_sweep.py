@@ -38,7 +38,7 @@ def main() -> int:
         return 0
     own, job = parsed[0], as_sweep(parsed[1])
     dry_run = "--dry-run" in own
-    problems = preflight(job, dry_run=dry_run, dir_key="sweep.dir")
+    problems, data = preflight(job, dry_run=dry_run, dir_key="sweep.dir")
     sizes = own["--sizes"].split(",") if "--sizes" in own else None
 
     specs = sweep_trials(job, sweep_plans(job, sizes))
@@ -56,7 +56,7 @@ def main() -> int:
             f"  {spec.name}: lr {cfg.optim.lr:.3e}, batch {cfg.trainer.global_batch_size} tokens, "
             f"{cfg.total_steps} steps, decays ending at {_decay_ends(cfg)}{unfitted}"
         )
-    for problem in problems + data_repeats(job, [(s.name, s.config) for s in specs]):
+    for problem in problems + data_repeats(data, [(s.name, s.config) for s in specs]):
         print(f"warning: {problem}")
     if dry_run:
         return 0

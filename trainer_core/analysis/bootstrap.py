@@ -81,7 +81,8 @@ def centred_on_estimate(
     its own ``estimate``: an interval taken as it is sits on approach 3's answer and hides a
     disagreement between the two. Shifted by ``estimate - at_smoother`` it is the estimate's own
     sampling spread. Sound for parameters a prediction is linear in (approach 2's line: the
-    shift moves every predicted N_opt by the two lines' difference), not for a nonlinear law.
+    shift moves every predicted N_opt by the two lines' difference); a nonlinear law's
+    predictions are moved otherwise (the frontier's: :meth:`PowerLawFit.predict_samples`).
     Unchanged where the smoother implies no value (NaN).
     """
     if not np.all(np.isfinite(at_smoother)):

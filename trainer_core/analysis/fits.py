@@ -20,6 +20,7 @@ import pandas as pd
 
 from trainer_core.analysis.bootstrap import (
     CI_LEVEL,
+    centred_on_estimate,
     percentile_interval,
 )
 from trainer_core.analysis.load import AnalysisError
@@ -143,10 +144,9 @@ class PowerLawFit(FitStats):
         parameters, by the two laws' ratio: moved parameters would break the trade-off of E, A
         and alpha (on the demo, prediction intervals of 0.5 .. 7.3).
         """
-        shift = np.zeros(3)
-        if reference is not None and np.all(np.isfinite(reference)):
-            shift = np.asarray(theta, dtype=float) - reference
-        moved = samples + shift
+        reference = np.asarray(theta if reference is None else reference, dtype=float)
+        moved = centred_on_estimate(samples, theta, reference)
+        shift = theta - reference if np.all(np.isfinite(reference)) else np.zeros(3)
         named = {"E": np.exp(moved[:, 0]), "A": np.exp(moved[:, 1]), "alpha": moved[:, 2]}
         e, a, alpha = theta
         stats = _fit_stats(named, n_points, objective)

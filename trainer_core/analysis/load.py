@@ -194,7 +194,8 @@ class ExperimentResults:
         here), not Tune's, so ``Result.checkpoint`` is None.
         """
         tune_dir = storage.join(self.path, tune_name)
-        if not storage.is_dir(tune_dir):
+        names = storage.entries(tune_dir)  # one listing on the way to the grid
+        if not names and not storage.is_dir(tune_dir):
             where = (
                 "this is a run dir: the Tune state is in its experiment's dir, two levels up"
                 if storage.is_file(run_json_path(self.path))
@@ -205,7 +206,7 @@ class ExperimentResults:
             from ray import tune
         except ImportError:
             raise AnalysisError("result_grid() needs Ray: pip install 'ray[tune]'") from None
-        if not any(n.startswith("experiment_state") for n in storage.entries(tune_dir)):
+        if not any(n.startswith("experiment_state") for n in names):
             raise AnalysisError(
                 f"{tune_dir}: no experiment_state file (a launch stopped before Tune saved its "
                 "state); the runs' own records are in runs/"

@@ -147,10 +147,10 @@ def extrapolation_check(
             where, at = (point["flops"],), f"C={point['flops']:.3g}"
             notes += off
         samples = fit.predict_samples(*where)
-        if noise is None and samples.size and law == LAW_CHINCHILLA:
+        if law == LAW_CHINCHILLA and samples.size:
             noise = measurement_noise(rest, fit, samples.size, seed + 1)
         if noise is not None and samples.size:
-            samples = samples * np.exp(noise[: samples.size])
+            samples = samples * np.exp(noise)  # both n_bootstrap long
         predictions.append(
             HeldOutPrediction(
                 law,

@@ -226,20 +226,21 @@ class TargetAnswer:
 
     def footer(self) -> list[str]:
         """What the table assumes: the device and MFU, where LR* and B* come from."""
-        source = "lr*, B*: no sweep laws (--hparam-sweep DIR, or a ladder with lr.from_sweep)"
-        if self.hparam_source and not self.laws_fitted:
-            source = f"lr*, B*: no laws from {self.hparam_source} (why: the skipped line below)"
-        elif self.hparam_source:
-            source = (
-                f"lr*, B*: the laws of {self.hparam_source}, but no column has the N_opt and D_opt "
-                "to read them at"
-            )
         if any(col.lr is not None for col in self.columns):
             source = (
                 f"lr*, B*: the laws of {self.hparam_source or 'the sweep'}, read at each "
                 "column's N_opt, D_opt (their intervals: the laws' bootstrap there; N_opt's own "
                 "spread not carried)"
             )
+        elif self.hparam_source and self.laws_fitted:
+            source = (
+                f"lr*, B*: the laws of {self.hparam_source}, but no column has the N_opt and D_opt "
+                "to read them at"
+            )
+        elif self.hparam_source:
+            source = f"lr*, B*: no laws from {self.hparam_source} (why: the skipped line below)"
+        else:
+            source = "lr*, B*: no sweep laws (--hparam-sweep DIR, or a ladder with lr.from_sweep)"
         return [f"device-hours: {self.cost}", source, *self.notes]
 
     def __str__(self) -> str:

@@ -44,8 +44,8 @@ def suggest(key: str, options: list[str]) -> str:
 
 
 def repeated(names: list[str]) -> list[str]:
-    """The names listed more than once, each once, in the order they first appear: names that
-    would give two runs one run dir."""
+    """The items listed more than once, each once, in the order they first appear: sizes or
+    trial names that would share a run dir, a task example's duplicated choices."""
     return [n for i, n in enumerate(names) if names.count(n) > 1 and names.index(n) == i]
 
 

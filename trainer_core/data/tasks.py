@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainer_core.config.decode import repeated
 from trainer_core.data.demo_corpus import cache_root, corpus_fingerprint, demo_files, stdlib_root
 from trainer_core.data.shards import DEFAULT_VAL_FRACTION, DataError, split_key
 
@@ -72,10 +73,10 @@ def _solved(obj: object, where: str) -> tuple[str, list[str], int]:
     choices = _field(obj, "choices", list, where)
     if len(choices) < 2 or not all(isinstance(c, str) and c for c in choices):
         raise TaskFormatError(f"{where}: 'choices' must list at least 2 non-empty strings")
-    repeated = sorted({c for c in choices if choices.count(c) > 1})
-    if repeated:
+    twice = repeated(choices)
+    if twice:
         raise TaskFormatError(
-            f"{where}: 'choices' lists {repeated[0]!r} more than once; an example whose gold "
+            f"{where}: 'choices' lists {twice[0]!r} more than once; an example whose gold "
             "choice has a twin can't be scored (ties go to the first): keep one of each"
         )
     gold = _field(obj, "gold", int, where)

@@ -29,13 +29,6 @@ class RecordError(UserError, ValueError):
     """A record file that can't be read back: damaged, cut short, or not the program's."""
 
 
-def read_bytes(location: Location) -> bytes:
-    """The whole file in one request, as :func:`storage.read_text` reads it, undecoded: a bad
-    byte is then the caller's to report (or skip), not a traceback from decoding."""
-    fs, path = storage.filesystem(location)
-    return fs.cat_file(path)
-
-
 def read_yaml_record(path: Location) -> dict[str, Any]:
     """The mapping a YAML record holds."""
     try:
@@ -58,7 +51,7 @@ def read_json_record(path: Location, shape: type[dict] | type[list] = dict) -> A
 
 def _read_utf8(path: Location) -> str:
     try:
-        return read_bytes(path).decode()
+        return storage.read_bytes(path).decode()
     except UnicodeDecodeError as e:
         raise RecordError(f"{path}: not UTF-8 text (byte {e.start}); {FIX}") from None
 

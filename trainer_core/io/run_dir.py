@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from trainer_core.io import storage
-from trainer_core.io.records import read_bytes, read_json_record, read_yaml_record
+from trainer_core.io.records import read_json_record, read_yaml_record
 from trainer_core.io.storage import Location, write_atomic
 
 CONFIG = "config.yaml"
@@ -193,7 +193,7 @@ def last_logged_step(run_dir: Location) -> int:
     """The step of the last whole line of ``metrics.jsonl`` (0: none). A bad byte (a damaged
     copy) spoils only its own line, which is skipped as a line cut mid-write is."""
     path = metrics_path(run_dir)
-    text = read_bytes(path).decode(errors="replace") if storage.is_file(path) else ""
+    text = storage.read_bytes(path).decode(errors="replace") if storage.is_file(path) else ""
     last = 0
     for line in text.splitlines():
         try:

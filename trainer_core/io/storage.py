@@ -156,13 +156,18 @@ def open_file(location: Location, mode: str = "rb") -> IO:
     return fs.open(path, mode)
 
 
-def read_text(location: Location) -> str:
+def read_bytes(location: Location) -> bytes:
     """The whole file, in one request for an object (which a writer may replace meanwhile:
     a single GET sees the old object or the new, never a mix)."""
     if not is_url(location):
-        return Path(location).read_text()
+        return Path(location).read_bytes()
     fs, path = filesystem(location)
-    return fs.cat_file(path).decode()
+    return fs.cat_file(path)
+
+
+def read_text(location: Location) -> str:
+    """:func:`read_bytes` as UTF-8 text."""
+    return read_bytes(location).decode()
 
 
 def write_atomic(location: Location, text: str) -> None:

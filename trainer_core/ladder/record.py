@@ -4,11 +4,13 @@ launch (preflight)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import TypeVar
 
 from trainer_core.config.diff import changed_keys
 from trainer_core.config.loader import ConfigError, to_dict, to_yaml
 from trainer_core.config.sections import TrainConfig
-from trainer_core.data.token_data import open_token_data
+from trainer_core.data.token_data import TokenData, open_token_data
 from trainer_core.errors import UserError
 from trainer_core.io import storage
 from trainer_core.io.output_dir import check_output_dir
@@ -19,27 +21,34 @@ from trainer_core.ladder.config import LadderConfig
 from trainer_core.ladder.plan import SizePlan
 from trainer_core.train.schedule import plot_schedule
 
+T = TypeVar("T")
 
-def preflight(job: LadderConfig, dry_run: bool = False, dir_key: str = "dir") -> list[str]:
+
+def preflight(
+    job: LadderConfig, dry_run: bool = False, dir_key: str = "dir"
+) -> tuple[list[str], TokenData | None]:
     """Fail before any trial starts: unreadable data / tokenizer mismatch, unwritable output dir,
     or a dir that already holds the other kind of experiment, whose runs and Tune state this one
     would mix with. ``dir_key`` is the setting that chose ``job.dir`` (``sweep.dir`` for a
-    sweep), named in the message so the user knows what to change.
+    sweep), named in the message so the user knows what to change. Returns the problems and the
+    opened data (None where it can't be opened here), for :func:`data_repeats`.
 
     A dry run plans from the config alone (the data and the dir may live on a cluster this
     machine cannot see): it returns those problems as warnings instead, and a launch still stops.
     """
-    problems = []
-    for check in (
-        lambda: open_token_data(job.run.data, job.vocab_size, "vocab_size"),
-        lambda: check_output_dir(job.dir, dir_key),
-    ):
+    problems: list[str] = []
+
+    def attempt(check: Callable[[], T]) -> T | None:
         try:
-            check()
+            return check()
         except UserError as e:
             if not dry_run:
                 raise
             problems.append(f"{e} (planned from the config; a launch stops here)")
+            return None
+
+    data = attempt(lambda: open_token_data(job.run.data, job.vocab_size, "vocab_size"))
+    attempt(lambda: check_output_dir(job.dir, dir_key))
     out = job.exp_dir
     found = recorded_experiment_kind(out)
     kind = experiment_kind(vars(job))
@@ -49,16 +58,14 @@ def preflight(job: LadderConfig, dry_run: bool = False, dir_key: str = "dir") ->
             f"experiment.yaml); this {kind} would mix its runs with that one's: pick another "
             f"--{dir_key}"
         )
-    return problems
+    return problems, data
 
 
-def data_repeats(job: LadderConfig, runs: list[tuple[str, TrainConfig]]) -> list[str]:
+def data_repeats(data: TokenData | None, runs: list[tuple[str, TrainConfig]]) -> list[str]:
     """What the planned runs (name, config) would read twice (:meth:`TokenData.repeats`), each
-    finding once with the runs it holds for; nothing where the data can't be opened here (the
-    preflight says so)."""
-    try:
-        data = open_token_data(job.run.data, job.vocab_size, "vocab_size")
-    except UserError:
+    finding once with the runs it holds for; nothing without the data (the preflight could not
+    open it here, and said so)."""
+    if data is None:
         return []
     found: dict[str, list[str]] = {}
     for name, cfg in runs:

@@ -15,7 +15,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from trainer_core.config.sections import TrainConfig
 from trainer_core.data.token_data import open_token_data
-from trainer_core.devices import peak_flops
+from trainer_core.devices import peak_flops, peak_is_measured
 from trainer_core.io import storage
 from trainer_core.io.run_dir import RunInfo
 from trainer_core.model.attention import check_attention_backend
@@ -146,7 +146,7 @@ def build_trainer(
         rank=dist_info.rank,
         world_size=dist_info.world_size,
         peak_flops=peak_flops(device, cfg.trainer.peak_flops_per_device),
-        peak_measured=device.type == "cpu" and not cfg.trainer.peak_flops_per_device,
+        peak_measured=peak_is_measured(device, cfg.trainer.peak_flops_per_device),
         callbacks=callbacks,
         placement=placement,
         task_evaluator=task_evaluator,

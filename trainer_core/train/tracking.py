@@ -101,7 +101,7 @@ class WandbCallback(BaseCallback):
         if self.run is not None and self.local_dir is not None:
             try:
                 self._upload()
-            except OSError as e:
+            except Exception as e:  # noqa: BLE001 (an object store's own errors too)
                 log.warning("W&B files not uploaded to %s: %s", self.cfg.trainer.run_dir, e)
 
     def _upload(self) -> None:

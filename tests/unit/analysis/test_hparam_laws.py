@@ -3,6 +3,7 @@ B*(D), whose fits must recover them within their intervals and flag what the dat
 
 from __future__ import annotations
 
+import argparse
 import math
 
 import numpy as np
@@ -367,3 +368,14 @@ def test_an_lr_optimum_at_the_batch_grids_edge_is_called_conditional():
     assert not any(c.conditional for c in inside_grid.lr_cells + inside_grid.batch_cells)
     assert inside_grid.lr.predict(1e7, 8e8)[0] == pytest.approx(joint, rel=1e-4)
     assert "CONDITIONAL" not in str(inside_grid.lr)
+
+
+def test_the_sweep_benchmarks_target_is_two_positive_numbers():
+    """``hparam_sweep.py --predict`` parsed its own floats: -1, nan and inf reached the laws."""
+    from scripts import load_script
+
+    n_and_d = load_script("benchmarks/hparam_sweep.py").n_and_d
+    assert n_and_d("1e8,2e9") == (1e8, 2e9)
+    for bad, why in (("-1,2e9", "must be > 0"), ("nan,1e9", "finite"), ("1e8", "is not N,D")):
+        with pytest.raises(argparse.ArgumentTypeError, match=why):
+            n_and_d(bad)
