@@ -15,6 +15,8 @@ import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from trainer_core.errors import RunWarning
+
 if TYPE_CHECKING:
     import torch
 
@@ -112,6 +114,7 @@ def peak_flops(device: torch.device, configured: float | None = None) -> float:
         warnings.warn(
             f"no peak FLOP/s known for {name!r}: MFU assumes {UNKNOWN_GPU_FLOPS:.3g}; set "
             "trainer.peak_flops_per_device",
+            RunWarning,
             stacklevel=2,
         )
         return UNKNOWN_GPU_FLOPS

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from trainer_core.checkpoint.listing import list_checkpoints
-from trainer_core.errors import UserError
+from trainer_core.errors import RunWarning, UserError
 from trainer_core.io import storage
 from trainer_core.io.records import RecordError, read_json_record
 from trainer_core.io.run_dir import (
@@ -227,7 +227,7 @@ class ExperimentResults:
             try:
                 grids[name] = self.result_grid(name)
             except AnalysisError as e:
-                warnings.warn(f"skipped {e}", stacklevel=2)
+                warnings.warn(f"skipped {e}", RunWarning, stacklevel=2)
         return grids
 
 
@@ -370,14 +370,14 @@ def _metric_lines(path: Path) -> Iterator[tuple[int, Any]]:
             record = json.loads(line.decode())
         except UnicodeDecodeError:
             why = "cut mid-write" if cut else "that is not UTF-8 text"
-            warnings.warn(f"{path}:{i}: ignoring a line {why}", stacklevel=3)
+            warnings.warn(f"{path}:{i}: ignoring a line {why}", RunWarning, stacklevel=3)
             continue
         except json.JSONDecodeError as e:
             if not cut:
                 raise AnalysisError(
                     f"{path}:{i}: not valid JSON ({e.msg}); fix or delete that line"
                 ) from None
-            warnings.warn(f"{path}:{i}: ignoring a line cut mid-write", stacklevel=3)
+            warnings.warn(f"{path}:{i}: ignoring a line cut mid-write", RunWarning, stacklevel=3)
             continue
         yield i, record
 

@@ -18,7 +18,7 @@ from trainer_core.checkpoint.checksums import (
     FileListing,
     size_problems,
 )
-from trainer_core.errors import UserError
+from trainer_core.errors import RunWarning, UserError
 from trainer_core.io import storage
 from trainer_core.io.run_dir import (
     CHECKPOINTS,
@@ -176,14 +176,16 @@ def list_checkpoints(run_dir: Location) -> list[CheckpointInfo]:
 def complete_checkpoints(run_dir: Location) -> list[CheckpointInfo]:
     """The complete checkpoints, oldest first; warns naming every incomplete or scratch dir."""
     for path in scratch_dirs(run_dir):
-        warnings.warn(f"skipping unfinished checkpoint dir {path}", stacklevel=3)
+        warnings.warn(f"skipping unfinished checkpoint dir {path}", RunWarning, stacklevel=3)
     complete = []
     for info in list_checkpoints(run_dir):
         if info.complete:
             complete.append(info)
         else:
             why = "; ".join(incomplete_parts(info.path))
-            warnings.warn(f"skipping incomplete checkpoint {info.path} ({why})", stacklevel=3)
+            warnings.warn(
+                f"skipping incomplete checkpoint {info.path} ({why})", RunWarning, stacklevel=3
+            )
     return complete
 
 

@@ -18,7 +18,7 @@ from draccus.argparsing import ArgumentParser
 from draccus.utils import CONFIG_ARG
 
 from trainer_core.config.loader import ConfigError, load_config
-from trainer_core.errors import UserError
+from trainer_core.errors import UserError, print_run_warnings_as_lines
 
 T = TypeVar("T")
 
@@ -136,7 +136,9 @@ def exit_on_error(
 ) -> NoReturn:
     """Run ``main``; a user error (bad config, data, dir, checkpoint, a failed run) prints one
     line and exits 2. Every entry point ends with this, so they all fail the same way.
-    ``exit_with``: how the process ends (a distributed rank's entry point passes ``exit_rank``)."""
+    ``exit_with``: how the process ends (a distributed rank's entry point passes ``exit_rank``).
+    A :class:`~trainer_core.errors.RunWarning` on the way prints as one line too."""
+    print_run_warnings_as_lines()
     try:
         code = main() or 0
     except UserError as e:

@@ -49,6 +49,7 @@ from trainer_core.data.shards import (
     verify_shards,
 )
 from trainer_core.data.tokenizer import load_tokenizer
+from trainer_core.errors import RunWarning
 from trainer_core.io import storage
 
 if TYPE_CHECKING:
@@ -312,6 +313,7 @@ class TokenData:
                 warnings.warn(
                     f"{m.dir}: shards written without page checksums, so a corrupted page would "
                     f"go unnoticed; {RETOKENIZE}, or set data.verify_checksums=true",
+                    RunWarning,
                     stacklevel=2,
                 )
         return cls(spec, manifests)

@@ -24,6 +24,7 @@ from trainer_core.config.sections import (
 )
 from trainer_core.config.sizes import check_sizes
 from trainer_core.devices import device_hours
+from trainer_core.errors import RunWarning
 from trainer_core.io import storage
 from trainer_core.io.run_dir import RUNS
 from trainer_core.ladder.batch import (
@@ -353,7 +354,7 @@ def _mesh_and_batch(
             f"{size}: global batch {batch:,} tokens differs from the target {target:,} by "
             f"{100 * drift:.0f}%"
         )
-        warnings.warn(warning, stacklevel=3)
+        warnings.warn(warning, RunWarning, stacklevel=3)
     return _MeshPlan(devices, rank_seqs, micro_seqs, sync_every, memory, batch, warning)
 
 

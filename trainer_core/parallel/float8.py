@@ -25,6 +25,7 @@ from torch import nn
 
 from trainer_core.config.loader import ConfigError
 from trainer_core.config.sections import ParallelConfig
+from trainer_core.errors import RunWarning
 
 MIN_CAPABILITY = {"tensorwise": (8, 9), "rowwise": (9, 0)}
 """CUDA compute capability each recipe needs: float8 tensor cores (Ada 8.9, Hopper 9.0);
@@ -99,6 +100,7 @@ def convert_to_float8(model: nn.Module, cfg: ParallelConfig, *, fsdp: bool) -> N
         warnings.warn(
             "parallel.float8 without parallel.compile: the float8 casts run as separate kernels "
             "and a step is slower than bf16; set parallel.compile=true",
+            RunWarning,
             stacklevel=2,
         )
     config = dataclasses.replace(

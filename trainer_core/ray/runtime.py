@@ -14,6 +14,7 @@ import time
 import ray
 
 from trainer_core.config.loader import ConfigError
+from trainer_core.errors import print_run_warnings_as_lines
 
 # Reports are barriers that wait for a controller poll; a short poll keeps them ~0.1 s instead of ~2 s.
 RAY_ENV = {
@@ -103,7 +104,7 @@ process_ready_at = float("nan")
 def setup_worker_process() -> None:
     """The ``worker_process_setup_hook`` of every Ray this project starts or joins.
 
-    Besides quieting Ray's loggers it pins ``RAY_ADDRESS`` to the worker's own cluster: Ray Train's
+    Besides quieting Ray's loggers and printing run warnings as lines it pins ``RAY_ADDRESS`` to the worker's own cluster: Ray Train's
     placement-group cleaner (a detached actor) looks its controller up through the state API
     without an address, and with a second Ray on the machine (a ``ray start --head`` of the
     README's walk-through beside a local ladder) that lookup fails ("multiple active Ray
@@ -115,6 +116,7 @@ def setup_worker_process() -> None:
     sys.unraisablehook = drop_exit_during_teardown
     os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
     quiet_ray_loggers()
+    print_run_warnings_as_lines()
 
 
 def init_ray(

@@ -29,6 +29,7 @@ from trainer_core.checkpoint.listing import (
 from trainer_core.checkpoint.renames import RENAMED, rename_parameters
 from trainer_core.checkpoint.rng import restore_rng, rng_state
 from trainer_core.config.sections import CheckpointConfig, KeepRule, ModelConfig, TrainModuleConfig
+from trainer_core.errors import RunWarning
 from trainer_core.io.run_dir import step_dir
 from trainer_core.model.transformer import Transformer
 from trainer_core.train.train_module import TrainModule
@@ -247,7 +248,7 @@ def test_latest_skips_incomplete_and_tmp_dirs_with_a_warning(tmp_path):
     (step_dir(tmp_path, 2) / marker_name(0, 1)).unlink()
     tmp = step_dir(tmp_path, 3).with_name("step-00000003.tmp-deadbeef")
     tmp.mkdir()
-    with pytest.warns(UserWarning) as caught:
+    with pytest.warns(RunWarning) as caught:
         found = latest_checkpoint(tmp_path)
     messages = " ".join(str(w.message) for w in caught)
     assert found.step == 1

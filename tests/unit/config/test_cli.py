@@ -3,12 +3,14 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
+import warnings
 
 import pytest
 
-from trainer_core.config.cli import help_text, parse_command, split_args
+from trainer_core.config.cli import exit_on_error, help_text, parse_command, split_args
 from trainer_core.config.loader import ConfigError
 from trainer_core.config.sections import TrainConfig
+from trainer_core.errors import RunWarning
 from trainer_core.ladder.config import LadderConfig
 
 
@@ -104,3 +106,19 @@ def test_help_lists_own_flags_and_marks_planned_fields():
 def test_help_without_descriptions_still_lists_own_flags():
     text = help_text("python x.py", LadderConfig, {"--resume": False, "--sizes": True})
     assert "\n  --resume\n  --sizes SIZES\n" in text and "--sizes list[str]" not in text
+
+
+def test_entry_points_format_run_warnings_as_one_line_and_leave_others_alone(monkeypatch):
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # restored after
+    with pytest.raises(SystemExit):
+        exit_on_error(lambda: None)
+    exit_on_error_again = warnings.formatwarning
+    with pytest.raises(SystemExit):
+        exit_on_error(lambda: None)
+    assert warnings.formatwarning is exit_on_error_again, "installed once, not wrapped again"
+    assert warnings.formatwarning("shards unchecked", RunWarning, "/lib/x.py", 7) == (
+        "warning: shards unchecked\n"
+    )
+    assert warnings.formatwarning("a torch warning", UserWarning, "/lib/x.py", 7, "") == (
+        "/lib/x.py:7: UserWarning: a torch warning\n"
+    )
