@@ -223,11 +223,22 @@ def put_file(local: Path, location: Location) -> None:
     fs.put_file(str(local), path)
 
 
-def upload_dir(local: Path, url: str) -> None:
-    """Copy every file under ``local`` to the same relative key under ``url``."""
+FileStamps = dict[str, tuple[int, int]]
+"""A dir's files as :func:`upload_dir` saw them: relative path -> (size, mtime in ns)."""
+
+
+def upload_dir(local: Path, url: str, sent: FileStamps | None = None) -> FileStamps:
+    """Copy every file under ``local`` to the same relative key under ``url``, but those
+    ``sent`` (an earlier call's return, for the same dir and URL) shows unchanged since: W&B's
+    dir is uploaded at every checkpoint, and most of its files are written once."""
     fs, root = filesystem(url)
+    stamps: FileStamps = {}
     for path in sorted(p for p in local.rglob("*") if p.is_file()):
-        fs.put_file(str(path), f"{root.rstrip('/')}/{path.relative_to(local).as_posix()}")
+        key, stat = path.relative_to(local).as_posix(), path.stat()
+        stamps[key] = (stat.st_size, stat.st_mtime_ns)
+        if sent is None or sent.get(key) != stamps[key]:
+            fs.put_file(str(path), f"{root.rstrip('/')}/{key}")
+    return stamps
 
 
 def upload_cache_dir(url: str, *names: str) -> Path:

@@ -43,6 +43,7 @@ class WandbCallback(BaseCallback):
         self.local_dir: Path | None = None
         self.marker: Path | None = None
         self.logged_step = 0
+        self.uploaded: storage.FileStamps | None = None
 
     def on_start(self, info: dict[str, Any]) -> None:
         import wandb
@@ -106,7 +107,8 @@ class WandbCallback(BaseCallback):
 
     def _upload(self) -> None:
         run_dir = self.cfg.trainer.run_dir
-        storage.upload_dir(self.local_dir / WANDB, storage.join(run_dir, WANDB))
+        target = storage.join(run_dir, WANDB)
+        self.uploaded = storage.upload_dir(self.local_dir / WANDB, target, self.uploaded)
 
     def on_end(self, summary: dict[str, Any]) -> None:
         if self.run is not None:

@@ -53,3 +53,25 @@ def test_a_url_without_its_filesystem_package_is_one_line_naming_the_setting():
     message = str(err.value)
     assert message.startswith("dir: gs://bucket/runs/ladder: no filesystem for this URL")
     assert "pip install gcsfs" in message and "\n" not in message
+
+
+def test_upload_dir_sends_only_files_changed_since_the_last_upload(tmp_path):
+    """W&B's dir goes up at every checkpoint and at the end: its written-once files once."""
+    import fsspec
+
+    url = f"memory://upload-{tmp_path.name}"
+    fs = fsspec.filesystem("memory")
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "config.yaml").write_text("a: 1\n")
+    (tmp_path / "run.wandb").write_bytes(b"rows 1")
+    sent = storage.upload_dir(tmp_path, url)
+    assert fs.cat(f"{url}/files/config.yaml") == b"a: 1\n"
+    fs.pipe_file(f"{url}/files/config.yaml", b"left alone")  # tells whether it is sent again
+    (tmp_path / "run.wandb").write_bytes(b"rows 1, 2")
+    again = storage.upload_dir(tmp_path, url, sent)
+    assert fs.cat(f"{url}/run.wandb") == b"rows 1, 2"
+    assert fs.cat(f"{url}/files/config.yaml") == b"left alone"
+    assert sorted(again) == ["files/config.yaml", "run.wandb"]
+    storage.upload_dir(tmp_path, url)  # no record of what was sent: every file
+    assert fs.cat(f"{url}/files/config.yaml") == b"a: 1\n"
+    fs.rm(url, recursive=True)
