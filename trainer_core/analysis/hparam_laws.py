@@ -17,7 +17,7 @@ their un-annealed losses; non-finite losses (diverged trials) too.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -27,7 +27,7 @@ from scipy.stats import norm
 from trainer_core.analysis.bootstrap import CI_LEVEL, percentile_interval
 from trainer_core.analysis.checks import format_flags
 from trainer_core.analysis.load import AnalysisError
-from trainer_core.analysis.lr import QUADRATIC_HALF_WINDOW
+from trainer_core.analysis.optimum import grid_optimum, pooled_noise
 
 Param = Literal["lr", "batch"]
 COLUMNS = ("N", "D", "lr", "batch", "loss")
@@ -175,83 +175,11 @@ def _curves(df: pd.DataFrame, param: Param) -> list[Curve]:
     return out
 
 
-def _window(y: np.ndarray) -> slice:
-    """The grid minimum and up to QUADRATIC_HALF_WINDOW points on each side: a parabola over
-    the whole curve is pulled off the minimum by the curve's asymmetry (a steep wall at high LR)."""
-    i = int(np.argmin(y))
-    return slice(max(0, i - QUADRATIC_HALF_WINDOW), min(len(y), i + QUADRATIC_HALF_WINDOW + 1))
-
-
-def _design(x: np.ndarray) -> np.ndarray:
-    return np.stack([x**2, x, np.ones_like(x)], axis=1)
-
-
-def _vertices(x: np.ndarray, Y: np.ndarray) -> np.ndarray:
-    """The minimum over [x[0], x[-1]] of the parabola fitted to each row of Y: the vertex when
-    convex and inside, else the lower end."""
-    coef = Y @ np.linalg.pinv(_design(x)).T
-    c2, c1 = coef[:, 0], coef[:, 1]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        vertex = -c1 / (2 * c2)
-    ends = _design(np.array([x[0], x[-1]])) @ coef.T
-    lower_end = np.where(ends[0] <= ends[1], x[0], x[-1])
-    return np.where(c2 > 0, np.clip(vertex, x[0], x[-1]), lower_end)
-
-
-def _pooled_noise(curves: list[Curve]) -> float:
-    """The loss noise, pooled over the cells' windows: a window's two spare points cannot
-    estimate it, and a sweep's trials share their noise. NaN when no window has a spare point."""
-    rss, dof = 0.0, 0
-    for _, _, x, y, _ in curves:
-        w = _window(y)
-        xs, ys = x[w], y[w]
-        if len(xs) > 3:
-            coef, *_ = np.linalg.lstsq(_design(xs), ys, rcond=None)
-            rss += float(np.sum((ys - _design(xs) @ coef) ** 2))
-            dof += len(xs) - 3
-    return math.sqrt(rss / dof) if dof else math.nan
-
-
 def _cell(
     curve: Curve, param: Param, noise: float, n_bootstrap: int, rng: np.random.Generator
 ) -> CellOptimum:
-    cell = _optimum(curve.N, curve.D, param, curve.x, curve.y, noise, n_bootstrap, rng)
-    return replace(cell, conditional=curve.conditional)
-
-
-def _optimum(
-    n: float,
-    d: float,
-    param: Param,
-    x: np.ndarray,
-    y: np.ndarray,
-    noise: float,
-    n_bootstrap: int,
-    rng: np.random.Generator,
-) -> CellOptimum:
-    i = int(np.argmin(y))
-    last = len(x) - 1
-    if i in (0, last):
-        low = 0.0 if i == 0 else math.exp(x[i - 1])
-        high = math.exp(x[1]) if i == 0 else math.inf
-        return CellOptimum(n, d, param, math.exp(x[i]), low, high, y[i], "grid", True, len(x))
-    w = _window(y)
-    xs, ys = x[w], y[w]
-    coef = np.linalg.lstsq(_design(xs), ys, rcond=None)[0]
-    vertex = -coef[1] / (2 * coef[0]) if coef[0] > 0 else math.nan
-    if not xs[0] <= vertex <= xs[-1]:
-        low, high = math.exp(x[i - 1]), math.exp(x[i + 1])
-        return CellOptimum(n, d, param, math.exp(x[i]), low, high, y[i], "grid", False, len(x))
-    if math.isfinite(noise) and n_bootstrap > 0:
-        fitted = _design(xs) @ coef
-        draws = _vertices(xs, fitted + noise * rng.standard_normal((n_bootstrap, len(xs))))
-        lo, hi = percentile_interval(draws)
-    else:
-        lo, hi = x[i - 1], x[i + 1]
-    loss = float(_design(np.array([vertex]))[0] @ coef)
-    return CellOptimum(
-        n, d, param, math.exp(vertex), math.exp(lo), math.exp(hi), loss, "quadratic", False, len(x)
-    )
+    best = grid_optimum(curve.x, curve.y, noise, n_bootstrap, rng)
+    return CellOptimum(curve.N, curve.D, param, *best, conditional=curve.conditional)
 
 
 def cell_optima(
@@ -262,7 +190,7 @@ def cell_optima(
     Gaussian noise at the sweep's pooled residual level, the vertices' central 95%; without any
     spare point to estimate the noise, the neighbouring grid values."""
     curves = _curves(df, param)
-    noise = _pooled_noise(curves)
+    noise = pooled_noise([(c.x, c.y) for c in curves])
     rng = np.random.default_rng(seed)
     return [_cell(curve, param, noise, n_bootstrap, rng) for curve in curves]
 

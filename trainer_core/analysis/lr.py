@@ -4,9 +4,11 @@ Shared by ``workflows/analyze.py`` and the ladder's ``lr.from_sweep`` feedback, 
 trains with is exactly the one the sweep report prints.
 
 Trials of a group (a size and run length) are compared at common tokens: the last eval every
-(non-diverged) trial of the group reached. Early stopping leaves stopped trials with an early,
-un-annealed loss; set beside finished trials' final losses it reads as "this LR is bad" whatever
-the LR, and puts the optimum wherever the finished trials happen to be.
+trial that early stopping let run reached, its end when they finished. A trial stopped before
+then counts as worse than all of them, as early stopping judged it at the rung where it was
+stopped; its early, un-annealed loss is never set beside the others' (it would read as "this LR
+is bad" whatever the LR), nor are theirs read back to its rung (that discards the annealed
+losses the run is for: LR* moves with the horizon).
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ import pandas as pd
 from scipy.stats import t as student_t
 
 from trainer_core.analysis.load import AnalysisError, ExperimentResults, load
+from trainer_core.analysis.optimum import grid_optimum, pooled_noise
 from trainer_core.ladder.formulas import LADDER_LR_EXPONENT
 
-QUADRATIC_HALF_WINDOW = 2
-"""Grid points on each side of the grid minimum used by the quadratic fit."""
 COMPARED = "compared_loss"
-"""The loss column optima use: each trial's eval loss at its size's common step."""
+"""The loss column optima use: each trial's eval loss at its group's common tokens; inf for a
+trial early stopping ended before them."""
+N_BOOTSTRAP = 1000
 
 
 def _eval_history(results: ExperimentResults) -> pd.DataFrame:
@@ -37,9 +40,10 @@ def _eval_history(results: ExperimentResults) -> pd.DataFrame:
 
 
 def _compare_at_common_tokens(table: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
-    """Add last_eval_step, compared_tokens (the most tokens every usable trial of the group
-    reached at an eval), compared_step (each trial's step there; a diverged trial's, the step
-    it would have reached them at) and compared_loss.
+    """Add last_eval_step, compared_tokens (the most tokens every trial of the group that early
+    stopping let run reached at an eval), compared_step (each trial's step there; a diverged
+    trial's, the step it would have reached them at; none for one stopped before) and
+    compared_loss (inf for a trial stopped before: judged worse).
 
     Tokens, not steps: trials of one group may differ in batch. A trial's eval counts as at the
     common tokens within two of its batches, the rounding of its eval steps to whole steps."""
@@ -48,22 +52,28 @@ def _compare_at_common_tokens(table: pd.DataFrame, evals: pd.DataFrame) -> pd.Da
     table["last_eval_step"] = table["name"].map(lambda n: last[n]["step"] if n in last else None)
     table["last_eval_step"] = table["last_eval_step"].astype("Int64")
     reached = table["name"].map(lambda n: last[n]["tokens"] if n in last else math.nan)
-    usable = reached[~table["diverged"]].groupby(table["group"]).min()
-    table["compared_tokens"] = table["group"].map(usable)
+    ran_on = ~table["diverged"] & ~table["stopped_early"]
+    # A group of stopped trials only (a sweep still running): as far as every one of them went.
+    common = reached[ran_on].groupby(table["group"]).min()
+    fallback = reached[~table["diverged"]].groupby(table["group"]).min()
+    table["compared_tokens"] = table["group"].map(common.combine_first(fallback))
     steps, losses = [], []
     for row in table.itertuples(index=False):
+        g = by_name.get(row.name)
+        slack = 2 * row.batch
+        upto = g[g["tokens"] <= row.compared_tokens + slack] if g is not None else []
         if pd.isna(row.compared_tokens):
             steps.append(None)
             losses.append(math.nan)
-            continue
-        g = by_name.get(row.name)
-        upto = g[g["tokens"] <= row.compared_tokens + 2 * row.batch] if g is not None else []
-        if row.diverged or not len(upto):
+        elif row.diverged or not len(upto):
             steps.append(round(row.compared_tokens / row.batch))
             losses.append(math.nan)
-            continue
-        steps.append(int(upto["step"].iloc[-1]))
-        losses.append(float(upto["eval_loss"].iloc[-1]))
+        elif upto["tokens"].iloc[-1] < row.compared_tokens - slack:
+            steps.append(None)
+            losses.append(math.inf if row.stopped_early else math.nan)
+        else:
+            steps.append(int(upto["step"].iloc[-1]))
+            losses.append(float(upto["eval_loss"].iloc[-1]))
     table["compared_step"] = pd.array(steps, dtype="Int64")
     table[COMPARED] = losses
     return table
@@ -104,7 +114,7 @@ def lr_sweep_table(results: ExperimentResults) -> pd.DataFrame:
 
 @dataclass
 class OptimalLR:
-    """The best peak LR of one size; [lr_low, lr_high] is a +-1 sigma range (log-symmetric)."""
+    """The best peak LR of one size, with its 95% interval (:mod:`~trainer_core.analysis.optimum`)."""
 
     lr: float
     loss: float
@@ -112,7 +122,7 @@ class OptimalLR:
     lr_low: float
     lr_high: float
     at_edge: bool
-    """The grid minimum is the smallest or largest LR tried: the optimum may lie outside."""
+    """The best LR is the smallest or largest tried: the optimum may lie outside the grid."""
     n_trials: int
     step: int | None = None
     """The common step the trials were compared at (None: another loss column was used)."""
@@ -121,98 +131,57 @@ class OptimalLR:
         edge = "  (at the edge of the grid: widen it)" if self.at_edge else ""
         at = f" at step {self.step}" if self.step is not None else ""
         return (
-            f"lr* = {self.lr:.3e} [{self.lr_low:.3e}, {self.lr_high:.3e}], loss {self.loss:.4f}"
-            f"{at} ({self.method}, {self.n_trials} trials){edge}"
+            f"lr* = {self.lr:.3e} (95% {self.lr_low:.3e} .. {self.lr_high:.3e}), loss "
+            f"{self.loss:.4f}{at} ({self.method}, {self.n_trials} LRs){edge}"
         )
 
 
-def optimal_lr(table: pd.DataFrame, loss: str = COMPARED) -> OptimalLR:
-    """Fit loss vs log(lr) with a quadratic around the grid minimum (diverged trials excluded).
+def _curve(table: pd.DataFrame, loss: str) -> tuple[np.ndarray, np.ndarray]:
+    """log LR ascending and the lowest loss at each (inf: only trials judged worse), over the
+    trials that did not diverge and have a compared loss."""
+    ok = table[~table["diverged"].astype(bool) & table[loss].astype(float).notna()]
+    best = ok.groupby("lr")[loss].min().sort_index()
+    return np.log(best.index.to_numpy(float)), best.to_numpy(float)
 
-    The quadratic is used only if it is convex with its vertex inside the fitted LRs; its
-    uncertainty comes from the fit's parameter covariance (delta method) when there are spare
-    points, else from the grid spacing. Otherwise: the grid minimum, +- half a grid step.
-    """
+
+def optimal_lr(
+    table: pd.DataFrame,
+    loss: str = COMPARED,
+    noise: float = math.nan,
+    n_bootstrap: int = N_BOOTSTRAP,
+    seed: int = 0,
+) -> OptimalLR:
+    """One size's optimum: :func:`~trainer_core.analysis.optimum.grid_optimum` of its loss
+    against log LR (diverged trials excluded). ``noise``: the sweep's loss noise for the
+    interval (:func:`optimal_lrs` pools it over the sizes); NaN: the neighbouring grid LRs."""
     if table["size"].nunique() > 1:
         raise AnalysisError(
             f"optimal_lr: pass one size's rows, got sizes {sorted(table['size'].unique())}"
         )
-    ok = table[~table["diverged"].astype(bool) & np.isfinite(table[loss].astype(float))]
-    if ok.empty:
+    x, y = _curve(table, loss)
+    if not np.isfinite(y).any():
         raise AnalysisError(f"optimal_lr: no non-diverged trial with a finite {loss}")
-    step = int(ok["compared_step"].max()) if loss == COMPARED else None
-    ok = ok.groupby("lr", as_index=False)[loss].min().sort_values("lr")
-    lrs = ok["lr"].to_numpy(float)
-    x = np.log(lrs)
-    y = ok[loss].to_numpy(float)
-    i = int(np.argmin(y))
-    at_edge = i in (0, len(x) - 1)  # one LR brackets nothing
-    lo, hi = max(0, i - QUADRATIC_HALF_WINDOW), min(len(x), i + QUADRATIC_HALF_WINDOW + 1)
-    quad = _quadratic_vertex(x[lo:hi], y[lo:hi])
-    if quad is not None:
-        xv, yv, sigma = quad
-        return OptimalLR(
-            math.exp(xv),
-            yv,
-            "quadratic",
-            math.exp(xv - sigma),
-            math.exp(xv + sigma),
-            at_edge,
-            len(x),
-            step,
-        )
-    left = x[i] - x[i - 1] if i > 0 else None
-    right = x[i + 1] - x[i] if i + 1 < len(x) else None
-    half_down = 0.5 * (left if left is not None else right or 0.0)
-    half_up = 0.5 * (right if right is not None else left or 0.0)
+    step = None
+    if loss == COMPARED:
+        step = int(table.loc[np.isfinite(table[loss].astype(float)), "compared_step"].max())
+    best = grid_optimum(x, y, noise, n_bootstrap, np.random.default_rng(seed))
     return OptimalLR(
-        float(lrs[i]),
-        float(y[i]),
-        "grid",
-        lrs[i] * math.exp(-half_down),
-        lrs[i] * math.exp(half_up),
-        at_edge,
-        len(x),
-        step,
+        best.value, best.loss, best.method, best.low, best.high, best.at_edge, len(x), step
     )
 
 
-def _quadratic_vertex(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float] | None:
-    """(vertex x, value, sigma of x) of a least-squares quadratic, or None if unusable."""
-    if len(x) < 3:
-        return None
-    X = np.stack([x**2, x, np.ones_like(x)], axis=1)
-    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
-    c2, c1, c0 = coef
-    if c2 <= 0:
-        return None
-    xv = -c1 / (2 * c2)
-    if not x.min() <= xv <= x.max():
-        return None
-    dof = len(x) - 3
-    if dof > 0:
-        resid = y - X @ coef
-        cov = (resid @ resid / dof) * np.linalg.inv(X.T @ X)
-        grad = np.array([c1 / (2 * c2**2), -1 / (2 * c2), 0.0])
-        sigma = float(np.sqrt(max(grad @ cov @ grad, 0.0)))
-    else:
-        sigma = 0.5 * float(np.min(np.diff(x)))
-    return float(xv), float(c0 - c1**2 / (4 * c2)), sigma
-
-
 def optimal_lrs(table: pd.DataFrame, loss: str = COMPARED) -> dict[str, OptimalLR]:
-    """optimal_lr of every size with a usable trial, smallest size first.
+    """optimal_lr of every size with a usable trial, smallest size first, their intervals
+    under the loss noise pooled over the sizes (a sweep's trials share it).
 
     A size whose trials all diverged (or have no eval yet) is left out, so one bad size doesn't
     block the LR fit of the others; callers see it missing from the result.
     """
     order = table.groupby("size")["N"].first().sort_values().index
-    optima = {}
-    for size in order:
-        rows = table[table["size"] == size]
-        if (~rows["diverged"].astype(bool) & np.isfinite(rows[loss].astype(float))).any():
-            optima[size] = optimal_lr(rows, loss)
-    return optima
+    rows = {size: table[table["size"] == size] for size in order}
+    usable = {s: r for s, r in rows.items() if np.isfinite(_curve(r, loss)[1]).any()}
+    noise = pooled_noise([_curve(r, loss) for r in usable.values()])
+    return {size: optimal_lr(r, loss, noise) for size, r in usable.items()}
 
 
 @dataclass

@@ -9,7 +9,6 @@ the report says it is at the edge.
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 import pandas as pd
@@ -34,7 +33,7 @@ def widen_lrs(table: pd.DataFrame, loss: str = COMPARED) -> dict[str, list[float
     for size, rows in table.groupby("size", sort=False):
         tried = rows["lr"].to_numpy(float)
         diverged = rows["diverged"].astype(bool).to_numpy()
-        ok = rows[~diverged & np.isfinite(rows[loss].astype(float))]
+        ok = _usable(rows, loss)
         lrs = np.sort(ok["lr"].unique().astype(float))
         if lrs.size == 0:
             candidates = [tried.min() / DEFAULT_STEP]
@@ -55,7 +54,9 @@ def widen_lrs(table: pd.DataFrame, loss: str = COMPARED) -> dict[str, list[float
 
 
 def _usable(rows: pd.DataFrame, loss: str) -> pd.DataFrame:
-    return rows[~rows["diverged"].astype(bool) & np.isfinite(rows[loss].astype(float))]
+    """The trials that did not diverge and have a compared loss: inf for one early stopping
+    ended before the others (tried, and judged worse: it brackets, as in the optimum)."""
+    return rows[~rows["diverged"].astype(bool) & rows[loss].astype(float).notna()]
 
 
 def _batches_beyond(at_lr: pd.DataFrame, best: int) -> list[int]:
@@ -128,7 +129,7 @@ def widen_horizons(points: pd.DataFrame, table: pd.DataFrame) -> dict[str, list[
                 "diverged": [False] * (len(tried) + len(cut)) + [True] * len(lost),
                 COMPARED: [
                     *tried["loss"],
-                    *[sys.float_info.max] * len(cut),
+                    *[math.inf] * len(cut),
                     *[math.nan] * len(lost),
                 ],
             }

@@ -102,7 +102,8 @@ def lr_sweep_figure(
     table: pd.DataFrame, optima: dict[str, OptimalLR], loss: str = COMPARED
 ) -> Figure:
     """Loss vs peak LR per size (log x) at the size's common step; the optimum as a star,
-    trials stopped early as hollow markers labelled with their last step, diverged as x."""
+    trials stopped early as hollow markers labelled with their last step (at the top when
+    stopped before the common step: judged worse, no loss there), diverged as x."""
     fig = Figure(figsize=(7.5, 5))
     ax = fig.add_subplot()
     sizes = list(table.sort_values("N").drop_duplicates("size")["size"])
@@ -111,20 +112,19 @@ def lr_sweep_figure(
     top = finite.max() if len(finite) else 1.0
     for size, color in zip(sizes, colors(len(sizes)), strict=True):
         t = table[table["size"] == size].sort_values("lr")
-        ok = t[~t["diverged"]]
+        ok = t[~t["diverged"] & np.isfinite(t[loss].astype(float))]
         step = ok["compared_step"].max() if loss == COMPARED else None
         label = f"{size} (at step {step})" if step is not None and pd.notna(step) else size
         ax.plot(ok["lr"], ok[loss], "-", lw=1, color=color, label=label)
         done = ok[~ok["stopped_early"]]
         ax.scatter(done["lr"], done[loss], s=22, color=color, zorder=3)
-        stopped = ok[ok["stopped_early"]]
-        ax.scatter(
-            stopped["lr"], stopped[loss], s=40, facecolors="white", edgecolors=color, zorder=3
-        )
-        for row in stopped.itertuples(index=False):
+        stopped = t[~t["diverged"] & t["stopped_early"] & t[loss].astype(float).notna()]
+        at = np.where(np.isfinite(stopped[loss].astype(float)), stopped[loss], top)
+        ax.scatter(stopped["lr"], at, s=40, facecolors="white", edgecolors=color, zorder=3)
+        for row, y in zip(stopped.itertuples(index=False), at, strict=True):
             ax.annotate(
                 f"stopped@{row.steps_run}",
-                (row.lr, getattr(row, loss)),
+                (row.lr, y),
                 textcoords="offset points",
                 xytext=(0, 7),
                 ha="center",
@@ -136,13 +136,16 @@ def lr_sweep_figure(
             ax.scatter(bad["lr"], np.full(len(bad), top), marker="x", s=50, color=color, zorder=4)
         if size in optima:
             o = optima[size]
-            interval_bars(ax, o.loss, o.lr_low, o.lr_high, axis="x", color=color, capsize=0)
+            if not o.at_edge:  # open on the far side
+                interval_bars(ax, o.loss, o.lr_low, o.lr_high, axis="x", color=color, capsize=0)
             ax.plot([o.lr], [o.loss], "*", ms=12, color=color, mec="k", zorder=5)
     ax.set_xscale("log")
     ax.set_xlabel("peak learning rate")
     what = "eval loss at the common step" if loss == COMPARED else loss.replace("_", " ")
     ax.set_ylabel(what)
-    ax.set_title("LR sweep (star: optimum, hollow: stopped early, x: diverged)")
+    ax.set_title(
+        "LR sweep (star: optimum, hollow: stopped early, x: diverged; at the top: no loss there)"
+    )
     ax.legend(title="size", fontsize=8)
     ax.grid(alpha=0.3, which="both")
     return fig

@@ -20,11 +20,15 @@ def _status(row) -> str:
     return row.status
 
 
+def _compared(loss: float) -> str:
+    return "worse (stopped)" if loss == np.inf else fmt_loss(loss)
+
+
 def sweep_section(report: Report, console: Console) -> None:
     table = lr_sweep_table(report.results)
     shown = Table(
-        title="LR sweep: trials compared at a common step, the last eval step every trial of the "
-        "size reached (stopped trials are not read as final)"
+        title="LR sweep: trials compared at the last eval every trial that early stopping let "
+        "run reached; one stopped before it counts as worse"
     )
     for col in ("size", "lr", "compared at", "loss there", "final eval", "steps", "status"):
         shown.add_column(col, justify="left" if col in ("size", "status") else "right")
@@ -33,7 +37,7 @@ def sweep_section(report: Report, console: Console) -> None:
             row.size,
             f"{row.lr:.3e}",
             "-" if pd.isna(row.compared_step) else f"step {row.compared_step}",
-            fmt_loss(getattr(row, COMPARED)),
+            _compared(getattr(row, COMPARED)),
             fmt_loss(row.final_eval_loss),
             f"{row.steps_run}/{row.total_steps}",
             _status(row),
@@ -62,7 +66,11 @@ def sweep_section(report: Report, console: Console) -> None:
         console.print(str(report.lr_law))
     report.plots.append(plot_lr_sweep(table, report.optima, report.out_dir / "lr_sweep.png"))
     if len(sizes) >= 2:
-        err = ([report.optima[s].lr_low for s in sizes], [report.optima[s].lr_high for s in sizes])
+        bounded = [report.optima[s] for s in sizes]  # an edge optimum's interval is open
+        err = (
+            [np.nan if o.at_edge else o.lr_low for o in bounded],
+            [np.nan if o.at_edge else o.lr_high for o in bounded],
+        )
         report.plots.append(
             plot_lr_vs_size(n, lrs, report.lr_law, report.out_dir / "lr_vs_size.png", err)
         )

@@ -77,8 +77,13 @@ def test_batch_optima_all_at_the_grid_edge_leave_no_b_law_but_keep_the_lr_law():
 def test_planted_batch_law_is_recovered_as_a_law_of_d():
     laws = fit_hparam_laws(sweep())
     assert laws.batch is not None and laws.batch.terms == ("D",)
-    assert inside(STEP_LAW_BATCH.c, laws.batch.ci["c"])
-    assert inside(STEP_LAW_BATCH.b, laws.batch.ci["D"])
+    # 95% intervals: over 12 sweeps, a miss or two (benchmarks/hparam_coverage.py: 95-96%)
+    batch_laws = [fit_hparam_laws(sweep(seed=seed)).batch for seed in range(12)]
+    covered = [
+        inside(STEP_LAW_BATCH.c, b.ci["c"]) and inside(STEP_LAW_BATCH.b, b.ci["D"])
+        for b in batch_laws
+    ]
+    assert sum(covered) >= 9
     assert str(laws.batch).startswith("B*(D) = ")
     both = fit_hparam_law(laws.batch_cells, ("N", "D"))
     assert inside(0.0, both.ci["N"]), "B* planted without N: N's exponent is zero"

@@ -40,10 +40,13 @@ def test_lr_sweep_table(sweep_dir: Path):
     mid = a.iloc[3]
     assert mid["steps_run"] == 100 and mid["final_eval_loss"] < mid["best_eval_loss"] + 1e-12
     assert mid["final_eval_loss"] == pytest.approx(mid["best_eval_loss"])
-    # Compared at step 50, the last eval the stopped trial reached; the diverged one is left out.
-    assert list(a["compared_step"]) == [50] * 7
-    assert mid["compared_loss"] == pytest.approx(mid["final_eval_loss"] + 0.2)
-    assert math.isnan(top["compared_loss"])
+    # Compared at step 100, the end the trials early stopping let run reached; the one it
+    # stopped at step 50 counts as worse (its loss there is not set beside their final ones),
+    # the diverged one is left out.
+    assert a["compared_step"].isna().tolist() == [True] + [False] * 6
+    assert set(a["compared_step"].dropna()) == {100}
+    assert mid["compared_loss"] == pytest.approx(mid["final_eval_loss"])
+    assert bottom["compared_loss"] == math.inf and math.isnan(top["compared_loss"])
 
 
 def test_optimal_lr_interior_quadratic_and_diverged_excluded(sweep_dir: Path):
@@ -55,9 +58,11 @@ def test_optimal_lr_interior_quadratic_and_diverged_excluded(sweep_dir: Path):
         assert opt.method == "quadratic" and not opt.at_edge
         # the diverged trial's spurious 0.5 loss would otherwise be the minimum
         assert opt.lr == pytest.approx(true_lr(n), rel=1e-5)
-        assert opt.step == 50
-        assert opt.loss == pytest.approx(3.2 + 10 / math.log(n), rel=1e-5)
-        assert opt.lr_low <= opt.lr <= opt.lr_high
+        assert opt.step == 100
+        assert opt.loss == pytest.approx(3.0 + 10 / math.log(n), rel=1e-5)
+        # noise-free losses: the refits' vertices are the estimate itself
+        assert opt.lr_low == pytest.approx(opt.lr) and opt.lr_high == pytest.approx(opt.lr)
+        assert "(95% " in str(opt)
 
 
 def test_optimal_lr_falls_back_to_grid_minimum_on_monotone_table():
@@ -72,11 +77,10 @@ def test_optimal_lr_falls_back_to_grid_minimum_on_monotone_table():
         }
     )
     opt = optimal_lr(table, loss="final_eval_loss")
-    assert (opt.method, opt.lr, opt.loss, opt.at_edge) == ("grid", 8e-4, 3.1, True)
-    # +- half a grid step (in log LR)
-    assert opt.lr_low == pytest.approx(8e-4 / math.sqrt(2)) and opt.lr_high == pytest.approx(
-        8e-4 * math.sqrt(2)
-    )
+    assert (opt.method, opt.loss, opt.at_edge) == ("grid", 3.1, True)
+    assert opt.lr == pytest.approx(8e-4)
+    # a bound: from the LR below to beyond the grid
+    assert opt.lr_low == pytest.approx(4e-4) and opt.lr_high == math.inf
     with pytest.raises(AnalysisError, match="no non-diverged trial"):
         optimal_lr(table.assign(diverged=True), loss="final_eval_loss")
     # a size whose every trial diverged is left out of the per-size optima

@@ -17,15 +17,20 @@ from trainer_core.analysis import load, lr_sweep_table, optimal_lr, plot_lr_swee
 from trainer_core.analysis.plots import lr_sweep_figure
 
 LR0 = 1e-2
-LR_STAR = 4e-3
-FACTORS = (0.25, 0.5, 1.0, 2.0)
+FACTORS = (0.125, 0.25, 0.5, 1.0, 2.0)
+STOPPED_AT = {0.125: 20, 2.0: 40}
+"""Where ASHA stopped the trials it judged worst at its rungs; the others ran to the end."""
 TOTAL = 100
 BATCH = 4096
 
 
+def lr_star(step: int) -> float:
+    """The best LR falls as the run gets longer (4e-3 at its end, 8.9e-3 at step 20)."""
+    return 4e-3 * (TOTAL / step) ** 0.5
+
+
 def loss_at(lr: float, step: int) -> float:
-    """Loss falls with steps; at every step the best LR is LR_STAR."""
-    return 2.6 + 50 / (step + 60) + 0.05 * math.log(lr / LR_STAR) ** 2
+    return 2.6 + 50 / (step + 60) + 0.05 * math.log(lr / lr_star(step)) ** 2
 
 
 def write_trial(root: Path, lr: float, last_step: int, status: str) -> None:
@@ -52,49 +57,64 @@ def write_trial(root: Path, lr: float, last_step: int, status: str) -> None:
 
 @pytest.fixture
 def asha_sweep(tmp_path: Path) -> Path:
-    """The issue's sweep: ASHA let only the top LR finish; the others stopped at steps 20-40."""
-    for factor, last in zip(FACTORS, (20, 20, 40, TOTAL), strict=True):
+    """ASHA stopped the lowest LR at step 20 and the highest at 40; three ran to the end."""
+    for factor in FACTORS:
+        last = STOPPED_AT.get(factor, TOTAL)
         write_trial(tmp_path, LR0 * factor, last, "finished" if last == TOTAL else "stopped")
     return tmp_path
 
 
-def test_final_losses_favour_the_finished_trial(asha_sweep: Path):
-    """The bias, reproduced: stopped trials' early losses look worse than any final loss."""
-    table = lr_sweep_table(load(asha_sweep))
-    biased = optimal_lr(table, loss="final_eval_loss")
-    assert biased.lr == pytest.approx(LR0 * 2.0) and biased.at_edge
-
-
-def test_trials_are_compared_at_their_common_step(asha_sweep: Path, tmp_path: Path):
+def test_trials_are_compared_at_the_end_and_stopped_ones_count_as_worse(
+    asha_sweep: Path, tmp_path: Path
+):
+    """Not at step 20, where the stopped trial's last eval is: there the best LR is twice the
+    run's own (8.9e-3), and every annealed loss the sweep paid for would be left unread."""
     table = lr_sweep_table(load(asha_sweep)).sort_values("lr")
-    assert list(table["compared_step"]) == [20] * 4
-    assert list(table["last_eval_step"]) == [20, 20, 40, 100]
-    assert list(table["stopped_early"]) == [True, True, True, False]
-    for row in table.itertuples(index=False):
-        assert row.compared_loss == pytest.approx(loss_at(row.lr, 20))
+    assert list(table["last_eval_step"]) == [20, 100, 100, 100, 40]
+    assert table["compared_step"].isna().tolist() == [True, False, False, False, True]
+    assert list(table["compared_loss"].iloc[[0, 4]]) == [math.inf, math.inf]
+    for row in table.iloc[1:4].itertuples(index=False):
+        assert row.compared_loss == pytest.approx(loss_at(row.lr, TOTAL))
     best = optimal_lr(table)
-    assert best.step == 20 and not best.at_edge
-    assert best.lr == pytest.approx(LR_STAR, rel=1e-5)
-    assert "at step 20" in str(best)
+    assert best.step == TOTAL and not best.at_edge and best.method == "quadratic"
+    assert best.lr == pytest.approx(lr_star(TOTAL), rel=1e-5)
+    assert "at step 100" in str(best)
     png = plot_lr_sweep(table, {"1M": best}, tmp_path / "sweep.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_a_best_trial_beside_stopped_ones_is_bracketed_by_them(asha_sweep: Path):
+    """Early stopping judged the LRs beside it worse: the optimum lies between them."""
+    table = lr_sweep_table(load(asha_sweep))
+    kept = table[table["lr"] >= LR0 * 0.25 - 1e-12].copy()
+    kept.loc[np.isclose(kept["lr"], LR0 * 0.25), ["stopped_early", "compared_loss"]] = (
+        True,
+        math.inf,
+    )
+    best = optimal_lr(kept)
+    assert (best.method, best.at_edge) == ("grid", False)
+    assert best.lr == pytest.approx(LR0 * 0.5)
+    assert (best.lr_low, best.lr_high) == pytest.approx((LR0 * 0.25, LR0 * 1.0))
+    assert widen_lrs(kept) == {}, "bracketed: nothing to widen"
+
+
 def test_the_sweep_plot_shows_the_common_step(asha_sweep: Path):
-    """Every trial at its loss at step 20 (not its last), the stopped ones hollow and labelled
-    with their last step, the optimum starred with its interval."""
+    """The finished trials at their loss at step 100, the stopped ones hollow at the top and
+    labelled with their last step, the optimum starred with its interval."""
     table = lr_sweep_table(load(asha_sweep)).sort_values("lr")
     best = optimal_lr(table)
     ax = lr_sweep_figure(table, {"1M": best}).axes[0]
     assert ax.get_xscale() == "log"
-    (curve,) = [ln for ln in ax.lines if ln.get_label() == "1M (at step 20)"]
-    at_20 = [loss_at(lr, 20) for lr in table["lr"]]
-    assert close(curve.get_xydata(), np.column_stack([table["lr"], at_20]))
+    (curve,) = [ln for ln in ax.lines if ln.get_label() == "1M (at step 100)"]
+    done = table.iloc[1:4]
+    at_end = np.column_stack([done["lr"], [loss_at(lr, TOTAL) for lr in done["lr"]]])
+    assert close(curve.get_xydata(), at_end)
     filled, hollow = (c for c in ax.collections if isinstance(c, PathCollection))
-    assert close(filled.get_offsets(), [[LR0 * 2.0, at_20[-1]]])
-    assert close(hollow.get_offsets(), np.column_stack([table["lr"], at_20])[:3])
+    assert close(filled.get_offsets(), at_end)
+    top = max(loss_at(lr, TOTAL) for lr in done["lr"])
+    assert close(hollow.get_offsets(), [[LR0 * 0.125, top], [LR0 * 2.0, top]])
     assert close(hollow.get_facecolors(), [to_rgba("white")])
-    assert [t.get_text() for t in ax.texts] == ["stopped@20", "stopped@20", "stopped@40"]
+    assert [t.get_text() for t in ax.texts] == ["stopped@20", "stopped@40"]
     assert marker(ax, [[best.lr, best.loss]]).get_marker() == "*"
     (bar,) = ax.containers
     assert close(bar[2][0].get_segments(), [[[best.lr_low, best.loss], [best.lr_high, best.loss]]])

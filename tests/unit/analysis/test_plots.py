@@ -128,24 +128,24 @@ def test_lr_sweep_draws_each_size_with_stopped_diverged_and_optimum(sweep_dir: P
     optima = optimal_lrs(table)
     ax = lr_sweep_figure(table, optima).axes[0]
     assert ax.get_xscale() == "log"
-    top = table.loc[~table["diverged"], "compared_loss"].max()
+    losses = table.loc[~table["diverged"], "compared_loss"]
+    top = losses[np.isfinite(losses)].max()
     stopped_at = []
     for size, t in table.groupby("size"):
         t = t.sort_values("lr")
         ok, bad = t[~t["diverged"]], t[t["diverged"]]
-        x, y = line(ax, f"{size} (at step 50)")
-        assert close(x, ok["lr"]) and close(y, ok["compared_loss"]), size
         done, stopped = ok[~ok["stopped_early"]], ok[ok["stopped_early"]]
+        x, y = line(ax, f"{size} (at step 100)")
+        assert close(x, done["lr"]) and close(y, done["compared_loss"]), size
         assert len(done) and len(stopped) and len(bad), "the sweep has each kind of trial"
         filled = scatter(ax, done[["lr", "compared_loss"]])
-        hollow = scatter(ax, stopped[["lr", "compared_loss"]])
+        # stopped before step 100: judged worse, no loss there; diverged: x; both at the top
+        hollow = scatter(ax, np.column_stack([stopped["lr"], np.full(len(stopped), top)]))
         assert close(hollow.get_facecolors(), [to_rgba("white")])
         assert close(hollow.get_edgecolors(), filled.get_facecolors())
         assert not close(filled.get_facecolors(), [to_rgba("white")])
-        scatter(ax, np.column_stack([bad["lr"], np.full(len(bad), top)]))  # diverged: at the top
-        stopped_at += [
-            (r.lr, r.compared_loss, f"stopped@{r.steps_run}") for r in stopped.itertuples()
-        ]
+        scatter(ax, np.column_stack([bad["lr"], np.full(len(bad), top)]))
+        stopped_at += [(r.lr, top, f"stopped@{r.steps_run}") for r in stopped.itertuples()]
         o = optima[size]
         assert marker(ax, [[o.lr, o.loss]]).get_marker() == "*"
         bars(ax, [[[o.lr_low, o.loss], [o.lr_high, o.loss]]])
