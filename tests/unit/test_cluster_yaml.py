@@ -1,12 +1,17 @@
-"""cluster.yaml validated offline against the schema Ray ships (no credentials, no network)."""
+"""cluster.yaml validated offline against the schema Ray ships (no credentials, no network),
+and its setup commands run in a scratch home with stand-ins for the node's tools."""
 
 from __future__ import annotations
 
 import copy
+import re
+import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
 from jsonschema.exceptions import ValidationError
+from packaging.specifiers import SpecifierSet
 from ray.autoscaler._private.util import prepare_config, validate_config
 
 
@@ -45,3 +50,98 @@ def test_min_workers_above_max_is_rejected(cluster):
     cluster["available_node_types"]["gpu_worker"]["min_workers"] = 9
     with pytest.raises(ValueError, match="smaller than the sum of `min_workers`"):
         check(cluster)
+
+
+def setup_command(cluster: dict, part: str) -> str:
+    """The one setup command containing ``part``."""
+    found = [c for c in cluster["setup_commands"] if part in c]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def tool(bindir: Path, name: str, body: str) -> None:
+    """A stand-in for a node's program: a shell script named ``name``."""
+    bindir.mkdir(parents=True, exist_ok=True)
+    path = bindir / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+
+
+def run_on_node(command: str, home: Path, bindir: Path) -> None:
+    """``command`` as Ray's launcher runs it: bash in the home dir, ``~`` being ``home``; the
+    stand-ins in ``bindir`` come first on PATH, and nothing of this machine's own tools but
+    /usr/bin and /bin."""
+    env = {"HOME": str(home), "PATH": f"{bindir}:/usr/bin:/bin"}
+    out = subprocess.run(["bash", "-c", command], cwd=home, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def recorder(bindir: Path, name: str, log: Path) -> None:
+    """A stand-in that appends its arguments to ``log``, one call a line."""
+    tool(bindir, name, f'echo "$*" >> {log}')
+
+
+def test_nodes_get_a_python_311_venv_made_by_uv_once(cluster, repo_root, tmp_path):
+    """Ubuntu 22.04's python3 is 3.10 and the project needs the 3.11 it is tested on (its
+    requires-python): uv, pinned by constraints.txt, makes ~/venv on 3.11. A re-run of `ray up`
+    keeps a 3.11 venv with pip; an older venv on another Python is replaced."""
+    setup = "\n".join(cluster["setup_commands"])
+    assert "python3 -m venv ~/venv" not in setup
+    assert "python3 -m venv ~/uv && ~/uv/bin/pip install --quiet -c constraints.txt uv" in setup
+    pyproject = (repo_root / "pyproject.toml").read_text()
+    spec = SpecifierSet(re.search(r'^requires-python = "(.+)"$', pyproject, re.M).group(1))
+    assert "3.11" in spec and "3.10" not in spec
+    make_venv = setup_command(cluster, "uv venv")
+    home, calls = tmp_path / "home", tmp_path / "uv-calls"
+    recorder(home / "uv" / "bin", "uv", calls)
+    run_on_node(make_venv, home, tmp_path / "bin")
+    assert calls.read_text().splitlines() == [
+        f"venv --quiet --clear --managed-python --python 3.11 --seed {home}/venv"
+    ]
+    calls.unlink()
+    tool(home / "venv" / "bin", "python3.10", "exit 0")  # the venv an older cluster.yaml made
+    run_on_node(make_venv, home, tmp_path / "bin")
+    assert len(calls.read_text().splitlines()) == 1
+    calls.unlink()
+    tool(home / "venv" / "bin", "python3.11", '[ "$*" = "-m pip --version" ]')
+    run_on_node(make_venv, home, tmp_path / "bin")
+    assert not calls.exists()
+
+
+@pytest.mark.parametrize(
+    ("nvidia_smi", "index"),
+    [("exit 0", "cu128"), ("exit 9", "cpu"), (None, "cpu")],
+    ids=["gpu-node", "gpu-ami-without-gpu", "no-driver"],
+)
+def test_torch_comes_from_the_cuda_index_only_where_nvidia_smi_lists_a_gpu(
+    cluster, tmp_path, nvidia_smi, index
+):
+    """Every node runs the setup commands, the CPU head too: each picks its own wheel index."""
+    home, bindir, calls = tmp_path / "home", tmp_path / "bin", tmp_path / "pip-calls"
+    recorder(home / "venv" / "bin", "pip", calls)
+    if nvidia_smi is not None:
+        tool(bindir, "nvidia-smi", nvidia_smi)
+    run_on_node(setup_command(cluster, "torch=="), home, bindir)
+    assert calls.read_text().split() == [
+        "install",
+        "--quiet",
+        "torch==2.13.0",
+        "--index-url",
+        f"https://download.pytorch.org/whl/{index}",
+    ]
+
+
+def test_rerunning_setup_adds_each_bashrc_line_once(cluster, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text("# the AMI's own\n")
+    appends = [c for c in cluster["setup_commands"] if ".bashrc" in c]
+    assert len(appends) == 2
+    for _ in range(2):
+        for command in appends:
+            run_on_node(command, home, tmp_path / "bin")
+    assert (home / ".bashrc").read_text().splitlines() == [
+        "# the AMI's own",
+        "source ~/venv/bin/activate",
+        "export RAYLADDER_STAGE_DIR=/opt/dlami/nvme/rayladder-stage",
+    ]

@@ -14,6 +14,7 @@ from typing import Any
 import ray.data
 import ray.train
 
+from trainer_core.checkpoint.listing import list_checkpoints
 from trainer_core.config.decode import ConfigError
 from trainer_core.data.token_data import open_token_data
 from trainer_core.errors import RunFailedError
@@ -129,8 +130,12 @@ def ray_train_reason(error: Exception) -> str:
 
 
 def failure_message(run_dir: Location, reason: str) -> str:
-    """Why the run stopped and where its work so far is."""
+    """Why the run stopped and, when it saved a checkpoint, that a re-run resumes from it: with
+    none there is nothing to resume, and the hint would promise work that was never kept."""
+    message = f"run {storage.name(run_dir)} failed: {reason}"
+    if not any(c.complete for c in list_checkpoints(run_dir)):
+        return message
     return (
-        f"run {storage.name(run_dir)} failed: {reason}\n  checkpoints and metrics so far are kept in "
-        f"{run_dir}; fix the cause and re-run the same command to resume"
+        f"{message}\n  checkpoints and metrics so far are kept in {run_dir}; fix the cause and "
+        "re-run the same command to resume"
     )
