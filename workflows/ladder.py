@@ -24,7 +24,7 @@ from trainer_core.io.storage import Location
 from trainer_core.ladder.config import device_counts
 from trainer_core.ladder.lr_feedback import sweep_rules
 from trainer_core.ladder.plan import plan_ladder, sweep_notes
-from trainer_core.ladder.record import data_repeats, plot_ladder_schedule, preflight
+from trainer_core.ladder.record import data_line, data_repeats, plot_ladder_schedule, preflight
 from trainer_core.ray.ladder_run import FLAG_HELP as LADDER_FLAG_HELP
 from trainer_core.ray.ladder_run import (
     LadderJobConfig,
@@ -144,6 +144,7 @@ def main() -> int:
     problems, data = preflight(job, dry_run=dry_run)
     rules = sweep_rules(job)
     plans = plan_ladder(job, sizes, rules)
+    print(data_line(data, job.run.data))
     print_plan(job, plans)
     for problem in problems + data_repeats(data, [(p.size, p.config) for p in plans]):
         print(f"warning: {problem}")

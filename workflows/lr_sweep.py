@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 
 from trainer_core.config.cli import DEMO_LADDER, exit_on_error, parse_command
-from trainer_core.ladder.record import data_repeats, preflight
+from trainer_core.ladder.record import data_line, data_repeats, preflight
 from trainer_core.ray.ladder_run import FLAG_HELP, planned_settings
 from trainer_core.ray.sweep_run import (
     SweepJobConfig,
@@ -42,6 +42,7 @@ def main() -> int:
     sizes = own["--sizes"].split(",") if "--sizes" in own else None
 
     specs = sweep_trials(job, sweep_plans(job, sizes))
+    print(data_line(data, job.run.data))
     print(
         f"LR sweep {job.name} into {job.dir}: {len(specs)} trials, then up to "
         f"{job.sweep.widen_rounds} rounds beyond the grid's edge where a best trial is at one"

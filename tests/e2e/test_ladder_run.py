@@ -70,6 +70,44 @@ def test_dry_runs_say_which_runs_would_read_their_data_twice(
     assert "times over" not in out and "count twice" not in out
 
 
+def test_dry_runs_name_the_data_the_runs_would_train_on(
+    run_script, ladder_yaml, make_shards, random_texts, repo_root, tmp_path
+):
+    """A ladder without run.data.shards trained on the demo corpus without a word: the first
+    line of a ladder's (and a sweep's) plan now names the data, its tokenizer and its tokens."""
+    from trainer_core.data.shards import verify_shards
+
+    code, out, err = run_script(LADDER, "--config", str(ladder_yaml), "--dry-run")
+    assert code == 0, err
+    assert re.fullmatch(
+        r"data: the built-in demo corpus \(Python standard library; run.data.shards sets yours\), "
+        r"byte tokenizer \(vocab 259\), [1-9][\d,]* train / [1-9][\d,]* validation tokens",
+        out.splitlines()[0],
+    )
+    shards = make_shards(random_texts(60))
+    manifest = verify_shards(shards)
+    said = (
+        f"data: {shards}, byte tokenizer (vocab 259), {manifest.num_train_tokens:,} train / "
+        f"{manifest.num_val_tokens:,} validation tokens\n"
+    )
+    data = (f"--run.data.shards={shards}", "--vocab_size=320")
+    code, out, err = run_script(LADDER, "--config", str(ladder_yaml), "--dry-run", *data)
+    assert code == 0, err
+    assert out.startswith(said)
+    sweep_dir = f"--sweep.dir={tmp_path / 's'}"
+    code, out, err = run_script(SWEEP, "--config", str(ladder_yaml), "--dry-run", *data, sweep_dir)
+    assert code == 0, err
+    assert out.startswith(said + "LR sweep ")
+    gpu = repo_root / "workflows" / "configs" / "ladder-gpu.yaml"
+    code, out, err = run_script(
+        LADDER, "--config", str(gpu), "--dry-run", f"--dir={tmp_path / 'g'}"
+    )
+    assert code == 0, err
+    assert out.startswith(
+        "data: /mnt/shared/shards/corpus (not opened here: see the warning below)\n"
+    )
+
+
 def test_gpu_dry_run_plans_without_the_cluster_data(run_script, repo_root, tmp_path):
     """The GPU config's shards live on the cluster: the plan comes from the config, with a
     warning, and the mesh, memory and headroom per size."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from trainer_core.analysis.fits import CHINCHILLA_SIZE_PARAMS, ChinchillaFit, PowerLawFit
+from trainer_core.analysis.frontier import FrontierFit
 from trainer_core.analysis.isoflop import MIN_BUDGETS, IsoFLOPFit
 
 EXPONENT_RANGE = (0.05, 2.0)
@@ -72,20 +73,28 @@ def too_few_sizes(fit: ChinchillaFit | PowerLawFit | IsoFLOPFit) -> list[str]:
     ]
 
 
-def unresolved(fit: ChinchillaFit | PowerLawFit, min_loss: float) -> list[str]:
-    """What the bootstrap says ``fit``'s data do not pin down (a fit need not be degenerate to
-    leave a parameter open): E's interval reaching zero, coefficients that trade off with their
-    exponent over orders of magnitude, intervals without the noise between sizes. Empty without
-    a bootstrap, but for a law with no more points than parameters, which gets none."""
+def no_intervals(fit: ChinchillaFit | PowerLawFit) -> str:
+    """Why ``fit`` has no bootstrap intervals; "" when it has them, or had none asked for."""
+    if fit.n_bootstrap > 0:
+        return ""
     params = len(fit.params())
-    if fit.n_points <= params and fit.n_bootstrap == 0:
-        return [
+    if fit.n_points <= params:
+        return (
             f"{fit.n_points} points for {params} parameters: the law passes through every one, "
             "so nothing is left to measure its spread: no intervals (give each size more "
             "annealed points, e.g. WSD-S decays, or add sizes)"
-        ]
+        )
+    return fit.no_intervals if isinstance(fit, FrontierFit) else ""
+
+
+def unresolved(fit: ChinchillaFit | PowerLawFit, min_loss: float) -> list[str]:
+    """What the bootstrap says ``fit``'s data do not pin down (a fit need not be degenerate to
+    leave a parameter open): E's interval reaching zero, coefficients that trade off with their
+    exponent over orders of magnitude, intervals without the noise between sizes. Without a
+    bootstrap, why there is none (:func:`no_intervals`)."""
     if fit.n_bootstrap == 0:
-        return []
+        why = no_intervals(fit)
+        return [why] if why else []
     notes = too_few_sizes(fit)
     lo, hi = fit.ci["E"]
     if lo <= E_ZERO_FRACTION * min_loss:

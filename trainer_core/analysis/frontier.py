@@ -10,6 +10,7 @@ and above the second largest size's last point only the largest, over-trained th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -29,6 +30,14 @@ from trainer_core.analysis.load import AnalysisError
 from trainer_core.analysis.solver import BOOTSTRAP_STARTS
 
 MIN_FRONTIER_POINTS = 3
+
+
+@dataclass
+class FrontierFit(PowerLawFit):
+    """L(C) fitted to the envelope, and why it has no bootstrap intervals when it was asked for
+    some and got none (its resamples need an L(N, D) of the same points that has noise to redraw)."""
+
+    no_intervals: str = ""
 
 
 def frontier_points(
@@ -61,7 +70,7 @@ def fit_frontier(
     n_bootstrap: int = 200,
     seed: int = 0,
     smoother: ChinchillaFit | None = None,
-) -> PowerLawFit:
+) -> FrontierFit:
     """L(C) fitted to the envelope of ``points`` (annealed N, tokens, flops, eval_loss, size).
 
     Bootstrap: each resample redraws the points' noise around ``smoother`` (an L(N, D) fit of the
@@ -70,7 +79,7 @@ def fit_frontier(
     this fit (the demo's envelope sat off it: every printed estimate, the answer's loss too,
     fell outside its own interval); they are moved onto this fit as approach 2's line is
     (:meth:`PowerLawFit.from_samples`: parameters for their intervals, predictions by ratio).
-    Without 3 sizes there is no L(N, D) to resample around and the fit has no intervals.
+    Without such an L(N, D) (3 sizes at least) the fit has no intervals, and says why.
     """
     if points["size"].nunique() < 2:
         raise AnalysisError("frontier needs annealed points from >= 2 sizes")
@@ -80,30 +89,71 @@ def fit_frontier(
             f"frontier: only {len(front)} compute budgets on the envelope, need "
             f"{MIN_FRONTIER_POINTS}; add annealed points (more decays or longer runs)"
         )
+    _require_sizes_on_envelope(front)
     title = "frontier L(C) = E + A * C^-alpha"
     if not trimmed:
         title += "   (envelope with its single-size ends: the sizes barely overlap in compute)"
     full = fit_loss_vs_compute(front["flops"], front["eval_loss"], n_bootstrap=0)
     theta = np.array([np.log(full.E), np.log(full.A), full.alpha])
-    samples, reference = np.empty((0, 3)), None
+    samples, reference, why = np.empty((0, 3)), None, ""
     if n_bootstrap > 0 and len(front) > len(theta):
-        smoother = smoother or chinchilla_smoother(points)
-        # a smoother through every point leaves no noise to redraw: refits of one envelope
-        if smoother is not None and smoother.n_points > len(smoother.params()):
+        smoother, why = _resample_basis(points, smoother)
+        if smoother is not None:
             samples = _bootstrap(points, smoother, trimmed, n_bootstrap, seed)
             noise_free = np.log(np.asarray(smoother.predict_frame(points), dtype=float))
             reference = _refit_envelope(points, trimmed, noise_free)
-    fit = PowerLawFit.from_samples(theta, samples, len(front), full.objective, title, reference)
+    fit = FrontierFit.from_samples(theta, samples, len(front), full.objective, title, reference)
     fit.n_sizes = points["size"].nunique() if len(samples) else 0
+    fit.no_intervals = why
     return fit
+
+
+def _require_sizes_on_envelope(front: pd.DataFrame) -> None:
+    """Refuse an envelope that is one size's own points: a fit to them is that size's learning
+    curve, extrapolated as if it were the frontier (a 2-size demo ladder whose smaller size stayed
+    lowest wherever both were trained gave its curve, carried 27x past it, as the answer)."""
+    sizes = front["size"].unique()
+    if len(sizes) < 2:
+        raise AnalysisError(
+            f"frontier: the envelope is {sizes[0]}'s at all {len(front)} of its compute budgets "
+            f"(no other size is lowest at any), so L(C) would be {sizes[0]}'s own learning curve "
+            "extrapolated, not a frontier; add sizes, or spread each size's annealed points over "
+            "more compute (duration.chinchilla_multiple, duration.decay_points)"
+        )
+
+
+def _resample_basis(
+    points: pd.DataFrame, smoother: ChinchillaFit | None
+) -> tuple[ChinchillaFit | None, str]:
+    """(the L(N, D) to redraw the points' noise around, None and why there is none)."""
+    if smoother is None:
+        smoother, error = _fit_smoother(points)
+        if smoother is None:
+            return None, (
+                "no 95% intervals: the bootstrap redraws the points' noise around an L(N, D) fit "
+                f"of the same points, and they have none ({error})"
+            )
+    if smoother.n_points <= len(smoother.params()):
+        return None, (
+            f"no 95% intervals: L(N, D), which the bootstrap redraws the points' noise around, "
+            f"passes through all {smoother.n_points} points, so there is no noise to redraw "
+            "(give each size more annealed points, e.g. WSD-S decays, or add sizes)"
+        )
+    return smoother, ""
 
 
 def chinchilla_smoother(points: pd.DataFrame) -> ChinchillaFit | None:
     """The L(N, D) fit that bootstrap resamples are drawn around, None when it can't be fitted."""
+    return _fit_smoother(points)[0]
+
+
+def _fit_smoother(points: pd.DataFrame) -> tuple[ChinchillaFit | None, str]:
+    """(the L(N, D) fit of ``points``, "") or (None, why it can't be fitted)."""
     try:
-        return fit_chinchilla(points["N"], points["tokens"], points["eval_loss"], n_bootstrap=0)
-    except AnalysisError:
-        return None
+        fit = fit_chinchilla(points["N"], points["tokens"], points["eval_loss"], n_bootstrap=0)
+    except AnalysisError as e:
+        return None, str(e)
+    return fit, ""
 
 
 def smoother_resamples(

@@ -92,16 +92,7 @@ def ladder_section(
             if report.unresolved[name]:
                 console.print(format_flags(report.unresolved[name], "UNRESOLVED"), style="yellow")
 
-    if target_flops is not None:
-        report.target_flops = target_flops
-        console.print(f"target compute {target_flops:.3g} FLOPs (--target-flops)")
-    else:
-        report.target_flops = TARGET_MULTIPLE * float(points["flops"].max())
-        console.print(
-            f"target compute {report.target_flops:.3g} FLOPs ({TARGET_MULTIPLE:g}x the largest "
-            "run's; --target-flops sets it)"
-        )
-    console.print(_target_table(report, target or TargetSettings(), float(points["flops"].min())))
+    _target_section(report, console, points, target_flops, target or TargetSettings())
 
     report.extrapolation = report.attempt(
         "held-out check", lambda: extrapolation_check(points, n_bootstrap)
@@ -137,6 +128,30 @@ def ladder_section(
         path = report.out_dir / "isoflops.png"
         report.plots.append(plot_isoflops(report.isoflop, report.chinchilla, path))
     task_section(report, console, n_bootstrap, task_accuracy)
+
+
+def _target_section(
+    report: Report,
+    console: Console,
+    points: pd.DataFrame,
+    target_flops: float | None,
+    settings: TargetSettings,
+) -> None:
+    """The target compute and the table at it; none without a fitted law (a table of row
+    labels alone, headed as if it held an answer)."""
+    if all(fit is None for fit in (report.isoflop, report.chinchilla, report.frontier)):
+        report.skipped.append("target table: no law was fitted (each fit's skipped line says why)")
+        return
+    if target_flops is not None:
+        report.target_flops = target_flops
+        console.print(f"target compute {target_flops:.3g} FLOPs (--target-flops)")
+    else:
+        report.target_flops = TARGET_MULTIPLE * float(points["flops"].max())
+        console.print(
+            f"target compute {report.target_flops:.3g} FLOPs ({TARGET_MULTIPLE:g}x the largest "
+            "run's; --target-flops sets it)"
+        )
+    console.print(_target_table(report, settings, float(points["flops"].min())))
 
 
 def _plot_points(report: Report, points: pd.DataFrame) -> None:

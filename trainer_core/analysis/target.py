@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from trainer_core.analysis.checks import no_intervals
 from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit
 from trainer_core.analysis.hparam_laws import HparamLaws, fit_hparam_laws
 from trainer_core.analysis.hparam_table import hparam_table
@@ -180,6 +181,12 @@ class TargetColumn:
     flops: float | None = None
     device_hours: float | None = None
 
+    @property
+    def has_intervals(self) -> bool:
+        """Some value of its own fit (not the sweep's LR*, B*) has a bootstrap interval."""
+        estimates = (self.a, self.b, self.N, self.D, self.loss)
+        return any(e is not None and math.isfinite(e[1]) for e in estimates)
+
 
 ROWS = (
     ("a: N_opt ~ C^a", "a", ".3f"),
@@ -209,7 +216,15 @@ class TargetAnswer:
 
     @property
     def title(self) -> str:
-        return f"compute-optimal at C = {self.C:.3g} FLOPs (95% bootstrap intervals)"
+        """Claims 95% intervals only for the columns that have them."""
+        bare = [col.approach for col in self.columns if not col.has_intervals]
+        if len(bare) == len(self.columns):
+            intervals = "no bootstrap intervals"
+        elif not bare:
+            intervals = "95% bootstrap intervals"
+        else:
+            intervals = f"95% bootstrap intervals, none for {', '.join(bare)}"
+        return f"compute-optimal at C = {self.C:.3g} FLOPs ({intervals})"
 
     def rows(self) -> list[tuple[str, list[str]]]:
         """(row label, one formatted cell per column); "-" where an approach has no value."""
@@ -325,8 +340,8 @@ def target_answer(
     """The table at C from whichever fits there are; each column with an N_opt and D_opt gets
     LR* and B* from ``laws`` there and its cost on ``cost``'s device."""
     require_positive("target compute C", C)
-    columns = [
-        build(fit, C)
+    built = [
+        (fit, build(fit, C))
         for fit, build in (
             (isoflop, _isoflop_column),
             (chinchilla, _chinchilla_column),
@@ -334,7 +349,15 @@ def target_answer(
         )
         if fit is not None
     ]
+    columns = [col for _, col in built]
     answer = TargetAnswer(C, columns, cost, hparam_source, laws is not None)
+    answer.notes += [
+        f"{col.approach}: no 95% intervals (why: the UNRESOLVED line of its fit above)"
+        for fit, col in built
+        if isinstance(fit, ChinchillaFit | PowerLawFit)
+        and not col.has_intervals
+        and no_intervals(fit)
+    ]
     if isoflop is not None and not isoflop.splits_compute:
         answer.notes.append(
             f"approach 2: no N_opt, D_opt: its a = {isoflop.a:.3g} splits no compute between N "

@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from trainer_core.config.diff import changed_keys
 from trainer_core.config.loader import ConfigError, to_dict, to_yaml
-from trainer_core.config.sections import TrainConfig
+from trainer_core.config.sections import DataConfig, TrainConfig
 from trainer_core.data.token_data import TokenData, open_token_data
 from trainer_core.errors import UserError
 from trainer_core.io import storage
@@ -59,6 +59,31 @@ def preflight(
             f"--{dir_key}"
         )
     return problems, data
+
+
+DEMO_CORPUS = "the built-in demo corpus (Python standard library; run.data.shards sets yours)"
+
+
+def data_line(data: TokenData | None, cfg: DataConfig) -> str:
+    """What the runs will train on, said before they start: a forgotten ``run.data.shards``
+    trains on the demo corpus without a word otherwise. ``data`` None: the preflight could not
+    open it here (a dry run), so only the configured source is named."""
+    if data is None:
+        source = f"the mix {cfg.mix}" if cfg.mix else cfg.shards or DEMO_CORPUS
+        return f"data: {source} (not opened here: see the warning below)"
+    if data.spec.demo_tokenizer is not None:
+        source = DEMO_CORPUS
+    else:
+        source = ", ".join(
+            path if len(data.spec.sources) == 1 else f"{path} (weight {weight:g})"
+            for path, weight in data.spec.sources
+        )
+    tokenizer = data.manifest.tokenizer
+    val_tokens = sum(m.num_val_tokens for m in data.manifests)
+    return (
+        f"data: {source}, {tokenizer.kind} tokenizer (vocab {tokenizer.vocab_size:,}), "
+        f"{data.num_train_tokens:,} train / {val_tokens:,} validation tokens"
+    )
 
 
 def data_repeats(data: TokenData | None, runs: list[tuple[str, TrainConfig]]) -> list[str]:

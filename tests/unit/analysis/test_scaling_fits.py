@@ -494,3 +494,36 @@ def test_sizes_with_one_annealed_point_each_still_have_a_frontier():
     assert five.n_bootstrap == 0 and unresolved(five, 1.0)[0].startswith("3 points for 3 ")
     with pytest.raises(AnalysisError, match=r"isoFLOP: each size has one annealed point, so no"):
         isoflop_parabolas(pts)
+
+
+def test_a_frontier_that_is_one_sizes_own_curve_is_refused():
+    """Two sizes, one lowest wherever both were trained: the envelope of a 2-size demo ladder was
+    its smaller size's at all 6 budgets, and the "frontier" printed as the answer was that size's
+    learning curve carried 27x past its last point."""
+    pts = SyntheticLadder(n_sizes=2, multiples=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0), noise=0.0)
+    points = pts.points()
+    assert set(frontier_points(points)["size"]) == {"s1"}
+    with pytest.raises(AnalysisError) as refused:
+        fit_frontier(points, n_bootstrap=0)
+    assert str(refused.value) == (
+        "frontier: the envelope is s1's at all 11 of its compute budgets (no other size is "
+        "lowest at any), so L(C) would be s1's own learning curve extrapolated, not a frontier; "
+        "add sizes, or spread each size's annealed points over more compute "
+        "(duration.chinchilla_multiple, duration.decay_points)"
+    )
+
+
+def test_a_two_size_frontier_says_why_it_has_no_intervals():
+    """Its resamples are drawn around L(N, D), which 2 sizes can't fit: the fit printed
+    "0 bootstrap resamples" and no word of why, beside asked-for 95% intervals elsewhere."""
+    points = SyntheticLadder(n_sizes=2, noise=0.0).points()
+    assert frontier_points(points)["size"].nunique() == 2
+    fit = fit_frontier(points, n_bootstrap=20)
+    assert fit.n_bootstrap == 0 and not fit.predict_samples(1e20).size
+    assert unresolved(fit, float(points["eval_loss"].min())) == [
+        "no 95% intervals: the bootstrap redraws the points' noise around an L(N, D) fit of the "
+        "same points, and they have none (fit_chinchilla needs >= 3 model sizes and >= 2 token "
+        "counts (got 2 and 8): E + A/N^alpha can't be pinned down otherwise)"
+    ]
+    # none asked for: nothing to explain
+    assert unresolved(fit_frontier(points, n_bootstrap=0), 1.0) == []

@@ -22,7 +22,10 @@ from trainer_core.analysis import (
     target_answer,
 )
 from trainer_core.analysis.fits import ChinchillaFit
+from trainer_core.analysis.frontier import fit_frontier
 from trainer_core.analysis.isoflop import IsoFLOPFit
+from trainer_core.analysis.predict import chinchilla_from_points
+from trainer_core.analysis.synthetic import SyntheticLadder
 from trainer_core.analysis.synthetic_sweep import PlantedLaw, SyntheticSweep
 from trainer_core.analysis.target import FlopsPerToken
 
@@ -109,6 +112,53 @@ def test_without_laws_the_rows_stay_empty_and_say_how_to_fill_them():
     assert "lr*, B*: no laws from /s (why: the skipped line below)" in failed.footer()
     with pytest.raises(AnalysisError, match="device 'TPU9': no peak FLOP/s known"):
         device_cost("TPU9")
+
+
+def test_a_column_without_intervals_is_not_claimed_to_have_them():
+    """A 2-size ladder's frontier has no resamples (no L(N, D) to draw them around): the table
+    was headed "95% bootstrap intervals" over its bare loss, without a word."""
+    two_sizes = SyntheticLadder(n_sizes=2, noise=0.0).points()
+    frontier = fit_frontier(two_sizes, n_bootstrap=20)
+    alone = target_answer(C, device_cost("cpu"), frontier=frontier)
+    assert alone.title == "compute-optimal at C = 6e+20 FLOPs (no bootstrap intervals)"
+    why = "frontier L(C): no 95% intervals (why: the UNRESOLVED line of its fit above)"
+    assert why in alone.footer()
+    chinchilla = chinchilla_from_points(SyntheticLadder(n_sizes=4).points(), n_bootstrap=10)
+    both = target_answer(C, device_cost("cpu"), chinchilla=chinchilla, frontier=frontier)
+    assert both.title == (
+        "compute-optimal at C = 6e+20 FLOPs (95% bootstrap intervals, none for frontier L(C))"
+    )
+    assert why in both.footer() and "[" in dict(both.rows())["loss"][0]
+    # none asked for: no column has any, and nothing more to say
+    bare = target_answer(C, device_cost("cpu"), frontier=fit_frontier(two_sizes, 0))
+    assert bare.title.endswith("(no bootstrap intervals)") and not bare.notes
+
+
+def test_a_two_size_ladder_report_says_what_its_frontier_lacks(tmp_path: Path):
+    """Refused, the frontier leaves no law and no target table (it printed its row labels alone,
+    headed "95% bootstrap intervals"); fitted, it says beside itself and the table why it has no
+    intervals."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    close = make_ladder(tmp_path / "close", sizes={"s1": 2_000_000, "s2": 3_000_000})
+    console = Console(file=StringIO(), width=400)
+    report = report_experiment(close, n_bootstrap=5, console=console)
+    assert report.frontier is None and report.target is None
+    assert "target table: no law was fitted (each fit's skipped line says why)" in report.skipped
+    assert "compute-optimal" not in console.file.getvalue()
+    assert (tmp_path / "close" / "analysis" / "loss_vs_compute.png").is_file()
+    apart = make_ladder(tmp_path / "apart", sizes={"s1": 2_000_000, "s2": 5_000_000})
+    console = Console(file=StringIO(), width=400)
+    report = report_experiment(apart, n_bootstrap=5, console=console)
+    text = console.file.getvalue()
+    assert "  UNRESOLVED: no 95% intervals: the bootstrap redraws the points' noise" in text
+    assert report.target.title.endswith("FLOPs (no bootstrap intervals)")
+    assert (
+        "frontier L(C): no 95% intervals (why: the UNRESOLVED line of its fit above)"
+        in report.target.footer()
+    )
 
 
 def test_settings_default_to_the_experiment_record(tmp_path: Path):
