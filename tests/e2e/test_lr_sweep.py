@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -12,12 +13,22 @@ from trainer_core.analysis import load, lr_sweep_table, optimal_lr
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
+def run_records(sweep_dir: Path) -> dict[str, tuple[str, str]]:
+    """Each run's run.json and metrics.jsonl, by run name: what a relaunch must leave as it is."""
+    return {
+        d.name: ((d / "run.json").read_text(), (d / "metrics.jsonl").read_text())
+        for d in sorted((sweep_dir / "runs").iterdir())
+    }
+
+
 def test_sweep_stops_bad_lrs_flags_divergence_and_widens_past_an_edge(
     processes, tiny_experiment, tmp_path, no_local_ray
 ):
     """The grid tops out (healthily) at 1/8 of the formula's LR, far below the optimum: one
     widening round adds 1/2, a grid step (4x) further up. One-device sweep trials train in
-    their trial's process (``ray.runner: auto``), so ASHA stops that process itself."""
+    their trial's process (``ray.runner: auto``), so ASHA stops that process itself. The same
+    command again, without ``--resume``, trains nothing: an early-stopped trial is as done as
+    a finished one, so no run, LR optimum or widening round changes."""
     cfg = tiny_experiment(
         "sweep",
         sizes=["1M"],
@@ -51,7 +62,9 @@ def test_sweep_stops_bad_lrs_flags_divergence_and_widens_past_an_edge(
     stopped, full = healthy[healthy.stopped_early], healthy[~healthy.stopped_early]
     assert len(stopped) >= 1 and len(full) >= 1
     assert stopped.steps_run.max() < full.steps_run.min()
-    assert (table.compared_step.dropna() == healthy.last_eval_step.min()).all()
+    # compared at the end the finished trials reached; the stopped ones count as worse
+    assert (table.compared_step.dropna() == full.last_eval_step.min()).all()
+    assert (stopped.compared_loss == math.inf).all()
     for run_dir in res.runs["dir"]:
         assert "runner: trial" in (Path(run_dir) / "config.yaml").read_text()
     # the first round's four trials, two at a time, ran in fewer processes: Tune reused them
@@ -66,3 +79,10 @@ def test_sweep_stops_bad_lrs_flags_divergence_and_widens_past_an_edge(
     assert (sweep_dir / "tune-widen1").is_dir()
     best = optimal_lr(table)
     assert best.lr == pytest.approx(formula / 2) and best.at_edge
+
+    before = run_records(sweep_dir)
+    again = processes.python("workflows/lr_sweep.py", "--config", cfg, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "[startup]" not in again.stdout + again.stderr  # no training loop started
+    assert run_records(sweep_dir) == before
+    assert optimal_lr(lr_sweep_table(load(sweep_dir))).lr == pytest.approx(best.lr)

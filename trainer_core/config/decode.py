@@ -182,6 +182,7 @@ def field_type(cls: type, keys: list[str] | tuple[str, ...]) -> Any:
 
 def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     """Build dataclass ``cls`` from a plain mapping; any mistake is one ConfigError."""
+    data = _without_ignored(cls, data)
     try:
         return draccus.decode(cls, data)
     except DecodingError as e:
@@ -193,6 +194,17 @@ def from_dict(cls: type[T], data: dict[str, Any]) -> T:
         where = _dotted(_failing_section(cls, data, message))
         located = f"{where}.{message}" if where and not message.startswith(where) else message
         raise ConfigError(located) from None
+
+
+def _without_ignored(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` less the top-level keys ``cls`` names in ``IGNORED_KEYS`` and has no field for:
+    another entry point's section in a file both read (a sweep's ``sweep:`` given to its
+    ladder). Only at the top: the key stays unknown in any section below."""
+    ignored = getattr(cls, "IGNORED_KEYS", frozenset())
+    if not ignored or not isinstance(data, dict):
+        return data
+    fields = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in fields or k not in ignored}
 
 
 _UNKNOWN = re.compile(r"The fields `([^`]+)`.* are not valid for ")

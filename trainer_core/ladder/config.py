@@ -46,6 +46,10 @@ class LadderConfig:
         "optim": "run.optim (beta1, weight_decay) and beta2 (the batch-size rule for beta2)",
     }
     """Keys of older ladder files and where each fact lives now (named in the error)."""
+    IGNORED_KEYS: ClassVar[frozenset[str]] = frozenset({"sweep"})
+    """Top-level sections read past: the LR sweep's (``workflows/lr_sweep.py``, whose config is
+    this one plus ``sweep:``), so one file serves the sweep and then the ladder, which plans no
+    sweep. A class with a field of that name (the sweep's own) decodes it."""
 
     name: str = "demo"
     dir: str = "runs/ladder-demo"

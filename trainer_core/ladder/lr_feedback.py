@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trainer_core.config.loader import ConfigError
+from trainer_core.io import storage
+from trainer_core.io.run_dir import EXPERIMENT, RUNS, run_json_path
 from trainer_core.ladder.config import LadderConfig
 from trainer_core.ladder.formulas import BATCH_SWEEP_LAWS
 
@@ -124,6 +126,7 @@ def _load(key: str, sweep_dir: str, loaded: dict) -> ExperimentResults:
     from trainer_core.analysis import AnalysisError, load
 
     if sweep_dir not in loaded:
+        _refuse_run_dir(key, sweep_dir)
         try:
             loaded[sweep_dir] = load(sweep_dir)
         except AnalysisError as e:
@@ -132,6 +135,21 @@ def _load(key: str, sweep_dir: str, loaded: dict) -> ExperimentResults:
                 f"{key}: {sweep_dir!r} can't give {what}: {e}; point {key} at a sweep's dir"
             ) from None
     return loaded[sweep_dir]
+
+
+def _refuse_run_dir(key: str, sweep_dir: str) -> None:
+    """One run's dir (a sweep trial's, ``<sweep>/runs/<name>``) holds no sweep: say so, naming
+    the sweep's experiment dir where the layout shows it."""
+    where = storage.as_location(sweep_dir)
+    if not storage.is_file(run_json_path(where)):
+        return
+    runs = storage.parent(where)
+    exp = storage.parent(runs)
+    if storage.name(runs) == RUNS and storage.is_file(storage.join(exp, EXPERIMENT)):
+        fix = f"pass its sweep's experiment dir, {str(exp)!r}"
+    else:
+        fix = f"pass the sweep's experiment dir (the one holding {EXPERIMENT} and {RUNS}/)"
+    raise ConfigError(f"{key}: {sweep_dir!r} is one run's dir, not a sweep's: {fix}")
 
 
 def _lr_laws(sweep_dir: str, loaded: dict) -> tuple[HparamLawFit | None, LRPowerLawFit | None]:

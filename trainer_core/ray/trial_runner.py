@@ -19,7 +19,6 @@ from typing import Any
 from ray import tune
 
 from trainer_core.errors import RunFailedError
-from trainer_core.io.run_dir import FINAL_STATUSES
 from trainer_core.ray.failures import user_error_in
 from trainer_core.ray.run_config import RayConfig, RayTrainConfig
 from trainer_core.ray.train_driver import failure_message, run_summary
@@ -31,12 +30,10 @@ NO_RETRY = "no_retry"
 
 def run_in_trial(cfg: RayTrainConfig, tags: dict[str, Any], started_at: float) -> dict[str, Any]:
     """Run (or resume) ``cfg`` in this Tune trial's process; its summary, as
-    :func:`trainer_core.ray.train_driver.run_training` returns it (and as idempotent).
+    :func:`trainer_core.ray.train_driver.run_training` returns it (a run that already ended
+    never gets here: :func:`trainer_core.ray.tune_run.trial_driver` reports its record).
     ``started_at``: when the trial function began (the start-up clock's zero)."""
     run_dir = cfg.trainer.run_location
-    done = run_summary(run_dir)
-    if done.get("status") in FINAL_STATUSES:
-        return done
     try:
         fit_and_report(
             cfg,

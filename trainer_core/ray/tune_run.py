@@ -2,8 +2,9 @@
 
 Ray 2.60 (Train V2) pattern: each Tune trial is a small *driver* function that builds a
 TorchTrainer and fits it; a ``TuneReportCallback`` forwards rank 0's reports to Tune. Run names
-come from the plan, not from Tune, so a restored experiment (``--resume``) finds each run dir
-again: finished runs return at once, unfinished ones resume from their latest checkpoint.
+come from the plan, not from Tune, so a restored experiment (``--resume``) or a relaunch into
+its dir finds each run dir again: ended runs (finished, diverged, stopped early) return at once,
+unfinished ones resume from their latest checkpoint.
 
 Ray Tune and the training path are imported inside the functions that run trials: planning
 (``--dry-run``, ``--help``) imports this module for :class:`TrialSpec` without paying for them.
@@ -19,7 +20,7 @@ from typing import Any
 from trainer_core.config.loader import ConfigError
 from trainer_core.errors import UserError
 from trainer_core.io import storage
-from trainer_core.io.run_dir import TUNE, mark_stopped
+from trainer_core.io.run_dir import FINAL_STATUSES, TUNE, mark_stopped
 from trainer_core.io.storage import Location
 from trainer_core.ladder.config import PLANNED
 from trainer_core.ray.failures import user_error_in
@@ -30,6 +31,11 @@ DRIVER_SHARE = 0.001
 """Of its node's own ``node:<ip>`` resource, per trial driver: up to 1000 at once per node."""
 NODE_ID_LABEL = "ray.io/node-id"
 """The label Ray gives every node, its node id."""
+TRIAL_END_STATUSES = (*FINAL_STATUSES, "stopped")
+"""A trial whose run is in one of these is done. Early stopping's end is a trial's result, as
+a finished run is: trained on by a relaunch into the experiment's dir, it would move the
+sweep's optimum and widening rounds. (``python -m trainer_core.train`` on that run's dir still
+resumes it: a single run knows no scheduler.)"""
 
 
 class TrialsFailedError(UserError, RuntimeError):
@@ -55,28 +61,37 @@ class TrialSpec:
 
 def trial_driver(config: dict[str, Any]) -> None:
     """The Tune trainable: run (or resume) one run, by its runner (``ray.runner``), and report
-    its final summary."""
+    its final summary; a run that already ended (:data:`TRIAL_END_STATUSES`) reports its record
+    at once, so a relaunched experiment trains only what it never ended."""
     started_at = time.time()
     from ray import tune
 
+    from trainer_core.ray.train_driver import run_summary
+
     spec = config["trial"]
     cfg: RayTrainConfig = spec["train"]
-    if cfg.ray.runner == "trial":
-        from trainer_core.ray.trial_runner import run_in_trial
-
-        summary = run_in_trial(cfg, spec["tags"], started_at)
-    else:
-        from ray.tune.integration.ray_train import TuneReportCallback
-
-        from trainer_core.ray.train_driver import run_training
-
-        summary = run_training(cfg, spec["tags"], callbacks=[TuneReportCallback()])
+    summary = run_summary(cfg.trainer.run_location)
+    if summary.get("status") not in TRIAL_END_STATUSES:
+        summary = _train(cfg, spec["tags"], started_at)
     final = {
         k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
     }
     final["diverged"] = int(summary.get("status") == "diverged")
     final["finished"] = 1
     tune.report(final)
+
+
+def _train(cfg: RayTrainConfig, tags: dict[str, Any], started_at: float) -> dict[str, Any]:
+    """Run (or resume) ``cfg`` by its runner; its summary."""
+    if cfg.ray.runner == "trial":
+        from trainer_core.ray.trial_runner import run_in_trial
+
+        return run_in_trial(cfg, tags, started_at)
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from trainer_core.ray.train_driver import run_training
+
+    return run_training(cfg, tags, callbacks=[TuneReportCallback()])
 
 
 def driver_resources():
