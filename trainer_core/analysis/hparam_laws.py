@@ -9,8 +9,9 @@ D's exponent is fitted with its sign free: published laws disagree on it (Step L
 with the horizon, Bjorck et al.'s falls).
 
 Input: one row per trial at one eval point, columns N, D (tokens at that point), lr, batch
-(tokens) and loss, optionally ``stopped``. Stopped trials are left out, as ``lr.py`` leaves out
-their un-annealed losses; non-finite losses (diverged trials) too.
+(tokens) and loss, optionally ``stopped``. Rows marked stopped are left out (an un-annealed
+loss); a loss of +inf is a value tried and judged worse (a trial early stopping ended before
+this horizon): it brackets a cell's optimum, never fitted; NaN and -inf losses are left out.
 :func:`~trainer_core.analysis.hparam_table.hparam_table` builds it from a sweep dir.
 """
 
@@ -136,7 +137,8 @@ def _usable(df: pd.DataFrame) -> pd.DataFrame:
                 f"{'parameters' if column == 'N' else 'tokens'}; row {bad.index[0]!r} has "
                 f"{bad.iloc[0]!r}: fix or drop the row"
             )
-    keep = np.isfinite(df["loss"].astype(float)) & (df["lr"] > 0) & (df["batch"] > 0)
+    loss = df["loss"].astype(float)
+    keep = (np.isfinite(loss) | (loss == np.inf)) & (df["lr"] > 0) & (df["batch"] > 0)
     if "stopped" in df.columns:
         keep &= ~df["stopped"].eq(True)
     return df[keep]

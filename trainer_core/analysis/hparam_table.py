@@ -22,7 +22,9 @@ def hparam_table(results: ExperimentResults) -> pd.DataFrame:
 
     Annealed points only: each WSD-S decay gives a finished-schedule loss, so one trial fills a
     cell at each of its horizons; a point at peak LR (before a decay) answers no horizon. A
-    trial stopped early still counts at the decays it finished, as those losses are final.
+    trial stopped early counts at the decays it finished, as those losses are final, and at
+    its group's later horizons with an infinite loss: early stopping judged it worse than the
+    trials that went on, so it brackets those cells' optima (as in the sweep report's, lr.py).
     """
     runs = results.runs.set_index("name")
     ok = runs.index[runs["status"] != "diverged"]
@@ -40,7 +42,31 @@ def hparam_table(results: ExperimentResults) -> pd.DataFrame:
         }
     )
     table["D"] = _snapped_horizons(table)
-    return table.reset_index(drop=True)
+    return pd.concat([table, _stopped_before(runs, table)], ignore_index=True)
+
+
+def _stopped_before(runs: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """Rows of infinite loss for each early-stopped trial at the horizons its group's other
+    trials reached past its last annealed point (group: a size and run length)."""
+    groups = runs.get("tag_group", runs["size"]).fillna(runs["size"])
+    horizons = table.assign(group=table["name"].map(groups)).groupby("group")["D"].unique()
+    rows = []
+    for name in runs.index[runs["status"] == "stopped"]:
+        reached = table.loc[table["name"] == name, "D"].max()  # NaN: before any decay
+        run = runs.loc[name]
+        rows += [
+            {
+                "name": name,
+                "N": run["num_params"],
+                "D": d,
+                "lr": run["peak_lr"],
+                "batch": run["global_batch_tokens"],
+                "loss": np.inf,
+            }
+            for d in horizons.get(groups[name], [])
+            if not d <= reached * (1 + HORIZON_TOLERANCE)
+        ]
+    return pd.DataFrame(rows, columns=table.columns).astype(table.dtypes)
 
 
 def _snapped_horizons(df: pd.DataFrame) -> pd.Series:

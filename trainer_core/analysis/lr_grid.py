@@ -119,19 +119,13 @@ def widen_horizons(points: pd.DataFrame, table: pd.DataFrame) -> dict[str, list[
         tried = at_d[at_d["batch"] == batch]
         trials = table[(table["group"] == group) & (table["batch"] == batch)]
         lost = trials[trials["diverged"].astype(bool)]
-        # Stopped by early stopping before this horizon: tried, and judged worse than the
-        # trials that reached it (as the final horizon's comparison at a common step has it).
-        cut = trials[trials["stopped_early"].astype(bool) & ~trials["name"].isin(tried["name"])]
+        # A trial stopped before this horizon is in ``tried`` with an infinite loss: worse.
         frame = pd.DataFrame(
             {
                 "size": group,
-                "lr": [*tried["lr"], *cut["lr"], *lost["lr"]],
-                "diverged": [False] * (len(tried) + len(cut)) + [True] * len(lost),
-                COMPARED: [
-                    *tried["loss"],
-                    *[math.inf] * len(cut),
-                    *[math.nan] * len(lost),
-                ],
+                "lr": [*tried["lr"], *lost["lr"]],
+                "diverged": [False] * len(tried) + [True] * len(lost),
+                COMPARED: [*tried["loss"], *[math.nan] * len(lost)],
             }
         )
         for lrs in widen_lrs(frame).values():

@@ -384,3 +384,47 @@ def test_the_sweep_benchmarks_target_is_two_positive_numbers():
     for bad, why in (("-1,2e9", "must be > 0"), ("nan,1e9", "finite"), ("1e8", "is not N,D")):
         with pytest.raises(argparse.ArgumentTypeError, match=why):
             n_and_d(bad)
+
+
+def test_a_trial_stopped_before_a_horizon_brackets_that_cell_as_worse():
+    """ASHA stopped lr 1e-3 after the first decay; at the second the best finished LR is the
+    smallest that finished. Early stopping judged 1e-3 worse there, so the cell is bracketed,
+    as the sweep report's optimum is (it was NOT BRACKETED, and left out of the law)."""
+    from types import SimpleNamespace
+
+    from trainer_core.analysis.hparam_table import hparam_table
+
+    runs = pd.DataFrame(
+        {
+            "name": ["a", "b", "c"],
+            "size": "s",
+            "num_params": 1e6,
+            "peak_lr": [1e-3, 2e-3, 4e-3],
+            "global_batch_tokens": 2048,
+            "status": ["stopped", "finished", "finished"],
+        }
+    )
+    points = pd.DataFrame(
+        [
+            (name, d, loss)
+            for name, d, loss in [
+                ("a", 1e7, 3.3),
+                ("b", 1e7, 3.1),
+                ("c", 1e7, 3.2),
+                ("b", 2e7, 2.9),
+                ("c", 2e7, 3.0),
+            ]
+        ],
+        columns=["name", "tokens", "eval_loss"],
+    )
+    points = points.assign(
+        annealed=True,
+        N=1e6,
+        peak_lr=points["name"].map(dict(zip(runs["name"], runs["peak_lr"], strict=True))),
+    )
+    table = hparam_table(SimpleNamespace(runs=runs, points=points))
+    worse = table[table["loss"] == math.inf]
+    assert list(worse["name"]) == ["a"] and list(worse["D"]) == [pytest.approx(2e7)]
+    late = next(c for c in cell_optima(table, "lr") if c.D > 1.5e7)
+    assert not late.at_edge and late.value == pytest.approx(2e-3)
+    assert (late.low, late.high) == pytest.approx((1e-3, 4e-3))

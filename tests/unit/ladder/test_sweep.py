@@ -294,9 +294,10 @@ def test_a_short_horizon_whose_best_lr_is_at_the_edge_widens_the_grid():
 
 def test_trials_stopped_before_a_horizon_count_there_as_tried_and_worse():
     """Early stopping cut the low LRs before the horizon: the one trial that reached it is not
-    an optimum at both edges (the grid widened both ways with a default step)."""
+    an optimum at both edges (the grid widened both ways with a default step). The cut trials
+    are at the horizon with an infinite loss, as hparam_table puts them."""
     reached = horizon_points({4e5: 4e-3})
-    reached = reached[reached["lr"] == 4e-3]
+    reached.loc[reached["lr"] < 4e-3, "loss"] = math.inf
     rows = [(1e-3, 2048, 5.0), (2e-3, 2048, 4.0), (4e-3, 2048, 1.0)]
     table = sweep_table(rows, stopped={(1e-3, 2048), (2e-3, 2048)})
     assert widen_horizons(reached, table) == {"s@1x": [(pytest.approx(8e-3), 2048)]}
