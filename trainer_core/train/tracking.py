@@ -9,10 +9,12 @@ TrainConfig, which holds no secrets (W&B reads its key from the environment / ne
 ``wandb`` (2 s to import) is imported when a tracked run starts, never by untracked ones.
 
 A resumed run continues its W&B run (the id: the run dir and its first start) and logs only the
-steps past those it logged before (``LOGGED_STEP``): steps replayed after a resume from a
-checkpoint keep the values first logged (the same losses; ``metrics.jsonl`` holds the replay's
-throughput), so W&B's steps only increase. After a kill, the rows W&B's service had not yet
-written to its file (seconds of them) are missing there: ``metrics.jsonl`` is the record.
+steps past those it logged before: steps replayed after a resume from a checkpoint keep the
+values first logged (the same losses; ``metrics.jsonl`` holds the replay's throughput), so
+W&B's steps only increase. "Logged before" is the last step handed to W&B (``LOGGED_STEP``),
+offline capped by the last step its segments' files hold (:mod:`~trainer_core.train.wandb_files`):
+W&B's service writes in blocks seconds apart, and a kill loses the rows it still held, which
+the resumed run then logs again from its checkpoint.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import importlib.util
 import logging
 import os
 import shutil
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,7 @@ from trainer_core.io import storage
 from trainer_core.io.run_dir import LOGGED_STEP, WANDB, worker_groups
 from trainer_core.io.storage import Location
 from trainer_core.train.callbacks import BaseCallback
+from trainer_core.train.wandb_files import SEGMENTS, last_step_written
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +60,9 @@ class WandbCallback(BaseCallback):
         if wandb.run is not None:
             # A process that trains runs one after another (a reused Tune trial) may still hold
             # one that stopped early, without on_end: this run's metrics must not go into it.
+            # Torn down as on_end does, so its rows are in its files before they are read below.
             wandb.run.finish()
+            wandb.teardown()
         mode = t.mode
         if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _has_netrc_key()):
             print("[wandb] no API key found: logging offline (sync later with `wandb sync`)")
@@ -74,6 +80,11 @@ class WandbCallback(BaseCallback):
         if self.local_dir is not None and storage.is_file(uploaded):
             there = _read_marker(storage.read_text(uploaded))  # this run's rank 0 on another node
         self.logged_step = max((step for i, step in (here, there) if i == run_id), default=0)
+        if mode == "offline":
+            # Handed to W&B is not written: a kill loses the rows its service still held.
+            written = last_step_written(_segment_files(wandb_root, run_dir), run_id)
+            if written is not None:
+                self.logged_step = min(self.logged_step, written)
         self.run = wandb.init(
             project=t.project,
             entity=t.entity or None,
@@ -123,6 +134,24 @@ class WandbCallback(BaseCallback):
             self.run = None
         if self.local_dir is not None:
             self._upload()
+
+
+def _segment_files(wandb_root: Path, run_dir: Location) -> list[bytes]:
+    """The ``.wandb`` files of the run's earlier offline segments: in the local W&B dir and,
+    for a run dir on object storage, the ones uploaded there (from another node, too)."""
+    local = sorted((wandb_root / WANDB).glob(f"{SEGMENTS}/*.wandb"))
+    files = [path.read_bytes() for path in local]
+    if storage.is_url(run_dir):
+        remote = storage.join(run_dir, WANDB)
+        for segment, size in storage.entries(remote).items():
+            if size is None and fnmatch(segment, SEGMENTS):
+                names = storage.entries(storage.join(remote, segment))
+                files += [
+                    storage.read_bytes(storage.join(remote, segment, name))
+                    for name in names
+                    if name.endswith(".wandb")
+                ]
+    return files
 
 
 def _run_id(run_dir: Location) -> str:

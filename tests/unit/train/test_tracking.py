@@ -83,3 +83,26 @@ def test_tracking_without_wandb_or_with_a_wandb_file_stops_before_the_run(
     with pytest.raises(ConfigError, match=r"^tracking.wandb: true needs the wandb package"):
         build_trainer(tiny_config(run_dir, "--tracking.wandb=true"))
     assert not (run_dir / "run.json").exists()
+
+
+def test_rows_a_killed_runs_wandb_service_never_wrote_are_logged_again(tiny_config, tmp_path):
+    """Killed at step 7, its W&B file holding the rows up to 3 only (written in blocks, seconds
+    apart): the run resumed from its checkpoint at 4 logs 5..12, where before it skipped to 8,
+    as if everything handed to W&B had been written."""
+    import wandb
+    from stops import StopAfter
+    from wandb_history import cut_after, history
+
+    from trainer_core.train.build import build_trainer
+
+    run_dir = tmp_path / "run"
+    args = ("--tracking.wandb=true", "--trainer.max_steps=12", "--trainer.log_interval=1")
+    cfg = tiny_config(run_dir, *args, "--checkpoint.save_interval_steps=4")
+    with pytest.raises(KeyboardInterrupt):
+        build_trainer(cfg, extra_callbacks=[StopAfter(7)]).fit()
+    wandb.run.finish()  # what the killed process's files would hold, then cut
+    wandb.teardown()  # (finish returns before W&B's service has written them)
+    cut_after(run_dir, 3)
+    build_trainer(cfg).fit()
+    steps = [row["_step"] for _, _, row in history(run_dir)]
+    assert steps == [1, 2, 3, *range(5, 13)]
