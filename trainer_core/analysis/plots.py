@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from trainer_core.analysis.load import ExperimentResults
@@ -98,42 +99,34 @@ def plot_lr_sweep(
     return save(lr_sweep_figure(table, optima, loss), path)
 
 
+BATCH_STYLES = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", (0, (5, 1, 1, 1)))]
+"""(marker, line style) of a size's batches, smallest first, where a sweep tried several."""
+
+
 def lr_sweep_figure(
     table: pd.DataFrame, optima: dict[str, OptimalLR], loss: str = COMPARED
 ) -> Figure:
     """Loss vs peak LR per size (log x) at the size's common step; the optimum as a star,
     trials stopped early as hollow markers labelled with their last step (at the top when
-    stopped before the common step: judged worse, no loss there), diverged as x."""
+    stopped before the common step: judged worse, no loss there), diverged as x.
+
+    Where a size tried several batches, one line per (size, batch): colour the size, marker
+    and line style the batch (its rank among the size's), compared at the group's common
+    tokens (their steps differ), each size's optimum the best over its batches."""
     fig = Figure(figsize=(7.5, 5))
     ax = fig.add_subplot()
     sizes = list(table.sort_values("N").drop_duplicates("size")["size"])
     finite = table.loc[~table["diverged"], loss].astype(float)
     finite = finite[np.isfinite(finite)]
     top = finite.max() if len(finite) else 1.0
+    by_batch = bool(len(table)) and table.groupby("size")["batch"].nunique().max() > 1
     for size, color in zip(sizes, colors(len(sizes)), strict=True):
-        t = table[table["size"] == size].sort_values("lr")
-        ok = t[~t["diverged"] & np.isfinite(t[loss].astype(float))]
-        step = ok["compared_step"].max() if loss == COMPARED else None
-        label = f"{size} (at step {step})" if step is not None and pd.notna(step) else size
-        ax.plot(ok["lr"], ok[loss], "-", lw=1, color=color, label=label)
-        done = ok[~ok["stopped_early"]]
-        ax.scatter(done["lr"], done[loss], s=22, color=color, zorder=3)
-        stopped = t[~t["diverged"] & t["stopped_early"] & t[loss].astype(float).notna()]
-        at = np.where(np.isfinite(stopped[loss].astype(float)), stopped[loss], top)
-        ax.scatter(stopped["lr"], at, s=40, facecolors="white", edgecolors=color, zorder=3)
-        for row, y in zip(stopped.itertuples(index=False), at, strict=True):
-            ax.annotate(
-                f"stopped@{row.steps_run}",
-                (row.lr, y),
-                textcoords="offset points",
-                xytext=(0, 7),
-                ha="center",
-                fontsize=6,
-                color=color,
-            )
-        bad = t[t["diverged"]]
-        if len(bad):
-            ax.scatter(bad["lr"], np.full(len(bad), top), marker="x", s=50, color=color, zorder=4)
+        t = table[table["size"] == size]
+        batches = sorted(t["batch"].unique())
+        for rank, batch in enumerate(batches):
+            style = BATCH_STYLES[rank % len(BATCH_STYLES)]
+            rows = t[t["batch"] == batch].sort_values("lr")
+            _lr_sweep_line(ax, rows, loss, color, style, top, by_batch)
         if size in optima:
             o = optima[size]
             if not o.at_edge:  # open on the far side
@@ -141,14 +134,51 @@ def lr_sweep_figure(
             ax.plot([o.lr], [o.loss], "*", ms=12, color=color, mec="k", zorder=5)
     ax.set_xscale("log")
     ax.set_xlabel("peak learning rate")
-    what = "eval loss at the common step" if loss == COMPARED else loss.replace("_", " ")
+    common = "tokens" if by_batch else "step"
+    what = f"eval loss at the common {common}" if loss == COMPARED else loss.replace("_", " ")
     ax.set_ylabel(what)
     ax.set_title(
         "LR sweep (star: optimum, hollow: stopped early, x: diverged; at the top: no loss there)"
     )
-    ax.legend(title="size", fontsize=8)
+    ax.legend(title="size, batch (tokens)" if by_batch else "size", fontsize=8)
     ax.grid(alpha=0.3, which="both")
     return fig
+
+
+def _lr_sweep_line(
+    ax: Axes, t: pd.DataFrame, loss: str, color: tuple, style: tuple, top: float, by_batch: bool
+) -> None:
+    """One size's trials at one batch: the line, its finished, stopped and diverged trials."""
+    mark, dash = style
+    ok = t[~t["diverged"] & np.isfinite(t[loss].astype(float))]
+    size = t["size"].iloc[0]
+    name = f"{size}, {t['batch'].iloc[0]:,}" if by_batch else size
+    label = name
+    if loss == COMPARED and len(ok):
+        if by_batch:
+            label = f"{name} (at {ok['compared_tokens'].max():.4g} tokens)"
+        elif pd.notna(ok["compared_step"].max()):
+            label = f"{name} (at step {ok['compared_step'].max()})"
+    on_line = {"marker": mark, "ms": 4} if by_batch else {}  # the legend shows the batch's
+    ax.plot(ok["lr"], ok[loss], linestyle=dash, lw=1, color=color, label=label, **on_line)
+    done = ok[~ok["stopped_early"]]
+    ax.scatter(done["lr"], done[loss], s=22, marker=mark, color=color, zorder=3)
+    stopped = t[~t["diverged"] & t["stopped_early"] & t[loss].astype(float).notna()]
+    at = np.where(np.isfinite(stopped[loss].astype(float)), stopped[loss], top)
+    ax.scatter(stopped["lr"], at, s=40, marker=mark, facecolors="white", edgecolors=color, zorder=3)
+    for row, y in zip(stopped.itertuples(index=False), at, strict=True):
+        ax.annotate(
+            f"stopped@{row.steps_run}",
+            (row.lr, y),
+            textcoords="offset points",
+            xytext=(0, 7),
+            ha="center",
+            fontsize=6,
+            color=color,
+        )
+    bad = t[t["diverged"]]
+    if len(bad):
+        ax.scatter(bad["lr"], np.full(len(bad), top), marker="x", s=50, color=color, zorder=4)
 
 
 def plot_lr_vs_size(

@@ -129,19 +129,21 @@ def _line(
 
 
 def plot_hparam_laws(
-    df: pd.DataFrame, lr: HparamLawFit, batch: HparamLawFit | None, out_dir: str | Path
+    df: pd.DataFrame,
+    lr: HparamLawFit | None,
+    batch: HparamLawFit | None,
+    out_dir: str | Path,
+    cells: dict[Param, list[CellOptimum]] | None = None,
 ) -> list[Path]:
     """Every figure of the laws into ``out_dir``: the LR sweeps per cell, LR* against N and
-    against D, and (batch swept) the batch sweeps per cell and B* against D."""
+    against D, and (batch swept) the batch sweeps per cell and B* against D. A law that is None
+    (refused, or not fitted) draws its cells' sweeps alone, from ``cells``, where why shows."""
     out = Path(out_dir)
-    cells = lr.cells + lr.excluded
-    paths = [
-        plot_cell_sweeps(df, cells, out / "hparam_lr_cells.png", "lr"),
-        plot_hparam_law(lr, out / "hparam_lr_vs_N.png", "N"),
-        plot_hparam_law(lr, out / "hparam_lr_vs_D.png", "D"),
-    ]
-    if batch is not None:
-        bcells = batch.cells + batch.excluded
-        paths.append(plot_cell_sweeps(df, bcells, out / "hparam_batch_cells.png", "batch"))
-        paths.append(plot_hparam_law(batch, out / "hparam_batch_vs_D.png", "D"))
+    paths = []
+    for param, law, against in (("lr", lr, ("N", "D")), ("batch", batch, ("D",))):
+        swept = law.cells + law.excluded if law is not None else (cells or {}).get(param, [])
+        if swept:
+            paths.append(plot_cell_sweeps(df, swept, out / f"hparam_{param}_cells.png", param))
+        if law is not None:
+            paths += [plot_hparam_law(law, out / f"hparam_{param}_vs_{x}.png", x) for x in against]
     return paths

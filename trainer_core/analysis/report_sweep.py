@@ -1,15 +1,37 @@
-"""The LR-sweep half of the report: every trial, the optimum per size and LR*(N)."""
+"""The LR-sweep half of the report: every trial, the optimum per size and LR*(N), and what a
+ladder fed from the sweep plans with: the (N, D) cells' optima and the LR* / B* laws through
+them, found by the ladder's own calls (:mod:`trainer_core.ladder.lr_feedback`)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from trainer_core.analysis.hparam_laws import CellOptimum, HparamLawFit, cell_optima
+from trainer_core.analysis.hparam_table import hparam_table
+from trainer_core.analysis.load import ExperimentResults
 from trainer_core.analysis.lr import COMPARED, fit_lr_power_law, lr_sweep_table, optimal_lrs
 from trainer_core.analysis.plots import plot_lr_sweep, plot_lr_vs_size
+from trainer_core.analysis.plots_hparams import plot_hparam_laws
 from trainer_core.analysis.report_data import Report, fmt_loss
+from trainer_core.config.loader import ConfigError
+from trainer_core.ladder.formulas import BATCH_SWEEP_LAWS, BatchFormula
+from trainer_core.ladder.lr_feedback import (
+    BATCH_KEY,
+    LR_KEY,
+    ONE_HORIZON,
+    batch_law,
+    horizons_swept,
+    lr_laws,
+)
+
+T = TypeVar("T")
 
 
 def _status(row) -> str:
@@ -24,25 +46,36 @@ def _compared(loss: float) -> str:
     return "worse (stopped)" if loss == np.inf else fmt_loss(loss)
 
 
-def sweep_section(report: Report, console: Console) -> None:
-    table = lr_sweep_table(report.results)
+def _trials(table: pd.DataFrame) -> Table:
+    """Every trial, with its batch where a size tried several (else rows of one LR at two
+    batches would read as duplicates)."""
+    batches = bool(len(table)) and table.groupby("size")["batch"].nunique().max() > 1
     shown = Table(
         title="LR sweep: trials compared at the last eval every trial that early stopping let "
-        "run reached; one stopped before it counts as worse"
+        "run reached"
+        + (" (in tokens: the batches differ)" if batches else "")
+        + "; one stopped before it counts as worse"
     )
-    for col in ("size", "lr", "compared at", "loss there", "final eval", "steps", "status"):
+    cols = ["size", "lr", *(["batch (tokens)"] if batches else []), "compared at", "loss there"]
+    for col in (*cols, "final eval", "steps", "status"):
         shown.add_column(col, justify="left" if col in ("size", "status") else "right")
     for row in table.itertuples(index=False):
         shown.add_row(
             row.size,
             f"{row.lr:.3e}",
+            *([f"{row.batch:,}"] if batches else []),
             "-" if pd.isna(row.compared_step) else f"step {row.compared_step}",
             _compared(getattr(row, COMPARED)),
             fmt_loss(row.final_eval_loss),
             f"{row.steps_run}/{row.total_steps}",
             _status(row),
         )
-    console.print(shown)
+    return shown
+
+
+def sweep_section(report: Report, console: Console) -> None:
+    table = lr_sweep_table(report.results)
+    console.print(_trials(table))
     order = table.groupby("size")["N"].first().sort_values()
     report.optima = optimal_lrs(table)
     for size in order.index:
@@ -74,3 +107,65 @@ def sweep_section(report: Report, console: Console) -> None:
         report.plots.append(
             plot_lr_vs_size(n, lrs, report.lr_law, report.out_dir / "lr_vs_size.png", err)
         )
+    report.attempt("the laws a ladder plans with", lambda: _ladder_laws(report, console))
+
+
+def _ladder_laws(report: Report, console: Console) -> None:
+    """What a ladder fed from this sweep plans with: the (N, D) cells' optima, then the LR law
+    ``lr.from_sweep`` uses (LR*(N, D), or LR*(N) with why) and, the batch swept, the B* law
+    ``batch.from_sweep`` uses, each with its flags, or the one line that stops the plan; the
+    laws' figures beside the others."""
+    results, sweep_dir = report.results, str(report.results.path)
+    table = hparam_table(results)
+    console.print(f"What a ladder fed from this sweep plans with ({LR_KEY}, {BATCH_KEY}):")
+    lr_cells = cell_optima(table, "lr")
+    _print_cells(console, "LR", lr_cells)
+    lr = _lr_law(console, results, sweep_dir, horizons_swept(table))
+    batch_cells = cell_optima(table, "batch")
+    batch = None
+    if batch_cells:
+        _print_cells(console, "batch", batch_cells)
+        terms = BATCH_SWEEP_LAWS[BatchFormula.sweep_law]
+        batch = _or_refusal(console, lambda: batch_law(results, sweep_dir, terms))
+        if batch is not None:
+            console.print(f"{BATCH_KEY} (batch.sweep_law: {BatchFormula.sweep_law}): {batch}")
+    cells = {"lr": lr_cells, "batch": batch_cells}
+    report.plots += plot_hparam_laws(table, lr, batch, Path(report.out_dir), cells)
+
+
+def _print_cells(console: Console, what: str, cells: list[CellOptimum]) -> None:
+    if not cells:
+        console.print(f"{what} optimum per (N, D) cell: none (no annealed eval varies the {what})")
+        return
+    console.print(f"{what} optimum per (N, D) cell:")
+    for cell in cells:
+        console.print(f"  {cell}")
+
+
+def _lr_law(
+    console: Console, results: ExperimentResults, sweep_dir: str, swept: int
+) -> HparamLawFit | None:
+    """Print the LR law ``lr.from_sweep`` plans with, or its refusal; return LR*(N, D) if any."""
+    laws = _or_refusal(console, lambda: lr_laws(results, sweep_dir))
+    if laws is None:
+        return None
+    law, of_n = laws
+    if law is not None:
+        console.print(f"{LR_KEY}: each size at its run's final D: {law}")
+        return law
+    seen = "no annealed eval (a decay's end)" if swept == 0 else "annealed evals at one D per size"
+    console.print(f"{LR_KEY}: {of_n} ({ONE_HORIZON})")
+    console.print(
+        f"  falls back to LR*(N): the sweep has {seen}, and LR*(N, D) needs two horizons of a "
+        "size to tell D's effect from N's (sweep.horizons)"
+    )
+    return None
+
+
+def _or_refusal(console: Console, law: Callable[[], T]) -> T | None:
+    """``law()``, or None with the one line that would stop a ladder's plan printed."""
+    try:
+        return law()
+    except ConfigError as e:
+        console.print(f"a ladder's plan stops here: {e}", style="yellow")
+        return None

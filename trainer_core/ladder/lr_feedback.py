@@ -27,10 +27,14 @@ from trainer_core.ladder.config import LadderConfig
 from trainer_core.ladder.formulas import BATCH_SWEEP_LAWS
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from trainer_core.analysis import ExperimentResults, HparamLawFit, LRPowerLawFit
 
 LR_KEY = "lr.from_sweep"
 BATCH_KEY = "batch.from_sweep"
+ONE_HORIZON = "one horizon per size: not moved with D"
+"""How the plan (and the sweep's report) names LR*(N), the law of a one-horizon sweep."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ class SweepRules:
         if self.lr_of_n is None:
             return None
         fit = self.lr_of_n
-        law = f"{fit} (one horizon per size: not moved with D)"
+        law = f"{fit} ({ONE_HORIZON})"
         outside = ("N",) if fit.outside(N) else ()
         return SweepChoice(fit.predict(N), *fit.interval(N), D, law, self.lr_dir, outside)
 
@@ -116,9 +120,10 @@ def sweep_rules(ladder: LadderConfig) -> SweepRules | None:
     loaded: dict[str, ExperimentResults] = {}
     rules = SweepRules(lr_dir=lr_dir, batch_dir=batch_dir)
     if lr_dir:
-        rules.lr_law, rules.lr_of_n = _lr_laws(lr_dir, loaded)
+        rules.lr_law, rules.lr_of_n = lr_laws(_load(LR_KEY, lr_dir, loaded), lr_dir)
     if batch_dir:
-        rules.batch_law = _batch_law(batch_dir, BATCH_SWEEP_LAWS[ladder.batch.sweep_law], loaded)
+        terms = BATCH_SWEEP_LAWS[ladder.batch.sweep_law]
+        rules.batch_law = batch_law(_load(BATCH_KEY, batch_dir, loaded), batch_dir, terms)
     return rules
 
 
@@ -152,8 +157,21 @@ def _refuse_run_dir(key: str, sweep_dir: str) -> None:
     raise ConfigError(f"{key}: {sweep_dir!r} is one run's dir, not a sweep's: {fix}")
 
 
-def _lr_laws(sweep_dir: str, loaded: dict) -> tuple[HparamLawFit | None, LRPowerLawFit | None]:
-    """(LR*(N, D), None) where some size's bracketed cells cover two horizons, else (None, LR*(N))."""
+def horizons_swept(table: pd.DataFrame) -> int:
+    """The most horizons D any one size has annealed points at (a sweep table, ``hparam_table``):
+    what the sweep tried, bracketed or not."""
+    return int(table.groupby("N")["D"].nunique().max()) if len(table) else 0
+
+
+def lr_laws(
+    results: ExperimentResults, sweep_dir: str
+) -> tuple[HparamLawFit | None, LRPowerLawFit | None]:
+    """The LR law ``lr.from_sweep`` plans with, shared with the sweep's report so both show one
+    law: (LR*(N, D), None) where some size was swept at two horizons, else (None, LR*(N)).
+
+    Decided by the horizons swept, not those whose cells bracket their optimum: a sweep of
+    several horizons whose grids miss the optima is refused (widen them), never read as one
+    horizon per size and planned with LR*(N)."""
     from trainer_core.analysis import (
         AnalysisError,
         cell_optima,
@@ -162,26 +180,40 @@ def _lr_laws(sweep_dir: str, loaded: dict) -> tuple[HparamLawFit | None, LRPower
         hparam_table,
     )
 
-    results = _load(LR_KEY, sweep_dir, loaded)
-    cells = cell_optima(hparam_table(results), "lr")
-    if horizons_per_size(cells) >= 2:
-        return _fit(LR_KEY, sweep_dir, cells, ("N", "D")), None
-    try:
-        return None, fit_sweep_lr(results)
-    except AnalysisError as e:
-        raise ConfigError(f"{LR_KEY}: {sweep_dir!r} can't give an LR fit: {e}") from None
+    table = hparam_table(results)
+    swept = horizons_swept(table)
+    if swept < 2:
+        try:
+            return None, fit_sweep_lr(results)
+        except AnalysisError as e:
+            raise ConfigError(f"{LR_KEY}: {sweep_dir!r} can't give an LR fit: {e}") from None
+    cells = cell_optima(table, "lr")
+    if horizons_per_size(cells) < 2:
+        raise ConfigError(
+            f"{LR_KEY}: {sweep_dir!r} sweeps {swept} horizons of a size, but no size has a "
+            f"bracketed LR optimum at two of them, so LR*(N, D) has no D to fit: "
+            f"{_widen(LR_KEY)}, or remove {LR_KEY}"
+        )
+    return _fit(LR_KEY, sweep_dir, cells, ("N", "D")), None
 
 
-def _batch_law(sweep_dir: str, terms: tuple[str, ...], loaded: dict) -> HparamLawFit:
+def batch_law(results: ExperimentResults, sweep_dir: str, terms: tuple[str, ...]) -> HparamLawFit:
+    """The B* law ``batch.from_sweep`` plans with (``terms``: ``batch.sweep_law``'s factors)."""
     from trainer_core.analysis import cell_optima, hparam_table
 
-    cells = cell_optima(hparam_table(_load(BATCH_KEY, sweep_dir, loaded)), "batch")
+    cells = cell_optima(hparam_table(results), "batch")
     if not cells:
         raise ConfigError(
             f"{BATCH_KEY}: {sweep_dir!r} tries one batch per (N, D) cell, so it has no B* to "
             f"fit: sweep batch sizes too, or remove {BATCH_KEY}"
         )
     return _fit(BATCH_KEY, sweep_dir, cells, terms)
+
+
+def _widen(key: str) -> str:
+    """The fix for cells whose grid misses their optimum."""
+    grid = "sweep.factors" if key == LR_KEY else "sweep.batch_factors"
+    return f"widen the grid ({grid}) or raise sweep.widen_rounds"
 
 
 def _fit(key: str, sweep_dir: str, cells: list, terms: tuple[str, ...]) -> HparamLawFit:
@@ -193,10 +225,10 @@ def _fit(key: str, sweep_dir: str, cells: list, terms: tuple[str, ...]) -> Hpara
     bracketed = sum(not c.at_edge for c in cells)
     need = len(terms) + 3
     if bracketed < need:
+        fix = _widen(key) if len(cells) >= need else "add sizes or horizons to the sweep"
         raise ConfigError(
-            f"{key}: {sweep_dir!r} has {bracketed} (N, D) cells with a bracketed optimum; "
-            f"{name} needs at least {need}: add sizes, horizons or grid points to the sweep, "
-            f"or remove {key}"
+            f"{key}: {sweep_dir!r} has {bracketed} of {len(cells)} (N, D) cells with a "
+            f"bracketed optimum; {name} needs at least {need}: {fix}, or remove {key}"
         )
     try:
         law = fit_hparam_law(cells, terms)

@@ -159,3 +159,26 @@ def test_bad_sweeps_give_one_line_errors_naming_the_key(hparam_sweep, sweep_dir,
     unresolved = one_line_error(ladder(tmp_path, lr={"from_sweep": str(noisy)}))
     assert unresolved.startswith("lr.from_sweep: LR*(N, D) from ")
     assert "sign not resolved" in unresolved and "remove lr.from_sweep" in unresolved
+
+
+def test_several_horizons_without_enough_bracketed_cells_stop_the_plan(tmp_path):
+    """2 horizons x 2 batches per size, LR* moving so fast with D that the shorter horizon's
+    optimum lies below every size's LR grid: LR*(N), read at the final horizon, brackets each
+    size, but no size has two bracketed cells. The plan stops, naming the fix, rather than fall
+    back to LR*(N) as if the sweep had one horizon per size."""
+    from trainer_core.analysis import fit_sweep_lr
+
+    a, b = STEP_LAW_LR.a, 1.25  # the grid spans 2^-1.4..2^1.6 of LR* between the horizons
+    steep = PlantedLaw(1e-2 / (1e6**a * 2e7**b), a, b)
+    sweep = make_hparam_sweep(
+        tmp_path / "sweep",
+        ladder_sizes(),
+        steep,
+        ratios=(10.0, 40.0),
+        batch_factors=(1.0, 2.0),
+        noise=0.0,
+    )
+    assert fit_sweep_lr(sweep).n_points == 3, "LR*(N) alone would plan"
+    error = one_line_error(ladder(tmp_path, lr={"from_sweep": str(sweep)}))
+    assert error.startswith(f"lr.from_sweep: {str(sweep)!r} sweeps 2 horizons of a size")
+    assert "widen the grid (sweep.factors) or raise sweep.widen_rounds" in error
