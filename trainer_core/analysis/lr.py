@@ -46,7 +46,8 @@ def _compare_at_common_tokens(table: pd.DataFrame, evals: pd.DataFrame) -> pd.Da
     compared_loss (inf for a trial stopped before: judged worse).
 
     Tokens, not steps: trials of one group may differ in batch. A trial's eval counts as at the
-    common tokens within two of its batches, the rounding of its eval steps to whole steps."""
+    common tokens within two of the group's largest batch: each trial's eval steps are rounded
+    to whole steps, the common tokens set by whichever trial reached the fewest."""
     by_name = {name: g for name, g in evals.groupby("name")}
     last = {name: g.iloc[-1] for name, g in by_name.items()}
     table["last_eval_step"] = table["name"].map(lambda n: last[n]["step"] if n in last else None)
@@ -57,10 +58,11 @@ def _compare_at_common_tokens(table: pd.DataFrame, evals: pd.DataFrame) -> pd.Da
     common = reached[ran_on].groupby(table["group"]).min()
     fallback = reached[~table["diverged"]].groupby(table["group"]).min()
     table["compared_tokens"] = table["group"].map(common.combine_first(fallback))
+    widest = table["group"].map(table.groupby("group")["batch"].max())
     steps, losses = [], []
-    for row in table.itertuples(index=False):
+    for row, largest in zip(table.itertuples(index=False), widest, strict=True):
         g = by_name.get(row.name)
-        slack = 2 * row.batch
+        slack = 2 * largest
         upto = g[g["tokens"] <= row.compared_tokens + slack] if g is not None else []
         if pd.isna(row.compared_tokens):
             steps.append(None)
@@ -126,10 +128,14 @@ class OptimalLR:
     n_trials: int
     step: int | None = None
     """The common step the trials were compared at (None: another loss column was used)."""
+    tokens: float | None = None
+    """The common tokens, named instead of the step where the trials' batches differ."""
 
     def __str__(self) -> str:
         edge = "  (at the edge of the grid: widen it)" if self.at_edge else ""
         at = f" at step {self.step}" if self.step is not None else ""
+        if self.tokens is not None:
+            at = f" at {self.tokens:.4g} tokens"
         return (
             f"lr* = {self.lr:.3e} (95% {self.lr_low:.3e} .. {self.lr_high:.3e}), loss "
             f"{self.loss:.4f}{at} ({self.method}, {self.n_trials} LRs){edge}"
@@ -161,12 +167,15 @@ def optimal_lr(
     x, y = _curve(table, loss)
     if not np.isfinite(y).any():
         raise AnalysisError(f"optimal_lr: no non-diverged trial with a finite {loss}")
-    step = None
+    step = tokens = None
     if loss == COMPARED:
-        step = int(table.loc[np.isfinite(table[loss].astype(float)), "compared_step"].max())
+        compared = table[np.isfinite(table[loss].astype(float))]
+        step = int(compared["compared_step"].max())
+        if compared["batch"].nunique() > 1:
+            tokens = float(compared["compared_tokens"].min())
     best = grid_optimum(x, y, noise, n_bootstrap, np.random.default_rng(seed))
     return OptimalLR(
-        best.value, best.loss, best.method, best.low, best.high, best.at_edge, len(x), step
+        best.value, best.loss, best.method, best.low, best.high, best.at_edge, len(x), step, tokens
     )
 
 
