@@ -89,12 +89,13 @@ class ConsoleProgress(BaseCallback):
         )
 
     def on_log(self, step: int, metrics: dict[str, float]) -> None:
+        shown = [show(metrics[key]) for key, show in self.FIELDS if key in metrics]
+        if not shown:
+            return  # a checkpoint's own line (tokens, annealed): nothing to read in it
         done = step - self.start_step
         elapsed = time.time() - self.start_time
         eta = elapsed / max(done, 1) * (self.total - step)
-        parts = [f"step {step:>6}/{self.total}"]
-        parts += [show(metrics[key]) for key, show in self.FIELDS if key in metrics]
-        parts.append(f"eta {format_duration(eta)}")
+        parts = [f"step {step:>6}/{self.total}", *shown, f"eta {format_duration(eta)}"]
         self._print(" | ".join(parts))
 
     def on_end(self, summary: dict[str, Any]) -> None:

@@ -33,3 +33,14 @@ def test_a_resumed_run_ends_with_the_steps_this_attempt_trained():
     progress.on_end({"name": "r", "steps": 363, "elapsed_s": 0.0})
     last = out.getvalue().splitlines()[-1]
     assert last == "[r] done r: no steps left (resumed at step 363) in 0m00s"
+
+
+def test_a_checkpoint_only_line_prints_nothing():
+    """A save on a step that neither logs nor evaluates logs its tokens and whether it is
+    annealed; on the console that was a line of a step and an ETA alone."""
+    out = io.StringIO()
+    progress = ConsoleProgress("r", stream=out)
+    progress.on_log(3, {"tokens": 192, "annealed": 0.0})
+    progress.on_log(5, {"train/loss": 4.0, "tokens": 320, "annealed": 0.0})
+    (line,) = out.getvalue().splitlines()
+    assert line.startswith("[r] step      5/0 | loss 4.0000 | eta ")
