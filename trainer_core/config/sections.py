@@ -275,6 +275,8 @@ class CheckpointConfig:
     enabled: bool = True
     save_interval_steps: int | None = None
     save_interval_minutes: float | None = 15.0
+    """Checked on log steps (trainer.log_interval), where the ranks meet anyway: a save comes at
+    the first log step past the interval."""
     keep: list[KeepRule] = field(default_factory=list)
     keep_steps: list[int] = field(default_factory=list)
     save_final: bool = True
