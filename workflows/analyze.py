@@ -37,7 +37,10 @@ def main() -> int:
         "--target-flops", type=positive_number, help="predict the loss at this compute budget"
     )
     parser.add_argument(
-        "--bootstrap", type=non_negative_int, default=200, help="bootstrap resamples for the CIs"
+        "--bootstrap",
+        type=non_negative_int,
+        default=200,
+        help="bootstrap resamples for the CIs (default: %(default)s; 0: no intervals)",
     )
     parser.add_argument(
         "--hparam-sweep",

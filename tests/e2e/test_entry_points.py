@@ -1,10 +1,15 @@
 from __future__ import annotations
 
 import json
+import re
+import signal
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
+
+from trainer_core.train.callbacks import BaseCallback
 
 
 @pytest.mark.parametrize(
@@ -115,3 +120,143 @@ def test_torchrun_runs_two_ranks_that_train_together_and_both_exit_0(
     assert records[-1]["eval/loss"] < records[0]["train/loss"]
     run = json.loads((run_dir / "run.json").read_text())
     assert (run["status"], run["last_step"], len(run["workers"][0]["ranks"])) == ("finished", 10, 2)
+
+
+def last_line(text: str) -> str:
+    return text.rstrip("\n").rsplit("\n", 1)[-1]
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_a_run_in_one_line_saying_that_the_same_command_resumes(
+    processes, tiny_args, tmp_path
+):
+    """Ctrl+C printed a 30-line KeyboardInterrupt traceback (ending inside pyarrow) and left
+    run.json "running", with no word that re-running resumes. Now: one line, exit 130, the run
+    recorded as interrupted, and the same command goes on from that checkpoint."""
+    run_dir = tmp_path / "run"
+    args = tiny_args(
+        run_dir,
+        "--trainer.max_steps=1000",
+        "--trainer.log_interval=1",
+        "--checkpoint.save_interval_steps=3",
+    )
+    said = re.compile(
+        r"interrupted at step (\d+); the latest checkpoint is step (\d+): re-run the same "
+        r"command to resume"
+    )
+
+    def ctrl_c(name: str, ready) -> int:
+        """Start the run, Ctrl+C it once ``ready()``; the checkpoint it says re-running resumes."""
+        log = tmp_path / f"{name}.log"
+        proc = processes.start(sys.executable, "-m", "trainer_core.train", *args, log=log)
+        processes.wait_until(ready, proc, log, 240)
+        processes.kill(proc, signal.SIGINT)
+        out = log.read_text()
+        assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
+        match = said.fullmatch(last_line(out))
+        assert match, out[-3000:]
+        step, checkpoint = int(match[1]), int(match[2])
+        assert 0 < checkpoint <= step and checkpoint % 3 == 0
+        assert (run_dir / "checkpoints" / f"step-{checkpoint:08d}" / "info.json").is_file()
+        run = json.loads((run_dir / "run.json").read_text())
+        assert (run["status"], run["last_step"]) == ("interrupted", step)
+        return checkpoint
+
+    def groups() -> list[dict]:
+        record = run_dir / "run.json"
+        return json.loads(record.read_text())["workers"] if record.is_file() else []
+
+    def saved() -> bool:
+        found = (run_dir / "checkpoints").glob("step-*")
+        return any(re.fullmatch(r"step-\d{8}", p.name) for p in found)  # committed, not scratch
+
+    checkpoint = ctrl_c("first", saved)
+    assert ctrl_c("again", lambda: len(groups()) == 2) >= checkpoint
+    assert groups()[1]["start_step"] == checkpoint, "the same command resumed where it stopped"
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_torchrun_ends_every_rank_with_one_line(processes, tiny_args, tmp_path):
+    """torchrun passes the SIGINT to each rank, and none waits for the others: a rank in a
+    collective (a checkpoint's, here at every step) when its peer left got that collective's
+    error, a traceback, instead of its own interrupt, and rank 0 left run.json "running"."""
+    run_dir = tmp_path / "run"
+    args = tiny_args(
+        run_dir,
+        "--trainer.device=cpu",
+        "--trainer.max_steps=1000",
+        "--trainer.log_interval=1",
+        "--checkpoint.save_interval_steps=1",
+    )
+    log = tmp_path / "torchrun.log"
+    torchrun = Path(sys.executable).with_name("torchrun")
+    proc = processes.start(
+        torchrun,
+        "--standalone",
+        "--nproc-per-node=2",
+        "-m",
+        "trainer_core.train",
+        *args,
+        log=log,
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    processes.wait_until(
+        lambda: (run_dir / "checkpoints" / "step-00000002").is_dir(), proc, log, 240
+    )
+    processes.kill(proc, signal.SIGINT)  # torchrun's own ranks are in sessions of their own
+    out = log.read_text()
+    lines = [line for line in out.splitlines() if line.startswith("interrupted at step ")]
+    assert len(lines) == 1 and "re-run the same command to resume" in lines[0], out[-3000:]
+    assert "[rank" not in out, out[-3000:]  # no rank's traceback
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "interrupted", run
+
+
+class CtrlCInSave(BaseCallback):
+    """A Ctrl+C landing in a checkpoint's write, at the end of step 5 (the tiny run's first
+    log): DCP catches it with every other error of the write and raises them together as a
+    CheckpointException."""
+
+    def on_step_end(self, step: int) -> None:
+        if step == 5:
+            import torch
+            import torch.distributed.checkpoint as dcp
+
+            class Interrupted(dcp.FileSystemWriter):
+                def write_data(self, plan, planner):
+                    raise KeyboardInterrupt
+
+            state = {"x": torch.zeros(2)}
+            dcp.save(state, storage_writer=Interrupted(self.scratch), no_dist=True)
+
+
+@pytest.mark.parametrize("in_save", [False, True])
+def test_an_interrupted_run_records_it_and_says_what_re_running_does(
+    tiny_config, tmp_path, capsys, in_save
+):
+    """A Ctrl+C mid-save came out as DCP's CheckpointException (a BaseException), past every
+    handler; a run without checkpoints says that re-running starts over."""
+    from stops import StopAfter
+
+    from trainer_core.train.__main__ import fit
+    from trainer_core.train.build import build_trainer
+
+    run_dir = tmp_path / "run"
+    if in_save:
+        stop = CtrlCInSave()
+        stop.scratch = tmp_path / "scratch"
+        cfg = tiny_config(run_dir, "--checkpoint.enabled=false")
+        expected = "checkpoints are off (checkpoint.enabled=false): re-running starts over"
+    else:
+        stop = StopAfter(5)
+        cfg = tiny_config(run_dir)
+        expected = "no checkpoint yet: re-running starts over"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # DCP's "assuming ... a single process"
+        try:
+            assert fit(build_trainer(cfg, extra_callbacks=[stop])) == 130
+        except KeyboardInterrupt:  # not on to pytest, which would take it for the user's own
+            pytest.fail("the KeyboardInterrupt went past fit")
+    assert capsys.readouterr().err == f"interrupted at step 5; {expected}\n"
+    run = json.loads((run_dir / "run.json").read_text())
+    assert (run["status"], run["last_step"]) == ("interrupted", 5)

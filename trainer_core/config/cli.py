@@ -8,6 +8,7 @@ override that works for one works for all. ``--help`` is draccus's, adjusted (a 
 from __future__ import annotations
 
 import argparse
+import inspect
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -87,8 +88,12 @@ def help_text(
     parser = ArgumentParser(cls, usage=usage).parser
     own = {"--config": True, **(flags or {})}
     for group in parser._action_groups:
+        if group.title == cls.__qualname__ and not group.description:
+            group.description = _class_doc(cls)
+        if group.description:
+            group.description = plain_text(inspect.cleandoc(group.description))
         for action in group._group_actions:
-            text = action.help or ""
+            text = action.help = plain_text(action.help or "")
             owner = _planned_from(action.dest, planned or {})
             if (
                 action.dest == CONFIG_ARG
@@ -103,6 +108,36 @@ def help_text(
                 action.help = "(default: %(default)s)"
     _add_own_flags(parser, own, flag_help or {}, usage)
     return parser.format_help()
+
+
+_ROLE = re.compile(r":(?:[\w-]+:)+`([^`]+)`")
+"""A Sphinx role: ``:attr:`name```, ``:func:`~pkg.mod.name```, ``:py:meth:`title <target>```."""
+_LITERAL = re.compile(r"``(.+?)``", re.DOTALL)
+
+
+def plain_text(text: str) -> str:
+    """A docstring's reST markup as a terminal shows it: a role's name as Sphinx renders it
+    (``~a.b.c``: ``c``; a titled one: its title) and a literal without its backticks."""
+    return _LITERAL.sub(r"\1", _ROLE.sub(_role_name, text))
+
+
+def _role_name(match: re.Match[str]) -> str:
+    target = match[1]
+    titled = re.fullmatch(r"(.+?)\s*<[^<>]+>", target, re.DOTALL)
+    if titled:
+        return titled[1]
+    return target[1:].rsplit(".", 1)[-1] if target.startswith("~") else target
+
+
+def _class_doc(cls: type) -> str:
+    """``cls``'s docstring, or its nearest base's where it has none of its own: a dataclass
+    without one gets its signature as ``__doc__``, which draccus drops, leaving a bare heading
+    (``RayTrainConfig:``, a :class:`TrainConfig` with a ``ray`` section)."""
+    for c in cls.__mro__[:-1]:  # not object's
+        doc = c.__dict__.get("__doc__") or ""
+        if doc and not doc.startswith(f"{c.__name__}("):
+            return doc
+    return ""
 
 
 def _planned_from(dest: str, planned: Mapping[str, str]) -> str | None:
@@ -131,19 +166,28 @@ def _add_own_flags(
             options.add_argument(name, action="store_true", help=text, default=argparse.SUPPRESS)
 
 
+INTERRUPTED = 130
+"""The exit code of a Ctrl+C'd command (128 + SIGINT), as a shell reports one."""
+
+
 def exit_on_error(
     main: Callable[[], int | None], exit_with: Callable[[int], NoReturn] = sys.exit
 ) -> NoReturn:
     """Run ``main``; a user error (bad config, data, dir, checkpoint, a failed run) prints one
-    line and exits 2. Every entry point ends with this, so they all fail the same way.
-    ``exit_with``: how the process ends (a distributed rank's entry point passes ``exit_rank``).
-    A :class:`~trainer_core.errors.RunWarning` on the way prints as one line too."""
+    line and exits 2, and a Ctrl+C that ``main`` leaves unhandled prints "interrupted" and exits
+    130, not a traceback from wherever it landed. Every entry point ends with this, so they all
+    fail the same way. ``exit_with``: how the process ends (a distributed rank's entry point
+    passes ``exit_rank``). A :class:`~trainer_core.errors.RunWarning` on the way prints as one
+    line too."""
     print_run_warnings_as_lines()
     try:
         code = main() or 0
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         code = 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        code = INTERRUPTED
     exit_with(code)
 
 

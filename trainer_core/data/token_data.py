@@ -439,7 +439,7 @@ class TokenData:
             if 0 < n < quota:
                 lines.append(
                     f"{where}: {quota:,} eval windows asked of a validation split of {n:,}, so "
-                    f"{quota - n:,} count twice; eval at most {n * seq_len:,} tokens "
+                    f"{_counted_again(quota, n)}; eval at most {n * seq_len:,} tokens "
                     "(trainer.eval_batches, or a ladder's eval_tokens) or re-tokenize with a "
                     "larger --val-fraction"
                 )
@@ -478,6 +478,14 @@ class TokenData:
             torch.from_numpy(out[b * batch_seqs + first : b * batch_seqs + first + per_rank].copy())
             for b in range(num_batches)
         ]
+
+
+def _counted_again(asked: int, windows: int) -> str:
+    """How often eval windows count when ``asked`` (> ``windows``) are taken round a split of
+    ``windows`` (:meth:`TokenData.eval_batches`): each ``asked // windows`` times or once more."""
+    if asked < 2 * windows:
+        return f"{asked - windows:,} count twice"
+    return f"each counts up to {-(-asked // windows):,} times"
 
 
 def rank_batch_size(global_batch_seqs: int, dp_rank: int, dp_size: int) -> int:

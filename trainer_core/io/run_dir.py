@@ -105,7 +105,8 @@ RUN_FIELDS = (
     "workers",
 )
 """Every key of ``run.json`` in the order it is written. ``status``: running, finished, diverged
-(``diverged_step`` says when), stopped (by Tune's early stopping) or failed (with an ``error`` key);
+(``diverged_step`` says when), stopped (by Tune's early stopping), interrupted (Ctrl+C on a run
+without Ray: re-running resumes it) or failed (with an ``error`` key);
 ``workers``: a :class:`WorkerGroup` per (re)start, oldest first."""
 
 

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
 
 from trainer_core.checkpoint.checkpointer import Checkpointer
 from trainer_core.checkpoint.keep import CheckpointPolicy
-from trainer_core.checkpoint.listing import CheckpointError, branch_step
+from trainer_core.checkpoint.listing import CheckpointError, branch_step, list_checkpoints
 from trainer_core.checkpoint.rng import restore_rng, rng_state
 from trainer_core.config.loader import ConfigError, to_yaml
 from trainer_core.config.sections import TrainConfig
@@ -224,6 +225,16 @@ class Trainer:
             # instead of staying "running".
             self._write_run_json("failed", error=str(e))
             raise
+        except KeyboardInterrupt:
+            self.record_interrupt()
+            raise
+        except CheckpointException as e:
+            # A Ctrl+C mid-save: DCP catches every rank's error, a KeyboardInterrupt's too,
+            # and raises them together as this (a BaseException).
+            if not any(isinstance(err, KeyboardInterrupt) for err, _ in e.failures.values()):
+                raise
+            self.record_interrupt()
+            raise KeyboardInterrupt from e
         finally:
             self._emit("flush")
         if self.checkpointer is not None:
@@ -238,6 +249,33 @@ class Trainer:
         self._write_run_json("finished")
         self._emit("on_end", summary)
         return summary
+
+    def record_interrupt(self) -> None:
+        """Ctrl+C: run.json says "interrupted", as the run is neither running nor failed (the same
+        command resumes it) and so no later reader takes it for either."""
+        self._write_run_json("interrupted")
+
+    def interruption(self) -> str:
+        """The one line an interrupted run ends with: where it stopped and what re-running the
+        same command does, which restarts from what :meth:`restore` would load. The checkpoints
+        are listed without the warning a scratch dir gets, which would follow this line."""
+        where = f"interrupted at step {self.step}"
+        if self.checkpointer is None:
+            return (
+                f"{where}; checkpoints are off (checkpoint.enabled=false): re-running starts over"
+            )
+        complete = [c.step for c in list_checkpoints(self.run_dir) if c.complete]
+        if complete:
+            return (
+                f"{where}; the latest checkpoint is step {complete[-1]}: re-run the same command "
+                "to resume"
+            )
+        if self.cfg.checkpoint.resume_from:
+            return (
+                f"{where}; no checkpoint of its own yet: re-running starts again from "
+                f"{self.cfg.checkpoint.resume_from}"
+            )
+        return f"{where}; no checkpoint yet: re-running starts over"
 
     def _run_steps(self, start_step: int, total: int) -> None:
         """The loop. A step that neither logs, evaluates nor saves never waits for the device:

@@ -7,11 +7,18 @@ import warnings
 
 import pytest
 
-from trainer_core.config.cli import exit_on_error, help_text, parse_command, split_args
+from trainer_core.config.cli import (
+    exit_on_error,
+    help_text,
+    parse_command,
+    plain_text,
+    split_args,
+)
 from trainer_core.config.loader import ConfigError
 from trainer_core.config.sections import TrainConfig
 from trainer_core.errors import RunWarning
 from trainer_core.ladder.config import LadderConfig
+from trainer_core.ray.run_config import RayTrainConfig
 
 
 def test_cli_split_accepts_space_and_equals_forms():
@@ -122,3 +129,43 @@ def test_entry_points_format_run_warnings_as_one_line_and_leave_others_alone(mon
     assert warnings.formatwarning("a torch warning", UserWarning, "/lib/x.py", 7, "") == (
         "/lib/x.py:7: UserWarning: a torch warning\n"
     )
+
+
+@pytest.mark.parametrize(
+    "doc, shown",
+    [
+        ("(use :attr:`run_location`)", "(use run_location)"),
+        ("see :func:`~trainer_core.ray.reader.resume_step`", "see resume_step"),
+        ("see :meth:`Checkpointer.load_latest`", "see Checkpointer.load_latest"),
+        (":py:class:`the trainer <trainer_core.train.trainer.Trainer>`", "the trainer"),
+        ("``size`` picks dims; ``{25K: 8}``", "size picks dims; {25K: 8}"),
+    ],
+)
+def test_docstring_markup_reads_as_plain_text(doc, shown):
+    assert plain_text(doc) == shown
+
+
+@pytest.mark.parametrize("cls", [TrainConfig, RayTrainConfig, LadderConfig])
+def test_help_shows_no_rest_markup_and_a_described_heading(cls):
+    """--help printed "(use :attr:`run_location`)" and "``size`` picks dims", and under
+    workflows/train.py a bare "RayTrainConfig:" heading (no docstring of its own)."""
+    text = help_text("python x.py", cls)
+    assert "`" not in text and not re.search(r":\w+:", text.replace("--", ""))
+    assert "\n  size picks dims from the size table;" in text
+    heading = text.split(f"\n{cls.__qualname__}:\n", 1)[1]
+    assert heading.startswith("  ") and heading.split("\n", 1)[0].strip()
+    if cls is not LadderConfig:
+        assert "(use run_location)" in " ".join(text.split())
+        assert heading.startswith("  Everything one training run needs.\n")
+
+
+def test_a_ctrl_c_an_entry_point_leaves_unhandled_is_one_line_and_exit_130(capsys):
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as done:
+        try:
+            exit_on_error(interrupted)
+        except KeyboardInterrupt:  # not on to pytest, which would take it for the user's own
+            pytest.fail("the KeyboardInterrupt went past exit_on_error")
+    assert done.value.code == 130 and capsys.readouterr().err == "interrupted\n"

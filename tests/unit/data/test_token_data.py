@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import io
 import itertools
 import json
@@ -244,6 +245,21 @@ def test_data_read_twice_is_said_per_source(data, shards, tmp_path, make_shards,
     lines = mixed.repeats(SEQ, 2 * train, 0)
     assert len(lines) == 1 and lines[0].startswith(f"{shards}: the run reads its {train:,} ")
     assert " 1.5 times over" in lines[0]
+
+
+def test_eval_windows_asked_many_times_over_say_how_often_each_counts(data):
+    """512 windows asked of a split of 89 said "423 count twice": taken round the split, each
+    counted 5 or 6 times."""
+    n = data.val[0].num_windows(SEQ)
+    asked = 5 * n + 3
+    (line,) = data.repeats(SEQ, 0, asked)
+    said = f"{asked:,} eval windows asked of a validation split of {n:,}, so each counts up to 6 "
+    assert f"{said}times; eval at most" in line
+    rows = data.eval_batches(SEQ, asked, 1)[0]
+    counts = collections.Counter(tuple(row.tolist()) for row in rows)
+    assert len(counts) == n and set(counts.values()) == {5, 6}
+    (line,) = data.repeats(SEQ, 0, 2 * n)
+    assert f"of {n:,}, so each counts up to 2 times;" in line
 
 
 def test_vocab_mismatch_names_both_sizes(shards):
