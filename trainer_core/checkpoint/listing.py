@@ -174,18 +174,18 @@ def list_checkpoints(run_dir: Location) -> list[CheckpointInfo]:
 
 
 def complete_checkpoints(run_dir: Location) -> list[CheckpointInfo]:
-    """The complete checkpoints, oldest first; warns naming every incomplete or scratch dir."""
+    """The complete checkpoints, oldest first; warns naming every incomplete or scratch dir,
+    once a process: the warnings are issued here, one place, so a second listing of the same
+    run (to find whether it has a checkpoint, then to load it) repeats none of them."""
     for path in scratch_dirs(run_dir):
-        warnings.warn(f"skipping unfinished checkpoint dir {path}", RunWarning, stacklevel=3)
+        warnings.warn(f"skipping unfinished checkpoint dir {path}", RunWarning)
     complete = []
     for info in list_checkpoints(run_dir):
         if info.complete:
             complete.append(info)
         else:
             why = "; ".join(incomplete_parts(info.path))
-            warnings.warn(
-                f"skipping incomplete checkpoint {info.path} ({why})", RunWarning, stacklevel=3
-            )
+            warnings.warn(f"skipping incomplete checkpoint {info.path} ({why})", RunWarning)
     return complete
 
 
