@@ -84,5 +84,7 @@ def test_sweep_stops_bad_lrs_flags_divergence_and_widens_past_an_edge(
     again = processes.python("workflows/lr_sweep.py", "--config", cfg, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "[startup]" not in again.stdout + again.stderr  # no training loop started
+    said = [line for line in again.stdout.splitlines() if "before at step" in line]
+    assert len(said) == len(before) and all(line.endswith(": not trained again") for line in said)
     assert run_records(sweep_dir) == before
     assert optimal_lr(lr_sweep_table(load(sweep_dir))).lr == pytest.approx(best.lr)

@@ -71,7 +71,13 @@ def trial_driver(config: dict[str, Any]) -> None:
     spec = config["trial"]
     cfg: RayTrainConfig = spec["train"]
     summary = run_summary(cfg.trainer.run_location)
-    if summary.get("status") not in TRIAL_END_STATUSES:
+    if summary.get("status") in TRIAL_END_STATUSES:
+        print(
+            f"[{spec['name']}] {summary['status']} before at step {summary.get('last_step')}: "
+            "not trained again",
+            flush=True,
+        )
+    else:
         summary = _train(cfg, spec["tags"], started_at)
     final = {
         k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
