@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import re
 import sys
@@ -20,10 +21,12 @@ from test_ladder_run import LADDER
 
 from trainer_core.analysis import load
 from trainer_core.analysis.load import AnalysisError
+from trainer_core.checkpoint.checkpointer import Checkpointer
 from trainer_core.checkpoint.listing import list_checkpoints
-from trainer_core.config.sections import DataConfig
+from trainer_core.config.sections import CheckpointConfig, DataConfig
 from trainer_core.data.shards import DataError, ShardError
 from trainer_core.data.token_data import open_token_data
+from trainer_core.io import storage
 from trainer_core.train.build import build_trainer
 
 pytestmark = pytest.mark.slow
@@ -186,6 +189,54 @@ def test_a_run_on_s3_killed_mid_upload_resumes_past_the_torn_checkpoint(
     assert [k for k, v in objects.items() if SECRET.encode() in v] == []
 
 
+def test_move_on_s3_moves_a_prefix_or_a_single_object(s3_server):  # noqa: F811
+    """A prefix has no object of its own on S3: the move copies every object under it (nested
+    keys and empty "dir/" markers too) to the same relative key, then deletes the source; a
+    single object moves alike."""
+    fs = s3fs.S3FileSystem()
+    root = f"s3://{s3_server.bucket}/move"
+    fs.pipe({f"{root}/a/x": b"1", f"{root}/a/sub/y": b"22", f"{root}/ab": b"not under a/"})
+    fs.pipe_file(f"{root}/a/empty/", b"")
+    storage.move(f"{root}/a", f"{root}/b")
+    assert s3_objects(root) == {"b/x": b"1", "b/sub/y": b"22", "ab": b"not under a/"}
+    assert not storage.is_dir(f"{root}/a") and storage.is_dir(f"{root}/b/empty")
+    storage.move(f"{root}/b/x", f"{root}/c")
+    fs.invalidate_cache()  # s3_objects's client (this one) listed the prefix before the move
+    assert s3_objects(root) == {"b/sub/y": b"22", "c": b"1", "ab": b"not under a/"}
+
+
+def test_a_corrupt_latest_checkpoint_on_s3_is_set_aside_and_the_one_before_loaded(
+    s3_server,  # noqa: F811
+    caplog,
+):
+    """As on local disk: the corrupt step is moved (copied, then deleted) to
+    ``step-N.corrupt-<token>``, once, and the run resumes from the step before."""
+    url = f"s3://{s3_server.bucket}/runs/corrupt"
+    ckpt = Checkpointer(url, CheckpointConfig())
+    for step in (1, 2, 3):
+        ckpt.save(step, _tiny_state(step), tokens=10 * step, permanent=True)
+    fs = s3fs.S3FileSystem()
+    flipped = f"{url}/checkpoints/step-00000003/__0_0.distcp"
+    raw = bytearray(fs.cat(flipped))
+    raw[len(raw) // 2] ^= 0xFF
+    fs.pipe(flipped, bytes(raw))
+    state = _tiny_state(0)
+    with caplog.at_level(logging.WARNING, logger="trainer_core.checkpoint"):
+        assert Checkpointer(url, CheckpointConfig()).load_latest(state).step == 2
+    assert f"checkpoint {url}/checkpoints/step-00000003 is corrupt: __0_0.distcp" in caplog.text
+    assert torch.equal(state["weights"]["w"], _tiny_state(2)["weights"]["w"])
+    assert [c.step for c in list_checkpoints(url)] == [1, 2]
+    steps = {key.split("/")[0] for key in s3_objects(f"{url}/checkpoints")}
+    [aside] = steps - {"step-00000001", "step-00000002"}
+    assert re.fullmatch(r"step-00000003\.corrupt-[0-9a-f]{8}", aside)
+    assert s3_objects(f"{url}/checkpoints/{aside}")["__0_0.distcp"] == bytes(raw)
+
+
+def _tiny_state(step: int) -> dict:
+    torch.manual_seed(step)
+    return {"weights": {"w": torch.randn(4, 3)}, "trainer": {"step": step, "tokens": 10 * step}}
+
+
 def test_a_ladder_into_a_missing_bucket_stops_before_any_trial(
     s3_server,  # noqa: F811
     run_script,
@@ -206,8 +257,9 @@ def test_a_tracked_run_on_s3_keeps_its_wandb_files_through_a_crash_and_another_n
 ):
     """W&B writes on the node and the files were uploaded only at a clean end: a run killed or
     stopped early left none in the bucket. Now each checkpoint (and the loop's end, however it
-    ends) uploads them, and a restart on another node (a new stage) logs only the steps after
-    those logged before (W&B's own file may lag the last rows: metrics.jsonl is the record)."""
+    ends) uploads them, and a restart on another node (a new stage) logs the steps after those
+    the bucket's W&B files hold, from its checkpoint on (W&B's file may lag the rows handed to
+    it: those are logged again, not lost)."""
     from stops import StopAfter
 
     from trainer_core.io.storage import STAGE_ENV
@@ -227,8 +279,9 @@ def test_a_tracked_run_on_s3_keeps_its_wandb_files_through_a_crash_and_another_n
     rows = bucket_history(url, tmp_path / "copy")
     steps = [row["_step"] for _, _, row in rows]
     assert steps == sorted(set(steps)) and {i for _, i, _ in rows} == {run_id}
+    held = max((row["_step"] for segment, _, row in rows if segment != rows[-1][0]), default=0)
     assert [row["_step"] for segment, _, row in rows if segment == rows[-1][0]] == list(
-        range(8, 13)
+        range(max(held, 4) + 1, 13)  # resumed from the checkpoint at step 4
     )
 
     # The run deleted and a new one launched at the URL on node b, whose stage still holds the

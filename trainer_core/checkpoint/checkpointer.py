@@ -85,6 +85,21 @@ warnings.filterwarnings(
 )
 
 
+def _move_aside(paths: list[Location]) -> str | None:
+    """Move each corrupt checkpoint to ``step-N.corrupt-<token>``; the first failure as text
+    (for the broadcast), or None."""
+    for path in paths:
+        aside = beside(path, "corrupt", uuid.uuid4().hex[:8])
+        try:
+            storage.move(path, aside)
+        except Exception as e:  # every rank must reach the broadcast, so no raise here
+            return (
+                f"checkpoint {path} is corrupt and could not be moved aside to {aside} ({e}); "
+                "move or delete it, then re-run to resume from the checkpoint before it"
+            )
+    return None
+
+
 def _recover_interrupted_swaps(run_dir: Path) -> None:
     """Rename ``step-N.old-*`` back when a crash hit between the two renames of a re-save.
 
@@ -420,10 +435,16 @@ class Checkpointer:
         return problems
 
     def _set_aside(self, paths: list[Location]) -> None:
-        if self.rank == 0:
-            for path in paths:
-                storage.move(path, beside(path, "corrupt", uuid.uuid4().hex[:8]))
-        self._barrier()
+        """Rank 0 moves the corrupt ``paths`` aside; a failure stops every rank alike.
+
+        Not a warning, though an older checkpoint has loaded: left in place, the corrupt one
+        stays the latest in every listing, and under Ray Train the data would start at its step
+        again after each restart (:func:`trainer_core.ray.reader.resume_step`).
+        """
+        error = _move_aside(paths) if self.rank == 0 else None
+        error = self._from_rank0(error)  # doubles as the barrier after the moves
+        if error:
+            raise CheckpointError(error)
 
     def _load(self, path: Location, app_state: dict[str, Any]) -> None:
         metadata = read_metadata(path)

@@ -205,13 +205,31 @@ def remove(location: Location) -> None:
 
 
 def move(source: Location, target: Location) -> None:
-    """Rename (local: atomic) or copy-then-delete (object storage) a file or dir."""
+    """Rename (local: atomic) or copy-then-delete (object storage) a file or dir.
+
+    On object storage each object under ``source`` (or ``source`` itself, one object) is copied
+    to the same relative key under ``target``, and only those copied are deleted, once all are:
+    fsspec's recursive move also copies the prefix itself, which has no object, and fails after
+    copying the rest, leaving both. Empty "dir/" markers (pyarrow's) are recreated rather than
+    copied, and each key is deleted by itself: fsspec's copy and bulk delete drop a marker's
+    trailing slash and miss it.
+    """
     if not is_url(source):
         os.rename(source, target)
         return
     fs, src = filesystem(source)
     _, dst = filesystem(target)
-    fs.mv(src, dst, recursive=True)
+    src, dst = src.rstrip("/"), dst.rstrip("/")
+    keys = fs.find(src)
+    if not keys:
+        raise FileNotFoundError(f"{source}: nothing to move")
+    for key in keys:
+        if key.endswith("/"):
+            fs.pipe_file(dst + key[len(src) :], b"")
+        else:
+            fs.copy(key, dst + key[len(src) :])
+    for key in keys:
+        fs.rm_file(key)
 
 
 def put_file(local: Path, location: Location) -> None:
