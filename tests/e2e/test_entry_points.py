@@ -95,6 +95,12 @@ def test_a_skipped_checkpoint_is_one_warning_line_not_a_python_warning(
     assert steps == [1, 2], "the log restarted with the training"
 
 
+def two_ranks(*args: str) -> list:
+    """The README's ``torchrun`` command: two ranks of ``python -m trainer_core.train``."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    return [torchrun, "--standalone", "--nproc-per-node=2", "-m", "trainer_core.train", *args]
+
+
 @pytest.mark.slow
 def test_torchrun_runs_two_ranks_that_train_together_and_both_exit_0(
     processes, tiny_args, tmp_path
@@ -103,16 +109,7 @@ def test_torchrun_runs_two_ranks_that_train_together_and_both_exit_0(
     ranks in its run info) and each rank's process exits 0 (see ``exit_rank``)."""
     run_dir = tmp_path / "run"
     args = tiny_args(run_dir, "--trainer.device=cpu", "--trainer.max_steps=10")
-    torchrun = Path(sys.executable).with_name("torchrun")
-    done = processes.run(
-        torchrun,
-        "--standalone",
-        "--nproc-per-node=2",
-        "-m",
-        "trainer_core.train",
-        *args,
-        env={"OMP_NUM_THREADS": "1"},
-    )
+    done = processes.run(*two_ranks(*args), env={"OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r["step"] for r in records if "train/loss" in r]
@@ -189,14 +186,8 @@ def test_ctrl_c_on_torchrun_ends_every_rank_with_one_line(processes, tiny_args, 
         "--checkpoint.save_interval_steps=1",
     )
     log = tmp_path / "torchrun.log"
-    torchrun = Path(sys.executable).with_name("torchrun")
     proc = processes.start(
-        torchrun,
-        "--standalone",
-        "--nproc-per-node=2",
-        "-m",
-        "trainer_core.train",
-        *args,
+        *two_ranks(*args),
         log=log,
         env={"OMP_NUM_THREADS": "1"},
     )

@@ -178,14 +178,16 @@ def complete_checkpoints(run_dir: Location) -> list[CheckpointInfo]:
     once a process: the warnings are issued here, one place, so a second listing of the same
     run (to find whether it has a checkpoint, then to load it) repeats none of them."""
     for path in scratch_dirs(run_dir):
-        warnings.warn(f"skipping unfinished checkpoint dir {path}", RunWarning)
+        warnings.warn(f"skipping unfinished checkpoint dir {path}", RunWarning, stacklevel=1)
     complete = []
     for info in list_checkpoints(run_dir):
         if info.complete:
             complete.append(info)
         else:
             why = "; ".join(incomplete_parts(info.path))
-            warnings.warn(f"skipping incomplete checkpoint {info.path} ({why})", RunWarning)
+            warnings.warn(
+                f"skipping incomplete checkpoint {info.path} ({why})", RunWarning, stacklevel=1
+            )
     return complete
 
 
