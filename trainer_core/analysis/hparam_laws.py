@@ -28,11 +28,10 @@ from scipy.stats import norm
 from trainer_core.analysis.bootstrap import CI_LEVEL, percentile_interval
 from trainer_core.analysis.checks import format_flags
 from trainer_core.analysis.load import AnalysisError
-from trainer_core.analysis.optimum import grid_optimum, pooled_noise
+from trainer_core.analysis.optimum import N_BOOTSTRAP, grid_optimum, pooled_noise
 
 Param = Literal["lr", "batch"]
 COLUMNS = ("N", "D", "lr", "batch", "loss")
-N_BOOTSTRAP = 1000
 SIGMA_FLOOR = 0.02
 """No cell pins its optimum better than 2% (in log units): without a floor, a cell whose few
 points happen to lie on a parabola would get all the weight of the law's fit."""

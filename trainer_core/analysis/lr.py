@@ -23,13 +23,12 @@ import pandas as pd
 from scipy.stats import t as student_t
 
 from trainer_core.analysis.load import AnalysisError, ExperimentResults, load
-from trainer_core.analysis.optimum import grid_optimum, pooled_noise
+from trainer_core.analysis.optimum import N_BOOTSTRAP, grid_optimum, pooled_noise
 from trainer_core.ladder.formulas import LADDER_LR_EXPONENT
 
 COMPARED = "compared_loss"
 """The loss column optima use: each trial's eval loss at its group's common tokens; inf for a
 trial early stopping ended before them."""
-N_BOOTSTRAP = 1000
 
 
 def _eval_history(results: ExperimentResults) -> pd.DataFrame:

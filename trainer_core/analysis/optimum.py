@@ -24,6 +24,8 @@ import numpy as np
 
 from trainer_core.analysis.bootstrap import percentile_interval
 
+N_BOOTSTRAP = 1000
+"""Refits of a sweep's fits (a vertex under the loss noise, a law about its cells): cheap."""
 WINDOW_FACTOR = 2.0
 """The parabola takes the grid minimum's neighbours and every point within this factor of it."""
 REACH = math.log(WINDOW_FACTOR) * (1 + 1e-6)
