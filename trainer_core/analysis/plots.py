@@ -118,7 +118,8 @@ def lr_sweep_figure(
     sizes = list(table.sort_values("N").drop_duplicates("size")["size"])
     finite = table.loc[~table["diverged"], loss].astype(float)
     finite = finite[np.isfinite(finite)]
-    top = finite.max() if len(finite) else 1.0
+    # Trials without a loss to draw (stopped before the end, diverged) sit in a band above.
+    top = finite.max() + 0.05 * (np.ptp(finite) or abs(finite.max())) if len(finite) else 1.0
     by_batch = bool(len(table)) and table.groupby("size")["batch"].nunique().max() > 1
     for size, color in zip(sizes, colors(len(sizes)), strict=True):
         t = table[table["size"] == size]
@@ -138,7 +139,9 @@ def lr_sweep_figure(
     what = f"eval loss at the common {common}" if loss == COMPARED else loss.replace("_", " ")
     ax.set_ylabel(what)
     ax.set_title(
-        "LR sweep (star: optimum, hollow: stopped early, x: diverged; at the top: no loss there)"
+        "LR sweep: star the optimum, hollow stopped early, x diverged\n"
+        "(on the top line: no loss at the common point, judged worse)",
+        fontsize=10,
     )
     ax.legend(title="size, batch (tokens)" if by_batch else "size", fontsize=8)
     ax.grid(alpha=0.3, which="both")
