@@ -207,3 +207,33 @@ def test_a_local_benchmark_beside_a_started_cluster_keeps_its_placement_group_gu
     assert record["status"] == "finished" and len(record["workers"]) == 1
     steps = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps[-1] == 20 and not (run_dir / "checkpoints").exists()
+
+
+def test_joining_a_cluster_without_its_dashboard_warns_of_the_cleaners_it_leaves(
+    tmp_path, processes
+):
+    """Ray Train's placement-group cleaner learns that its run ended through the dashboard's
+    state API: on a cluster started without the dashboard one stayed after every killed run
+    (~200 MB each). A script joining such a cluster says so in one line, before any run."""
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **NO_AUTH}
+    cluster = RayCluster(tmp_path, env, {})
+    try:
+        cluster.start_head_and_wait(cpus=1, label=HEAD, timeout=120, dashboard=False)
+        joined = processes.python(
+            "-c",
+            "from trainer_core.config.cli import exit_on_error\n"
+            "from trainer_core.ray.runtime import init_ray\n"
+            f"exit_on_error(lambda: init_ray({cluster.address!r}))",
+            env=env,
+        )
+    finally:
+        cluster.close()
+    assert joined.returncode == 0, joined.stderr[-3000:]
+    said = [line for line in joined.stderr.splitlines() if line.startswith("warning: ")]
+    assert said == [
+        f"warning: the Ray cluster at {cluster.address} runs without its dashboard: each Ray "
+        "Train run leaves a placement-group cleaner behind (a process of ~200 MB that never "
+        "exits: it learns that its run ended through the dashboard's state API); start the "
+        "cluster with the dashboard, as `ray start --head` and cluster.yaml do unless "
+        "--include-dashboard=false"
+    ]

@@ -106,7 +106,7 @@ class RayCluster:
         self.nodes: list[Node] = []
         self.address = ""
 
-    def start_head(self, cpus: float, label: str) -> Node:
+    def start_head(self, cpus: float, label: str, dashboard: bool = True) -> Node:
         port = free_port()
         self.address = f"127.0.0.1:{port}"
         return self._start(
@@ -114,23 +114,25 @@ class RayCluster:
             "--head",
             f"--port={port}",
             f"--num-cpus={cpus}",
-            f"--dashboard-port={free_port()}",
+            f"--dashboard-port={free_port()}" if dashboard else "--include-dashboard=false",
             f"--ray-client-server-port={free_port()}",
             f"--system-config={json.dumps(self.system_config)}",
         )
 
-    def start_head_and_wait(self, cpus: float, label: str, timeout: float) -> Node:
+    def start_head_and_wait(
+        self, cpus: float, label: str, timeout: float, dashboard: bool = True
+    ) -> Node:
         """The head, started (``ray start`` says so). Ray gives a starting node a fixed 30 s to
         register with its GCS; on a loaded 2-core machine the GCS has once stayed silent that
         long, and ``ray start`` gave up. That head's processes are stopped and it starts anew,
         once."""
-        head = self.start_head(cpus, label)
+        head = self.start_head(cpus, label, dashboard)
         try:
             head.wait_started(timeout)
         except RuntimeError:
             head.stop()
             self.nodes.remove(head)
-            head = self.start_head(cpus, label)
+            head = self.start_head(cpus, label, dashboard)
             head.wait_started(timeout)
         return head
 
