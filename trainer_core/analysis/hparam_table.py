@@ -17,6 +17,24 @@ HORIZON_TOLERANCE = 0.05
 step, so trials with different batches reach the same horizon at slightly different tokens."""
 
 
+class SweepCells:
+    """A sweep's table (:func:`hparam_table`) and each hyperparameter's cell optima, fitted once:
+    a ladder's ``lr.from_sweep`` and ``batch.from_sweep`` and the sweep's report read the same."""
+
+    def __init__(self, results: ExperimentResults):
+        self.results = results
+        self.table = hparam_table(results)
+        self._cells: dict[str, list] = {}
+
+    def cells(self, param: str) -> list:
+        """:func:`~trainer_core.analysis.hparam_laws.cell_optima` of ``param`` ("lr", "batch")."""
+        from trainer_core.analysis.hparam_laws import cell_optima
+
+        if param not in self._cells:
+            self._cells[param] = cell_optima(self.table, param)
+        return self._cells[param]
+
+
 def hparam_table(results: ExperimentResults) -> pd.DataFrame:
     """An experiment's sweep table: one row per annealed eval of a trial that did not diverge.
 

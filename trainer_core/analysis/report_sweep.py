@@ -13,9 +13,8 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from trainer_core.analysis.hparam_laws import CellOptimum, HparamLawFit, cell_optima
-from trainer_core.analysis.hparam_table import hparam_table
-from trainer_core.analysis.load import ExperimentResults
+from trainer_core.analysis.hparam_laws import CellOptimum, HparamLawFit
+from trainer_core.analysis.hparam_table import SweepCells
 from trainer_core.analysis.lr import COMPARED, fit_lr_power_law, lr_sweep_table, optimal_lrs
 from trainer_core.analysis.plots import plot_lr_sweep, plot_lr_vs_size
 from trainer_core.analysis.plots_hparams import plot_hparam_laws
@@ -115,22 +114,19 @@ def _ladder_laws(report: Report, console: Console) -> None:
     ``lr.from_sweep`` uses (LR*(N, D), or LR*(N) with why) and, the batch swept, the B* law
     ``batch.from_sweep`` uses, each with its flags, or the one line that stops the plan; the
     laws' figures beside the others."""
-    results, sweep_dir = report.results, str(report.results.path)
-    table = hparam_table(results)
+    sweep, sweep_dir = SweepCells(report.results), str(report.results.path)
     console.print(f"What a ladder fed from this sweep plans with ({LR_KEY}, {BATCH_KEY}):")
-    lr_cells = cell_optima(table, "lr")
-    _print_cells(console, "LR", lr_cells)
-    lr = _lr_law(console, results, sweep_dir, horizons_swept(table))
-    batch_cells = cell_optima(table, "batch")
+    _print_cells(console, "LR", sweep.cells("lr"))
+    lr = _lr_law(console, sweep, sweep_dir)
     batch = None
-    if batch_cells:
-        _print_cells(console, "batch", batch_cells)
+    if sweep.cells("batch"):
+        _print_cells(console, "batch", sweep.cells("batch"))
         terms = BATCH_SWEEP_LAWS[BatchFormula.sweep_law]
-        batch = _or_refusal(console, lambda: batch_law(results, sweep_dir, terms))
+        batch = _or_refusal(console, lambda: batch_law(sweep, sweep_dir, terms))
         if batch is not None:
             console.print(f"{BATCH_KEY} (batch.sweep_law: {BatchFormula.sweep_law}): {batch}")
-    cells = {"lr": lr_cells, "batch": batch_cells}
-    report.plots += plot_hparam_laws(table, lr, batch, Path(report.out_dir), cells)
+    cells = {"lr": sweep.cells("lr"), "batch": sweep.cells("batch")}
+    report.plots += plot_hparam_laws(sweep.table, lr, batch, Path(report.out_dir), cells)
 
 
 def _print_cells(console: Console, what: str, cells: list[CellOptimum]) -> None:
@@ -142,17 +138,16 @@ def _print_cells(console: Console, what: str, cells: list[CellOptimum]) -> None:
         console.print(f"  {cell}")
 
 
-def _lr_law(
-    console: Console, results: ExperimentResults, sweep_dir: str, swept: int
-) -> HparamLawFit | None:
+def _lr_law(console: Console, sweep: SweepCells, sweep_dir: str) -> HparamLawFit | None:
     """Print the LR law ``lr.from_sweep`` plans with, or its refusal; return LR*(N, D) if any."""
-    laws = _or_refusal(console, lambda: lr_laws(results, sweep_dir))
+    laws = _or_refusal(console, lambda: lr_laws(sweep, sweep_dir))
     if laws is None:
         return None
     law, of_n = laws
     if law is not None:
         console.print(f"{LR_KEY}: each size at its run's final D: {law}")
         return law
+    swept = horizons_swept(sweep.table)
     seen = "no annealed eval (a decay's end)" if swept == 0 else "annealed evals at one D per size"
     console.print(f"{LR_KEY}: {of_n} ({ONE_HORIZON})")
     console.print(

@@ -29,7 +29,8 @@ from trainer_core.ladder.formulas import BATCH_SWEEP_LAWS
 if TYPE_CHECKING:
     import pandas as pd
 
-    from trainer_core.analysis import ExperimentResults, HparamLawFit, LRPowerLawFit
+    from trainer_core.analysis import HparamLawFit, LRPowerLawFit
+    from trainer_core.analysis.hparam_table import SweepCells
 
 LR_KEY = "lr.from_sweep"
 BATCH_KEY = "batch.from_sweep"
@@ -117,7 +118,7 @@ def sweep_rules(ladder: LadderConfig) -> SweepRules | None:
     lr_dir, batch_dir = ladder.lr.from_sweep, ladder.batch.from_sweep
     if not (lr_dir or batch_dir):
         return None
-    loaded: dict[str, ExperimentResults] = {}
+    loaded: dict[str, SweepCells] = {}
     rules = SweepRules(lr_dir=lr_dir, batch_dir=batch_dir)
     if lr_dir:
         rules.lr_law, rules.lr_of_n = lr_laws(_load(LR_KEY, lr_dir, loaded), lr_dir)
@@ -127,13 +128,15 @@ def sweep_rules(ladder: LadderConfig) -> SweepRules | None:
     return rules
 
 
-def _load(key: str, sweep_dir: str, loaded: dict) -> ExperimentResults:
+def _load(key: str, sweep_dir: str, loaded: dict) -> SweepCells:
+    """The sweep at ``sweep_dir``, read once when both keys name it."""
     from trainer_core.analysis import AnalysisError, load
+    from trainer_core.analysis.hparam_table import SweepCells
 
     if sweep_dir not in loaded:
         _refuse_run_dir(key, sweep_dir)
         try:
-            loaded[sweep_dir] = load(sweep_dir)
+            loaded[sweep_dir] = SweepCells(load(sweep_dir))
         except AnalysisError as e:
             what = "an LR fit" if key == LR_KEY else "a batch fit"
             raise ConfigError(
@@ -163,31 +166,22 @@ def horizons_swept(table: pd.DataFrame) -> int:
     return int(table.groupby("N")["D"].nunique().max()) if len(table) else 0
 
 
-def lr_laws(
-    results: ExperimentResults, sweep_dir: str
-) -> tuple[HparamLawFit | None, LRPowerLawFit | None]:
+def lr_laws(sweep: SweepCells, sweep_dir: str) -> tuple[HparamLawFit | None, LRPowerLawFit | None]:
     """The LR law ``lr.from_sweep`` plans with, shared with the sweep's report so both show one
     law: (LR*(N, D), None) where some size was swept at two horizons, else (None, LR*(N)).
 
     Decided by the horizons swept, not those whose cells bracket their optimum: a sweep of
     several horizons whose grids miss the optima is refused (widen them), never read as one
     horizon per size and planned with LR*(N)."""
-    from trainer_core.analysis import (
-        AnalysisError,
-        cell_optima,
-        fit_sweep_lr,
-        horizons_per_size,
-        hparam_table,
-    )
+    from trainer_core.analysis import AnalysisError, fit_sweep_lr, horizons_per_size
 
-    table = hparam_table(results)
-    swept = horizons_swept(table)
+    swept = horizons_swept(sweep.table)
     if swept < 2:
         try:
-            return None, fit_sweep_lr(results)
+            return None, fit_sweep_lr(sweep.results)
         except AnalysisError as e:
             raise ConfigError(f"{LR_KEY}: {sweep_dir!r} can't give an LR fit: {e}") from None
-    cells = cell_optima(table, "lr")
+    cells = sweep.cells("lr")
     if horizons_per_size(cells) < 2:
         raise ConfigError(
             f"{LR_KEY}: {sweep_dir!r} sweeps {swept} horizons of a size, but no size has a "
@@ -197,11 +191,9 @@ def lr_laws(
     return _fit(LR_KEY, sweep_dir, cells, ("N", "D")), None
 
 
-def batch_law(results: ExperimentResults, sweep_dir: str, terms: tuple[str, ...]) -> HparamLawFit:
+def batch_law(sweep: SweepCells, sweep_dir: str, terms: tuple[str, ...]) -> HparamLawFit:
     """The B* law ``batch.from_sweep`` plans with (``terms``: ``batch.sweep_law``'s factors)."""
-    from trainer_core.analysis import cell_optima, hparam_table
-
-    cells = cell_optima(hparam_table(results), "batch")
+    cells = sweep.cells("batch")
     if not cells:
         raise ConfigError(
             f"{BATCH_KEY}: {sweep_dir!r} tries one batch per (N, D) cell, so it has no B* to "
