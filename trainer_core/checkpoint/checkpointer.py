@@ -362,24 +362,24 @@ class Checkpointer:
 
     # -- loading --------------------------------------------------------------------------
 
-    def has_checkpoint(self) -> bool:
-        """Whether the run has a complete checkpoint of its own (rank 0 looks; all ranks agree)."""
-        return self._from_rank0(
-            bool(complete_checkpoints(self.run_dir)) if self.rank == 0 else None
-        )
+    def complete(self) -> list[CheckpointInfo]:
+        """The run's own complete checkpoints, oldest first (rank 0 lists; all ranks agree)."""
+        return self._from_rank0(complete_checkpoints(self.run_dir) if self.rank == 0 else None)
 
-    def load_latest(self, app_state: dict[str, Any]) -> CheckpointInfo | None:
+    def load_latest(
+        self, app_state: dict[str, Any], candidates: list[CheckpointInfo] | None = None
+    ) -> CheckpointInfo | None:
         """Load the newest complete checkpoint whose files verify; None when the run has none.
 
         A newer one that fails verification is named in a warning and, once an older one has
         loaded, moved aside to ``step-N.corrupt-<token>`` (kept for inspection) so that every
         later listing, the step the Ray layer restarts its data at included, agrees on where the
         run resumed. With ``on_corrupt: fail``, when no older one verifies, or when the state
-        does not fit: CheckpointError, and nothing on disk has changed.
+        does not fit: CheckpointError, and nothing on disk has changed. ``candidates``: what
+        :meth:`complete` returned, when the caller listed them already.
         """
-        candidates = self._from_rank0(
-            complete_checkpoints(self.run_dir) if self.rank == 0 else None
-        )
+        if candidates is None:
+            candidates = self.complete()
         corrupt: list[Location] = []
         for info in reversed(candidates):
             problems = self._verify(info.path)

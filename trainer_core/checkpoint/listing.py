@@ -138,7 +138,7 @@ def branch_step(path: Location) -> int:
     if step is not None:
         return int(step)
     run_dir = storage.parent(path) if storage.name(path) == CHECKPOINTS else path
-    found = [c.path for c in list_checkpoints(run_dir) if c.complete]
+    found = [c.path for c in complete_checkpoints(run_dir, warn=False)]
     hint = f"; its newest complete one is {found[-1]}" if found else ""
     raise CheckpointError(
         f"checkpoint.resume_from: {path} is not a checkpoint dir (no step-NNNNNNNN name, no "
@@ -173,20 +173,20 @@ def list_checkpoints(run_dir: Location) -> list[CheckpointInfo]:
     return sorted(found, key=lambda c: c.step)
 
 
-def complete_checkpoints(run_dir: Location) -> list[CheckpointInfo]:
-    """The complete checkpoints, oldest first; warns naming every incomplete or scratch dir,
-    once a process: the warnings are issued here, one place, so a second listing of the same
-    run (to find whether it has a checkpoint, then to load it) repeats none of them."""
-    for path in scratch_dirs(run_dir):
-        warnings.warn(f"skipping unfinished checkpoint dir {path}", RunWarning, stacklevel=1)
+def complete_checkpoints(run_dir: Location, warn: bool = True) -> list[CheckpointInfo]:
+    """The complete checkpoints, oldest first; with ``warn``, a warning naming every incomplete
+    or scratch dir (for a run about to resume; not for a message about where it would)."""
+    if warn:
+        for path in scratch_dirs(run_dir):
+            warnings.warn(f"skipping unfinished checkpoint dir {path}", RunWarning, stacklevel=3)
     complete = []
     for info in list_checkpoints(run_dir):
         if info.complete:
             complete.append(info)
-        else:
+        elif warn:
             why = "; ".join(incomplete_parts(info.path))
             warnings.warn(
-                f"skipping incomplete checkpoint {info.path} ({why})", RunWarning, stacklevel=1
+                f"skipping incomplete checkpoint {info.path} ({why})", RunWarning, stacklevel=3
             )
     return complete
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import ray.data
 
-from trainer_core.checkpoint.listing import branch_step, list_checkpoints
+from trainer_core.checkpoint.listing import branch_step, complete_checkpoints
 from trainer_core.config.sections import TrainConfig
 from trainer_core.data.shards import DataError, token_dtype
 from trainer_core.data.token_data import (
@@ -66,7 +66,7 @@ def resume_step(cfg: TrainConfig) -> int:
     the trainer then restores nothing, whatever the run dir holds)."""
     if not cfg.checkpoint.enabled:
         return 0
-    complete = [c for c in list_checkpoints(cfg.trainer.run_dir) if c.complete]
+    complete = complete_checkpoints(cfg.trainer.run_dir, warn=False)
     if complete:
         return complete[-1].step
     return branch_step(cfg.checkpoint.resume_from) if cfg.checkpoint.resume_from else 0

@@ -14,7 +14,7 @@ from typing import Any
 import ray.data
 import ray.train
 
-from trainer_core.checkpoint.listing import list_checkpoints
+from trainer_core.checkpoint.listing import complete_checkpoints
 from trainer_core.config.decode import ConfigError
 from trainer_core.data.token_data import open_token_data
 from trainer_core.errors import RunFailedError
@@ -133,7 +133,7 @@ def failure_message(run_dir: Location, reason: str) -> str:
     """Why the run stopped and, when it saved a checkpoint, that a re-run resumes from it: with
     none there is nothing to resume, and the hint would promise work that was never kept."""
     message = f"run {storage.name(run_dir)} failed: {reason}"
-    if not any(c.complete for c in list_checkpoints(run_dir)):
+    if not complete_checkpoints(run_dir, warn=False):
         return message
     return (
         f"{message}\n  checkpoints and metrics so far are kept in {run_dir}; fix the cause and "

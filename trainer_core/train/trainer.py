@@ -22,7 +22,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from trainer_core.checkpoint.checkpointer import Checkpointer
 from trainer_core.checkpoint.keep import CheckpointPolicy
-from trainer_core.checkpoint.listing import CheckpointError, branch_step, list_checkpoints
+from trainer_core.checkpoint.listing import CheckpointError, branch_step, complete_checkpoints
 from trainer_core.checkpoint.rng import restore_rng, rng_state
 from trainer_core.config.loader import ConfigError, to_yaml
 from trainer_core.config.sections import TrainConfig
@@ -180,9 +180,10 @@ class Trainer:
             return 0
         state = self.app_state()
         resume_from = self.cfg.checkpoint.resume_from
-        if self.checkpointer.has_checkpoint():
+        own = self.checkpointer.complete()
+        if own:
             check_same_data(self.info.data_id, self.run_dir)
-            if self.checkpointer.load_latest(state) is None:
+            if self.checkpointer.load_latest(state, own) is None:
                 return 0
         elif resume_from:
             branch_step(resume_from)
@@ -264,7 +265,7 @@ class Trainer:
             return (
                 f"{where}; checkpoints are off (checkpoint.enabled=false): re-running starts over"
             )
-        complete = [c.step for c in list_checkpoints(self.run_dir) if c.complete]
+        complete = [c.step for c in complete_checkpoints(self.run_dir, warn=False)]
         if complete:
             return (
                 f"{where}; the latest checkpoint is step {complete[-1]}: re-run the same command "

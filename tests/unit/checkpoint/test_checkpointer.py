@@ -6,7 +6,6 @@ import json
 import logging
 import pickle
 import random
-import warnings
 import zlib
 from fractions import Fraction
 from pathlib import Path
@@ -257,22 +256,6 @@ def test_latest_skips_incomplete_and_tmp_dirs_with_a_warning(tmp_path):
     assert str(tmp) in messages
     assert [c.step for c in list_checkpoints(tmp_path)] == [1, 2]
     assert [c.complete for c in list_checkpoints(tmp_path)] == [True, False]
-
-
-def test_a_resume_names_a_skipped_checkpoint_once(tmp_path):
-    """The trainer lists the run's checkpoints twice (has it one? then load the latest): each
-    listing warned, so every skipped dir printed twice."""
-    ckpt = Checkpointer(tmp_path, CheckpointConfig())
-    for step in (1, 2):
-        ckpt.save(step, tiny_state(step), tokens=10 * step, permanent=True)
-    (step_dir(tmp_path, 2) / marker_name(0, 1)).unlink()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("default")  # as a process runs: each warning once a place
-        assert ckpt.has_checkpoint()
-        assert ckpt.load_latest(tiny_state(0)).step == 1
-    assert [str(w.message) for w in caught if w.category is RunWarning] == [
-        f"skipping incomplete checkpoint {step_dir(tmp_path, 2)} ({marker_name(0, 1)} is missing)"
-    ]
 
 
 def test_temporary_checkpoints_are_replaced_and_permanent_ones_kept(tmp_path):
