@@ -66,7 +66,7 @@ def hparam_table(results: ExperimentResults) -> pd.DataFrame:
 def _stopped_before(runs: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     """Rows of infinite loss for each early-stopped trial at the horizons its group's other
     trials reached past its last annealed point (group: a size and run length)."""
-    groups = runs.get("tag_group", runs["size"]).fillna(runs["size"])
+    groups = run_groups(runs)
     horizons = table.assign(group=table["name"].map(groups)).groupby("group")["D"].unique()
     rows = []
     for name in runs.index[runs["status"] == "stopped"]:
@@ -85,6 +85,12 @@ def _stopped_before(runs: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
             if not d <= reached * (1 + HORIZON_TOLERANCE)
         ]
     return pd.DataFrame(rows, columns=table.columns).astype(table.dtypes)
+
+
+def run_groups(runs: pd.DataFrame) -> pd.Series:
+    """Each run's early-stopping group (a size and run length: its ``group`` tag), else its
+    size; ``runs`` indexed by name. One definition for the sweep report and the laws' cells."""
+    return runs.get("tag_group", runs["size"]).fillna(runs["size"])
 
 
 def _snapped_horizons(df: pd.DataFrame) -> pd.Series:

@@ -4,7 +4,8 @@ Shared by ``workflows/analyze.py`` and the ladder's ``lr.from_sweep`` feedback, 
 trains with is exactly the one the sweep report prints.
 
 Trials of a group (a size and run length) are compared at common tokens: the last eval every
-trial that early stopping let run reached, its end when they finished. A trial stopped before
+finished trial reached, the end of the runs (a trial that failed short of it is not compared,
+and does not pull the others back to where it stopped). A trial stopped before
 then counts as worse than all of them, as early stopping judged it at the rung where it was
 stopped; its early, un-annealed loss is never set beside the others' (it would read as "this LR
 is bad" whatever the LR), nor are theirs read back to its rung (that discards the annealed
@@ -22,6 +23,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import t as student_t
 
+from trainer_core.analysis.hparam_table import run_groups
 from trainer_core.analysis.load import AnalysisError, ExperimentResults, load
 from trainer_core.analysis.optimum import N_BOOTSTRAP, grid_optimum, pooled_noise
 from trainer_core.ladder.formulas import LADDER_LR_EXPONENT
@@ -39,8 +41,8 @@ def _eval_history(results: ExperimentResults) -> pd.DataFrame:
 
 
 def _compare_at_common_tokens(table: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
-    """Add last_eval_step, compared_tokens (the most tokens every trial of the group that early
-    stopping let run reached at an eval), compared_step (each trial's step there; a diverged
+    """Add last_eval_step, compared_tokens (the most tokens every finished trial of the group
+    reached at an eval), compared_step (each trial's step there; a diverged
     trial's, the step it would have reached them at; none for one stopped before) and
     compared_loss (inf for a trial stopped before: judged worse).
 
@@ -52,9 +54,9 @@ def _compare_at_common_tokens(table: pd.DataFrame, evals: pd.DataFrame) -> pd.Da
     table["last_eval_step"] = table["name"].map(lambda n: last[n]["step"] if n in last else None)
     table["last_eval_step"] = table["last_eval_step"].astype("Int64")
     reached = table["name"].map(lambda n: last[n]["tokens"] if n in last else math.nan)
-    ran_on = ~table["diverged"] & ~table["stopped_early"]
-    # A group of stopped trials only (a sweep still running): as far as every one of them went.
-    common = reached[ran_on].groupby(table["group"]).min()
+    # A trial that failed or is still running short of the end leaves it as it is; a group none
+    # finished yet (a sweep still running): as far as every trial went.
+    common = reached[table["status"] == "finished"].groupby(table["group"]).min()
     fallback = reached[~table["diverged"]].groupby(table["group"]).min()
     table["compared_tokens"] = table["group"].map(common.combine_first(fallback))
     widest = table["group"].map(table.groupby("group")["batch"].max())
@@ -85,17 +87,17 @@ def lr_sweep_table(results: ExperimentResults) -> pd.DataFrame:
     run length), final/best eval loss, steps run, early stop, divergence, and the loss the
     optimum compares (``compared_loss`` at the group's ``compared_tokens``)."""
     final = results.final().set_index("name")
+    groups = run_groups(results.runs.set_index("name"))
     rows = []
     for run in results.runs.itertuples(index=False):
         f = final.loc[run.name]
-        group = getattr(run, "tag_group", None)
         rows.append(
             {
                 "size": run.size,
                 "N": run.num_params,
                 "lr": run.peak_lr,
                 "batch": run.global_batch_tokens,
-                "group": group if isinstance(group, str) else run.size,
+                "group": groups[run.name],
                 "name": run.name,
                 "final_eval_loss": f["final_eval_loss"],
                 "best_eval_loss": f["best_eval_loss"],

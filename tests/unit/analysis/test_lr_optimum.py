@@ -98,6 +98,17 @@ def test_a_best_trial_beside_stopped_ones_is_bracketed_by_them(asha_sweep: Path)
     assert widen_lrs(kept) == {}, "bracketed: nothing to widen"
 
 
+def test_a_trial_that_failed_early_does_not_pull_the_others_back(asha_sweep: Path):
+    """A crashed trial (status failed, last eval at step 20) is left out of the comparison; the
+    group is still read at the end its finished trials reached."""
+    write_trial(asha_sweep, LR0 * 4.0, 20, "failed")
+    table = lr_sweep_table(load(asha_sweep)).sort_values("lr")
+    assert set(table["compared_step"].dropna()) == {TOTAL}
+    failed = table[table["status"] == "failed"]
+    assert failed["compared_loss"].isna().all()
+    assert optimal_lr(table).lr == pytest.approx(lr_star(TOTAL), rel=1e-5)
+
+
 def test_the_sweep_plot_shows_the_common_step(asha_sweep: Path):
     """The finished trials at their loss at step 100, the stopped ones hollow at the top and
     labelled with their last step, the optimum starred with its interval."""
