@@ -182,7 +182,6 @@ def field_type(cls: type, keys: list[str] | tuple[str, ...]) -> Any:
 
 def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     """Build dataclass ``cls`` from a plain mapping; any mistake is one ConfigError."""
-    data = _without_ignored(cls, data)
     try:
         return draccus.decode(cls, data)
     except DecodingError as e:
@@ -196,10 +195,11 @@ def from_dict(cls: type[T], data: dict[str, Any]) -> T:
         raise ConfigError(located) from None
 
 
-def _without_ignored(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` less the top-level keys ``cls`` names in ``IGNORED_KEYS`` and has no field for:
-    another entry point's section in a file both read (a sweep's ``sweep:`` given to its
-    ladder). Only at the top: the key stays unknown in any section below."""
+def without_ignored(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """A config file's ``data`` less the top-level keys ``cls`` names in ``IGNORED_KEYS`` and has
+    no field for: another entry point's section in a file both read (a sweep's ``sweep:`` given
+    to its ladder). Only a file's, only at the top: the key stays unknown in any section below
+    and on the command line (``--sweep.x`` to a ladder does nothing, so it is refused)."""
     ignored = getattr(cls, "IGNORED_KEYS", frozenset())
     if not ignored or not isinstance(data, dict):
         return data

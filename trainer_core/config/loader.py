@@ -14,7 +14,13 @@ from typing import Any, TypeVar
 
 import yaml
 
-from trainer_core.config.decode import ConfigError, field_type, from_dict, load_yaml
+from trainer_core.config.decode import (
+    ConfigError,
+    field_type,
+    from_dict,
+    load_yaml,
+    without_ignored,
+)
 
 T = TypeVar("T")
 
@@ -81,6 +87,6 @@ def load_config(
         loaded = load_yaml(path)
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {str(path)!r} must hold a mapping at the top level")
-        data = loaded or {}
+        data = without_ignored(cls, loaded or {})
     apply_overrides(cls, data, overrides or [])
     return from_dict(cls, data)

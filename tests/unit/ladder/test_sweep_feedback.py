@@ -182,3 +182,12 @@ def test_several_horizons_without_enough_bracketed_cells_stop_the_plan(tmp_path)
     error = one_line_error(ladder(tmp_path, lr={"from_sweep": str(sweep)}))
     assert error.startswith(f"lr.from_sweep: {str(sweep)!r} sweeps 2 horizons of a size")
     assert "widen the grid (sweep.factors) or raise sweep.widen_rounds" in error
+
+
+def test_a_sweep_setting_on_the_ladders_command_line_is_still_refused(run_script, tmp_path):
+    """A file's ``sweep:`` section is the sweep's, left alone; ``--sweep.widen_rounds=5`` given
+    to the ladder would do nothing, so it is an unknown key as before."""
+    code, _, err = run_script(
+        "workflows/ladder.py", "--dry-run", f"--dir={tmp_path / 'exp'}", "--sweep.widen_rounds=5"
+    )
+    assert code == 2 and err.startswith("error: sweep: unknown key"), err
