@@ -94,7 +94,7 @@ def help_text(
             group.description = plain_text(inspect.cleandoc(group.description))
         for action in group._group_actions:
             text = action.help = plain_text(action.help or "")
-            owner = _planned_from(action.dest, planned or {})
+            owner = planned_from(action.dest, planned or {})
             if (
                 action.dest == CONFIG_ARG
                 or text.startswith("Config file for ")
@@ -140,7 +140,7 @@ def _class_doc(cls: type) -> str:
     return ""
 
 
-def _planned_from(dest: str, planned: Mapping[str, str]) -> str | None:
+def planned_from(dest: str, planned: Mapping[str, str]) -> str | None:
     """The key field ``dest`` is planned from, when it or its section is in ``planned``."""
     return next((v for k, v in planned.items() if dest == k or dest.startswith(f"{k}.")), None)
 

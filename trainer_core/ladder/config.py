@@ -154,10 +154,15 @@ class LadderConfig:
             self.eval_tokens,
             "must be >= 0 (0: the run template's trainer.eval_batches)",
         )
+        check_unplanned(self.run, TrainConfig(), self.planned(), "run.")
+
+    def planned(self) -> dict[str, str]:
+        """Every run-template field the plan fills in (dotted) -> the ladder key it comes from:
+        :data:`PLANNED`, and ``trainer.eval_batches`` where ``eval_tokens`` sets it."""
         planned = dict(PLANNED)
         if self.eval_tokens:
-            planned["trainer.eval_batches"] = "eval_tokens"
-        check_unplanned(self.run, TrainConfig(), planned, "run.")
+            planned[EVAL_BATCHES] = "eval_tokens"
+        return planned
 
     @property
     def memory_bytes(self) -> float:
@@ -179,6 +184,7 @@ class LadderConfig:
 MAX_COUNT = 2**31
 """A sequence length or vocabulary past this is a typo (1e30 planned as 'needs more devices')."""
 
+EVAL_BATCHES = "trainer.eval_batches"
 PLANNED = {
     **{f"model.{key}": "sizes" for key in ("size", *SIZE_DIMS)},
     "model.vocab_size": "vocab_size",

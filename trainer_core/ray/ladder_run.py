@@ -9,7 +9,7 @@ from trainer_core.config.decode import ConfigError
 from trainer_core.config.sections import ScheduleConfig, TrainConfig
 from trainer_core.io import storage
 from trainer_core.io.run_dir import LR_SCHEDULE
-from trainer_core.ladder.config import PLANNED, LadderConfig, check_unplanned
+from trainer_core.ladder.config import EVAL_BATCHES, PLANNED, LadderConfig, check_unplanned
 from trainer_core.ladder.plan import SizePlan, plan_ladder
 from trainer_core.ladder.record import plot_ladder_schedule, write_experiment_record
 from trainer_core.ray.run_config import RayConfig, RayTrainConfig
@@ -43,6 +43,7 @@ def planned_settings() -> dict[str, str]:
     says so instead of a default that is never used."""
     return {
         **{f"run.{key}": owner for key, owner in PLANNED.items()},
+        f"run.{EVAL_BATCHES}": "eval_tokens, when set (> 0)",
         **{f"ray.{key}": owner for key, owner in PLANNED_RAY.items()},
     }
 
@@ -81,7 +82,7 @@ def run_ladder(job: LadderJobConfig, sizes: list[str] | None, resume: bool, rule
 
     plans = plan_ladder(job, sizes, rules)
     specs = ladder_trials(job, plans)
-    check_unchanged_runs(specs)
+    check_unchanged_runs(specs, job.planned())
     exp_dir = job.exp_dir
     write_experiment_record(job, plans, exp_dir, resume)
     # after the checks: a refused relaunch left the experiment's plot showing its schedule

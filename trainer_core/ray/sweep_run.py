@@ -196,7 +196,7 @@ def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool) -> lis
 
     runs = sweep_plans(job, sizes)
     specs = sweep_trials(job, runs)
-    check_unchanged_runs(specs, "sweep.dir")
+    check_unchanged_runs(specs, job.planned(), "sweep.dir")
     exp_dir = job.exp_dir
     write_experiment_record(job, [r.plan for r in runs], exp_dir, resume)
     init_ray(job.ray.address)
@@ -212,7 +212,7 @@ def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool) -> lis
             for s in specs
         )
         print(f"widening the grid, round {round_}: a best trial at an edge; adding {added}")
-        check_unchanged_runs(specs, "sweep.dir")
+        check_unchanged_runs(specs, job.planned(), "sweep.dir")
         settings = TuneSettings(
             scheduler=early_stopper(job, specs), max_concurrent=at_once, name=f"{WIDEN}{round_}"
         )

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer_core.config.cli import planned_from
 from trainer_core.config.loader import ConfigError
 from trainer_core.errors import UserError
 from trainer_core.io import storage
 from trainer_core.io.run_dir import FINAL_STATUSES, TUNE, mark_stopped
 from trainer_core.io.storage import Location
-from trainer_core.ladder.config import PLANNED
 from trainer_core.ray.failures import user_error_in
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.train.same_run import ChangedRunError, check_same_run
@@ -269,30 +270,26 @@ def run_trials(
     return TrialsRun(grid, concurrency, wall_s, restored)
 
 
-def check_unchanged_runs(specs: list[TrialSpec], dir_key: str = "dir") -> None:
+def check_unchanged_runs(
+    specs: list[TrialSpec], planned: Mapping[str, str], dir_key: str = "dir"
+) -> None:
     """Refuse, as one line before anything is written or started, specs whose run dirs hold a
     run trained with other settings (:func:`~trainer_core.train.same_run.check_same_run`): a
     relaunch into an experiment's dir would otherwise resume or report that run as this one.
-    Worded in the experiment's keys (``lr``, not the run's ``optim.lr``), with its remedy."""
+    Worded in the experiment's keys (``lr``, not the run's ``optim.lr``; ``planned``: the job's
+    :meth:`~trainer_core.ladder.config.LadderConfig.planned`), with its remedy."""
     for spec in specs:
         try:
             check_same_run(spec.config, spec.config.trainer.run_location)
         except ChangedRunError as e:
-            keys = ", ".join(dict.fromkeys(experiment_key(k) for k in e.changed))
+            keys = ", ".join(
+                dict.fromkeys(planned_from(k, planned) or f"run.{k}" for k in e.changed)
+            )
             raise ConfigError(
                 f"{dir_key}: {e.path} records run {spec.name} trained with other {keys}; going "
                 "on would keep its weights under the new settings: launch the changed config "
                 f"into a new --{dir_key}, or undo the change"
             ) from None
-
-
-def experiment_key(run_key: str) -> str:
-    """The ladder key a run setting is planned from (``optim.lr`` -> ``lr``), else the run
-    template's own (``run.optim.weight_decay``)."""
-    for planned, owner in PLANNED.items():
-        if run_key == planned or run_key.startswith(f"{planned}."):
-            return owner
-    return f"run.{run_key}"
 
 
 def _trial_setup(specs: list[TrialSpec]):

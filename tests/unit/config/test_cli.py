@@ -169,3 +169,13 @@ def test_a_ctrl_c_an_entry_point_leaves_unhandled_is_one_line_and_exit_130(capsy
         except KeyboardInterrupt:  # not on to pytest, which would take it for the user's own
             pytest.fail("the KeyboardInterrupt went past exit_on_error")
     assert done.value.code == 130 and capsys.readouterr().err == "interrupted\n"
+
+
+def test_the_ladders_help_marks_eval_batches_as_planned_from_eval_tokens(run_script):
+    """The demo config sets eval_tokens, and then --run.trainer.eval_batches is refused: the
+    help listed it with a default as if it could be set."""
+    code, out, _ = run_script("workflows/ladder.py", "--help")
+    assert code == 0
+    (line,) = [line for line in out.splitlines() if "--run.trainer.eval_batches" in line]
+    block = out[out.index(line) :].split("\n  --", 1)[0]
+    assert "eval_tokens, when set (> 0)" in block

@@ -86,7 +86,7 @@ def test_a_relaunch_into_the_dir_with_other_run_settings_is_refused_before_anyth
     )
     assert (tmp_path / "experiment.yaml").read_text() == before
     grown = from_dict(LadderJobConfig, {**BASE, "dir": str(tmp_path), "sizes": ["15K", "25K"]})
-    check_unchanged_runs(ladder_trials(grown, plan_ladder(grown, None)))
+    check_unchanged_runs(ladder_trials(grown, plan_ladder(grown, None)), grown.planned())
 
 
 def test_a_size_listed_twice_is_refused():
