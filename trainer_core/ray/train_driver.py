@@ -84,14 +84,18 @@ def run_summary(run_dir: Location) -> dict[str, Any]:
 
 
 def run_training(
-    cfg: RayTrainConfig, tags: dict[str, Any] | None = None, callbacks: list | None = None
+    cfg: RayTrainConfig,
+    tags: dict[str, Any] | None = None,
+    callbacks: list | None = None,
+    done: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) one training run on Ray Train and return its summary.
 
     Idempotent: a run whose run.json says finished/diverged returns its summary at once, which
     is what makes a restored Tune experiment safe to re-run trials. A failure raises
     :class:`RunFailedError` with the reason: at once for bad input (no retry can fix it), after
-    ``ray.max_failures`` restarts for anything else.
+    ``ray.max_failures`` restarts for anything else. ``done``: the run's :func:`run_summary`,
+    when the caller read it already (a Tune trial, to see whether the run ended).
     """
     if cfg.ray.runner == "trial":
         raise ConfigError(
@@ -100,7 +104,7 @@ def run_training(
         )
     run_dir = cfg.trainer.run_location
     check_same_run(cfg, run_dir)
-    done = run_summary(run_dir)
+    done = run_summary(run_dir) if done is None else done
     if done.get("status") in FINAL_STATUSES:
         return done
     # Unusable shards fail here, as one line, before any Ray Train process starts (in the

@@ -79,7 +79,7 @@ def trial_driver(config: dict[str, Any]) -> None:
             flush=True,
         )
     else:
-        summary = _train(cfg, spec["tags"], started_at)
+        summary = _train(cfg, spec["tags"], started_at, summary)
     final = {
         k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
     }
@@ -88,8 +88,10 @@ def trial_driver(config: dict[str, Any]) -> None:
     tune.report(final)
 
 
-def _train(cfg: RayTrainConfig, tags: dict[str, Any], started_at: float) -> dict[str, Any]:
-    """Run (or resume) ``cfg`` by its runner; its summary."""
+def _train(
+    cfg: RayTrainConfig, tags: dict[str, Any], started_at: float, done: dict[str, Any]
+) -> dict[str, Any]:
+    """Run (or resume) ``cfg`` by its runner; its summary (``done``: the one read before)."""
     if cfg.ray.runner == "trial":
         from trainer_core.ray.trial_runner import run_in_trial
 
@@ -98,7 +100,7 @@ def _train(cfg: RayTrainConfig, tags: dict[str, Any], started_at: float) -> dict
 
     from trainer_core.ray.train_driver import run_training
 
-    return run_training(cfg, tags, callbacks=[TuneReportCallback()])
+    return run_training(cfg, tags, callbacks=[TuneReportCallback()], done=done)
 
 
 def driver_resources():

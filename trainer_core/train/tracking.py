@@ -138,13 +138,14 @@ class WandbCallback(BaseCallback):
 
 def _segment_files(wandb_root: Path, run_dir: Location) -> list[bytes]:
     """The ``.wandb`` files of the run's earlier offline segments: in the local W&B dir and,
-    for a run dir on object storage, the ones uploaded there (from another node, too)."""
+    for a run dir on object storage, those uploaded there from other nodes."""
     local = sorted((wandb_root / WANDB).glob(f"{SEGMENTS}/*.wandb"))
     files = [path.read_bytes() for path in local]
     if storage.is_url(run_dir):
+        here = {path.parent.name for path in local}  # uploaded from here: the same or older
         remote = storage.join(run_dir, WANDB)
         for segment, size in storage.entries(remote).items():
-            if size is None and fnmatch(segment, SEGMENTS):
+            if size is None and fnmatch(segment, SEGMENTS) and segment not in here:
                 names = storage.entries(storage.join(remote, segment))
                 files += [
                     storage.read_bytes(storage.join(remote, segment, name))
