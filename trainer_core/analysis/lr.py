@@ -115,6 +115,12 @@ def lr_sweep_table(results: ExperimentResults) -> pd.DataFrame:
     return table.sort_values(["N", "lr", "batch"], kind="stable").reset_index(drop=True)
 
 
+def batches_differ(table: pd.DataFrame) -> bool:
+    """Whether some size of an :func:`lr_sweep_table` tried several batches: its trials are then
+    compared in tokens, and shown per batch."""
+    return bool(len(table)) and table.groupby("size")["batch"].nunique().max() > 1
+
+
 @dataclass
 class OptimalLR:
     """The best peak LR of one size, with its 95% interval (:mod:`~trainer_core.analysis.optimum`)."""

@@ -15,7 +15,13 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from trainer_core.analysis.load import ExperimentResults
-from trainer_core.analysis.lr import COMPARED, LADDER_LR_EXPONENT, LRPowerLawFit, OptimalLR
+from trainer_core.analysis.lr import (
+    COMPARED,
+    LADDER_LR_EXPONENT,
+    LRPowerLawFit,
+    OptimalLR,
+    batches_differ,
+)
 
 
 def colors(n: int) -> list:
@@ -120,7 +126,7 @@ def lr_sweep_figure(
     finite = finite[np.isfinite(finite)]
     # Trials without a loss to draw (stopped before the end, diverged) sit in a band above.
     top = finite.max() + 0.05 * (np.ptp(finite) or abs(finite.max())) if len(finite) else 1.0
-    by_batch = bool(len(table)) and table.groupby("size")["batch"].nunique().max() > 1
+    by_batch = batches_differ(table)
     for size, color in zip(sizes, colors(len(sizes)), strict=True):
         t = table[table["size"] == size]
         batches = sorted(t["batch"].unique())

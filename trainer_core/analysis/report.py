@@ -24,17 +24,6 @@ from trainer_core.io.run_dir import ANALYSIS, REPORT_TEXT
 from trainer_core.io.storage import Location
 
 
-def label_once(reason: str) -> str:
-    """``<what>: <why>``, the why's own opening label dropped where ``what`` is or begins with
-    it: an error that names its fit ("isoFLOP: ...", "held-out check: ...") under the report's
-    name for that fit read "isoFLOP fit: isoFLOP: ..."."""
-    what, _, why = reason.partition(": ")
-    label, said, rest = why.partition(": ")
-    if said and label and (what == label or what.startswith(f"{label} ")):
-        return f"{what}: {rest}"
-    return reason
-
-
 def report_experiment(
     exp_dir: Location,
     out: Location | None = None,
@@ -69,7 +58,6 @@ def report_experiment(
                 report, console, target_params, target_flops, n_bootstrap, target, task_accuracy
             )
         report.plots.append(plot_loss_curves(results, report.out_dir / "loss_curves.png"))
-        report.skipped = [label_once(reason) for reason in report.skipped]
         for reason in report.skipped:
             console.print(f"skipped {reason}", style="yellow")
         written = [p.name for p in report.plots] + ([REPORT_TEXT] if console.record else [])

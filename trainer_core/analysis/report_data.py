@@ -54,8 +54,18 @@ class Report:
         try:
             return fn()
         except AnalysisError as e:
-            self.skipped.append(f"{what}: {e}")
+            self.skipped.append(_labelled(what, str(e)))
             return None
+
+
+def _labelled(what: str, why: str) -> str:
+    """``<what>: <why>``, the why's own opening label dropped where ``what`` is or begins with
+    it: an error naming its fit ("isoFLOP: ...") under the report's name for that fit would
+    read "isoFLOP fit: isoFLOP: ..."."""
+    label, said, rest = why.partition(": ")
+    if said and label and (what == label or what.startswith(f"{label} ")):
+        return f"{what}: {rest}"
+    return f"{what}: {why}"
 
 
 def fmt_loss(value: float) -> str:

@@ -15,7 +15,14 @@ from rich.table import Table
 
 from trainer_core.analysis.hparam_laws import CellOptimum, HparamLawFit
 from trainer_core.analysis.hparam_table import SweepCells
-from trainer_core.analysis.lr import COMPARED, fit_lr_power_law, lr_sweep_table, optimal_lrs
+from trainer_core.analysis.lr import (
+    COMPARED,
+    LRPowerLawFit,
+    batches_differ,
+    fit_lr_power_law,
+    lr_sweep_table,
+    optimal_lrs,
+)
 from trainer_core.analysis.plots import plot_lr_sweep, plot_lr_vs_size
 from trainer_core.analysis.plots_hparams import plot_hparam_laws
 from trainer_core.analysis.report_data import Report, fmt_loss
@@ -48,7 +55,7 @@ def _compared(loss: float) -> str:
 def _trials(table: pd.DataFrame) -> Table:
     """Every trial, with its batch where a size tried several (else rows of one LR at two
     batches would read as duplicates)."""
-    batches = bool(len(table)) and table.groupby("size")["batch"].nunique().max() > 1
+    batches = batches_differ(table)
     shown = Table(
         title="LR sweep: trials compared at the last eval every trial that early stopping let "
         "run reached"
@@ -116,8 +123,10 @@ def _ladder_laws(report: Report, console: Console) -> None:
     laws' figures beside the others."""
     sweep, sweep_dir = SweepCells(report.results), str(report.results.path)
     console.print(f"What a ladder fed from this sweep plans with ({LR_KEY}, {BATCH_KEY}):")
-    _print_cells(console, "LR", sweep.cells("lr"))
-    lr = _lr_law(console, sweep, sweep_dir)
+    one_horizon = horizons_swept(sweep.table) < 2
+    if not one_horizon:  # else its cells are the per-size optima above
+        _print_cells(console, "LR", sweep.cells("lr"))
+    lr = _lr_law(console, sweep, sweep_dir, report.lr_law if one_horizon else None)
     batch = None
     if sweep.cells("batch"):
         _print_cells(console, "batch", sweep.cells("batch"))
@@ -138,12 +147,17 @@ def _print_cells(console: Console, what: str, cells: list[CellOptimum]) -> None:
         console.print(f"  {cell}")
 
 
-def _lr_law(console: Console, sweep: SweepCells, sweep_dir: str) -> HparamLawFit | None:
-    """Print the LR law ``lr.from_sweep`` plans with, or its refusal; return LR*(N, D) if any."""
-    laws = _or_refusal(console, lambda: lr_laws(sweep, sweep_dir))
-    if laws is None:
-        return None
-    law, of_n = laws
+def _lr_law(
+    console: Console, sweep: SweepCells, sweep_dir: str, of_n: LRPowerLawFit | None
+) -> HparamLawFit | None:
+    """Print the LR law ``lr.from_sweep`` plans with, or its refusal; return LR*(N, D) if any.
+    ``of_n``: the report's LR*(N) above, the plan's own on a one-horizon sweep (not refitted)."""
+    law = None
+    if of_n is None:
+        laws = _or_refusal(console, lambda: lr_laws(sweep, sweep_dir))
+        if laws is None:
+            return None
+        law, of_n = laws
     if law is not None:
         console.print(f"{LR_KEY}: each size at its run's final D: {law}")
         return law
