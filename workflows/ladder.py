@@ -25,8 +25,8 @@ from trainer_core.ladder.config import device_counts
 from trainer_core.ladder.lr_feedback import sweep_rules
 from trainer_core.ladder.plan import plan_ladder, sweep_notes
 from trainer_core.ladder.record import data_line, data_repeats, plot_ladder_schedule, preflight
-from trainer_core.ray.ladder_run import FLAG_HELP as LADDER_FLAG_HELP
 from trainer_core.ray.ladder_run import (
+    SIZES_HELP,
     LadderJobConfig,
     benchmark_size,
     planned_settings,
@@ -41,7 +41,9 @@ FLAGS = {
     "--benchmark": True,
 }
 FLAG_HELP = {
-    **LADDER_FLAG_HELP,
+    "--dry-run": "plan and print every size, plot the LR schedule; train nothing",
+    "--resume": "go on with the experiment in dir after an interrupt (finished runs are kept)",
+    **SIZES_HELP,
     "--benchmark": "train this size a few steps here, print its tokens/s and MFU, and exit",
 }
 

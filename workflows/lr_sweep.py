@@ -17,7 +17,7 @@ import sys
 
 from trainer_core.config.cli import DEMO_LADDER, exit_on_error, parse_command
 from trainer_core.ladder.record import data_line, data_repeats, preflight
-from trainer_core.ray.ladder_run import FLAG_HELP, planned_settings
+from trainer_core.ray.ladder_run import SIZES_HELP, planned_settings
 from trainer_core.ray.sweep_run import (
     SweepJobConfig,
     as_sweep,
@@ -28,6 +28,11 @@ from trainer_core.ray.sweep_run import (
 from trainer_core.train.schedule import decay_windows, short_decays
 
 FLAGS = {"--dry-run": False, "--resume": False, "--sizes": True}
+FLAG_HELP = {
+    "--dry-run": "plan and print every trial and its decays; train nothing",
+    "--resume": "go on with the sweep in sweep.dir after an interrupt (ended trials are kept)",
+    **SIZES_HELP,
+}
 
 
 def main() -> int:

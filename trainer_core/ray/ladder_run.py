@@ -18,12 +18,8 @@ from trainer_core.ray.tune_run import TrialSpec, costliest_first
 PLANNED_RAY = {"num_workers": "max_devices", "use_gpu": "device_type"}
 """The Ray settings the plan fills in per size -> the ladder key each is planned from."""
 
-FLAG_HELP = {
-    "--dry-run": "plan and print every size, plot the LR schedule; train nothing",
-    "--resume": "go on with the experiment in dir after an interrupt (finished runs are kept)",
-    "--sizes": "only these sizes, comma-separated (e.g. 15K,25K)",
-}
-"""``--help``'s lines for the flags a ladder and its LR sweep share."""
+SIZES_HELP = {"--sizes": "only these sizes, comma-separated (e.g. 15K,25K)"}
+"""``--help``'s line for the flag a ladder and its LR sweep share."""
 
 
 @dataclass

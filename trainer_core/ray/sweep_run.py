@@ -47,6 +47,9 @@ steps a larger batch would be ahead by its extra data)."""
 
 @dataclass
 class SweepJobConfig(LadderJobConfig):
+    """A ladder's sizes and runs, swept: every size at each LR (and batch) of the grid, to fit
+    LR*(N) (and B*) before the ladder trains."""
+
     sweep: SweepConfig = field(default_factory=SweepConfig)
 
 

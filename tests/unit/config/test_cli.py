@@ -179,3 +179,13 @@ def test_the_ladders_help_marks_eval_batches_as_planned_from_eval_tokens(run_scr
     (line,) = [line for line in out.splitlines() if "--run.trainer.eval_batches" in line]
     block = out[out.index(line) :].split("\n  --", 1)[0]
     assert "eval_tokens, when set (> 0)" in block
+
+
+def test_the_sweeps_help_describes_the_sweep_not_the_ladder(run_script):
+    """It borrowed the ladder's lines: a dry run that plots the LR schedule (a sweep draws
+    none), a resume of "the experiment in dir" (a sweep writes to sweep.dir)."""
+    code, out, _ = run_script("workflows/lr_sweep.py", "--help")
+    text = " ".join(out.split())
+    assert code == 0 and "plot the LR schedule" not in text
+    assert "--resume go on with the sweep in sweep.dir" in text
+    assert "SweepJobConfig: A ladder's sizes and runs, swept" in text
