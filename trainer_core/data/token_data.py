@@ -421,7 +421,8 @@ class TokenData:
         """What a run of ``train_seqs`` training and ``eval_seqs`` eval windows would read twice,
         one line per source. Epochs past the first flatten the loss curve a scaling law is read
         from, and an eval window counted twice weighs double in every eval loss; both are silent
-        otherwise (training wraps into the next epoch, evaluation wraps around its split)."""
+        otherwise (training wraps into the next epoch, evaluation wraps around its split). A
+        validation split with no window to give: DataError, as the run would raise."""
         lines = []
         for split, val, weight, quota in zip(
             self.train, self.val, self.weights, apportion(eval_seqs, self.weights), strict=True
@@ -435,8 +436,8 @@ class TokenData:
                     "over; repeated data bends the loss curve a scaling law is fitted to (use "
                     "more text, or train fewer tokens)"
                 )
-            n = val.num_windows(seq_len)
-            if 0 < n < quota:
+            n = _eval_windows(val, quota, seq_len)
+            if n < quota:
                 lines.append(
                     f"{where}: {quota:,} eval windows asked of a validation split of {n:,}, so "
                     f"{_counted_again(quota, n)}; eval at most {n * seq_len:,} tokens "
@@ -460,13 +461,7 @@ class TokenData:
         for s, (split, quota) in enumerate(
             zip(self.val, apportion(total, self.weights), strict=True)
         ):
-            n = split.num_windows(seq_len)
-            if quota and n == 0:
-                raise DataError(
-                    f"{split.manifest.path}: the validation split ({split.tokens.sum()} tokens) has no "
-                    f"window of seq_len+1 = {seq_len + 1} tokens; re-tokenize with a larger --val-fraction "
-                    "or set trainer.eval_batches=0"
-                )
+            n = _eval_windows(split, quota, seq_len)
             picks = (np.arange(quota) * n) // quota if quota <= n else np.arange(quota) % max(n, 1)
             chosen += [((j + 0.5) / quota, s, int(w)) for j, w in enumerate(picks)]
         chosen.sort()
@@ -478,6 +473,19 @@ class TokenData:
             torch.from_numpy(out[b * batch_seqs + first : b * batch_seqs + first + per_rank].copy())
             for b in range(num_batches)
         ]
+
+
+def _eval_windows(split: Split, quota: int, seq_len: int) -> int:
+    """The windows of a validation ``split``, refused when ``quota`` are asked of none: the
+    planning (:meth:`TokenData.repeats`) and the run say it alike, before any training."""
+    n = split.num_windows(seq_len)
+    if quota and n == 0:
+        raise DataError(
+            f"{split.manifest.path}: the validation split ({split.tokens.sum()} tokens) has no "
+            f"window of seq_len+1 = {seq_len + 1} tokens; re-tokenize with a larger --val-fraction "
+            "or set trainer.eval_batches=0 (a ladder's eval_tokens=0)"
+        )
+    return n
 
 
 def _counted_again(asked: int, windows: int) -> str:

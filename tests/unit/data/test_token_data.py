@@ -262,6 +262,16 @@ def test_eval_windows_asked_many_times_over_say_how_often_each_counts(data):
     assert f"of {n:,}, so each counts up to 2 times;" in line
 
 
+def test_a_validation_split_without_a_window_is_refused_when_planned(data):
+    """Eval windows longer than the whole split: the run failed in eval_batches, after Ray had
+    started and the model was built, while the plan's check of the split said nothing."""
+    seq = int(data.val[0].tokens.sum()) + 10
+    for ask in (lambda: data.repeats(seq, 0, 4), lambda: data.eval_batches(seq, 4, 1)):
+        with pytest.raises(DataError, match=r"validation split \(\d+ tokens\) has no window"):
+            ask()
+    assert not any("eval windows" in line for line in data.repeats(seq, 0, 0)), "none asked"
+
+
 def test_vocab_mismatch_names_both_sizes(shards):
     with pytest.raises(
         DataError,
