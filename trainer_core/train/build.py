@@ -6,7 +6,7 @@ which passes its own batch source (Ray Data) and reporter callback.
 
 from __future__ import annotations
 
-import logging
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
@@ -16,6 +16,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from trainer_core.config.sections import TrainConfig
 from trainer_core.data.token_data import open_token_data
 from trainer_core.devices import peak_flops, peak_is_measured
+from trainer_core.errors import RunWarning
 from trainer_core.io import storage
 from trainer_core.io.run_dir import RunInfo
 from trainer_core.model.attention import check_attention_backend
@@ -35,8 +36,6 @@ from trainer_core.train.train_module import TrainModule
 from trainer_core.train.trainer import Trainer
 
 BatchSource = Callable[[int], Iterator[torch.Tensor]]
-
-log = logging.getLogger(__name__)
 
 
 def run_info(cfg: TrainConfig, tags: dict | None = None) -> RunInfo:
@@ -129,7 +128,7 @@ def build_trainer(
     callbacks: list[Callback] = []
     if dist_info.rank == 0:
         for line in data.repeats(seq_len, *cfg.windows_read):
-            log.warning("warning: %s", line)
+            warnings.warn(line, RunWarning, stacklevel=2)
         run_dir = cfg.trainer.run_location
         storage.makedirs(run_dir)
         if cfg.trainer.progress:

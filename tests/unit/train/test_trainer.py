@@ -6,6 +6,7 @@ import json
 import math
 import re
 import socket
+import warnings
 from dataclasses import replace
 
 import pytest
@@ -14,6 +15,7 @@ from trainer_core.checkpoint.listing import CheckpointError
 from trainer_core.config.loader import ConfigError, load_config
 from trainer_core.config.sections import TrainConfig
 from trainer_core.data.shards import DataError
+from trainer_core.errors import RunWarning
 from trainer_core.ray.reader import resume_step
 from trainer_core.train.build import build_trainer
 from trainer_core.train.callbacks import BaseCallback
@@ -550,7 +552,7 @@ def test_a_branched_run_resumes_from_its_own_progress_not_the_branch_point(tmp_p
 
 
 def test_a_run_that_reads_data_twice_says_so_before_it_trains(
-    tmp_path, tiny_config, make_shards, random_texts, caplog
+    tmp_path, tiny_config, make_shards, random_texts
 ):
     """Past the first epoch the loader wraps into the next, and evaluation around its split,
     without a word: a scaling fit then reads a bent curve, unaware."""
@@ -562,15 +564,13 @@ def test_a_run_that_reads_data_twice_says_so_before_it_trains(
     train, val = data.train[0].num_windows(64), data.val[0].num_windows(64)
     steps, evals = 2 * train // 8 + 1, val // 8 + 1
     args = (f"--data.shards={shards}", f"--trainer.max_steps={steps}")
-    with caplog.at_level("WARNING", logger="trainer_core.train.build"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         build_trainer(tiny_config(tmp_path / "run", *args, f"--trainer.eval_batches={evals}"))
-    said = [r.getMessage() for r in caplog.records]
-    assert (
-        said == [f"warning: {line}" for line in data.repeats(64, steps * 8, evals * 8)]
-        and len(said) == 2
-    )
+    said = [str(w.message) for w in caught if w.category is RunWarning]
+    assert said == data.repeats(64, steps * 8, evals * 8) and len(said) == 2
     assert re.search(r"training windows 2\.\d times over", said[0]) and "1 count twice" in said[1]
-    caplog.clear()
-    with caplog.at_level("WARNING", logger="trainer_core.train.build"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         build_trainer(tiny_config(tmp_path / "quiet", args[0], "--trainer.max_steps=5"))
-    assert caplog.records == []
+    assert [w for w in caught if w.category is RunWarning] == []
