@@ -224,7 +224,7 @@ def test_help_describes_the_own_flags_and_the_planned_settings(run_script):
     for script in (LADDER, SWEEP):
         code, out, _ = run_script(script, "--help")
         assert code == 0
-        assert re.search(r"--dry-run +plan and print every size", out), script
+        assert re.search(r"--dry-run +plan and print every (size|trial)", out), script
         assert re.search(r"--sizes 1M,3M +only these sizes, comma-separated", out), script
         assert "--sizes list[str]" not in out
         assert re.search(r"--run\.optim\.lr float +set by the plan from lr, so not settable", out)
