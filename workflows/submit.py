@@ -21,11 +21,11 @@ from urllib.parse import urlsplit
 
 from trainer_core.config.cli import exit_on_error
 from trainer_core.config.loader import ConfigError
+from trainer_core.ray.runtime import PROBE_TIMEOUT_S
 from trainer_core.ray.upload import UploadTooLargeError, check_upload
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCAL_DASHBOARD = "http://127.0.0.1:8265"
-PROBE_TIMEOUT_S = 5.0
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str], list[str]]:
@@ -41,7 +41,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str], list[str]]:
     )
     parser.add_argument(
         "--address",
-        default=os.environ.get("RAY_ADDRESS") or LOCAL_DASHBOARD,
+        default=_env_address() or LOCAL_DASHBOARD,
         help="the dashboard's Jobs API, http://HOST:8265 (default: RAY_ADDRESS, else this machine)",
     )
     parser.add_argument("--no-wait", action="store_true", help="return once the job is submitted")
@@ -53,6 +53,20 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str], list[str]]:
             "no script to run: give it after --, e.g. -- workflows/ladder.py --dry-run"
         )
     return args, passed_on, script
+
+
+def _env_address() -> str:
+    """RAY_ADDRESS, but "auto" (Ray's own lookup of this machine's cluster): none."""
+    address = os.environ.get("RAY_ADDRESS", "")
+    return "" if address == "auto" else address
+
+
+def job_env(address: str) -> dict[str, str]:
+    """The environment ``ray job submit`` runs in: its job client lets RAY_API_SERVER_ADDRESS,
+    then RAY_ADDRESS, win over ``--address``, so the job goes where it was checked and announced
+    only with those set to it."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_API_SERVER_ADDRESS"}
+    return {**env, "RAY_ADDRESS": address}
 
 
 def check_jobs_api(address: str) -> None:
@@ -95,7 +109,7 @@ def main() -> int:
     cmd = [ray_command(), "job", "submit", "--address", args.address, "--working-dir", str(ROOT)]
     cmd += ["--no-wait"] if args.no_wait else []
     cmd += passed_on
-    return subprocess.call([*cmd, "--", "python", *script], env=os.environ.copy())
+    return subprocess.call([*cmd, "--", "python", *script], env=job_env(args.address))
 
 
 if __name__ == "__main__":

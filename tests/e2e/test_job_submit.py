@@ -79,6 +79,21 @@ def test_submit_probes_a_dashboard_url_at_its_own_port():
         probe("https://127.0.0.1")
 
 
+def test_the_job_goes_where_submit_checked_it(monkeypatch):
+    """Ray's job client takes RAY_API_SERVER_ADDRESS, then RAY_ADDRESS, over --address: with
+    RAY_ADDRESS exported (as the README does) and --address naming another cluster, submit.py
+    probed and announced one and Ray submitted to the other. RAY_ADDRESS=auto is Ray's lookup of
+    this machine's cluster: the default dashboard, not a host named auto."""
+    submit = load_script("workflows/submit.py")
+    monkeypatch.setenv("RAY_ADDRESS", "http://a:8265")
+    monkeypatch.setenv("RAY_API_SERVER_ADDRESS", "http://c:8265")
+    env = submit.job_env("http://b:8265")
+    assert env["RAY_ADDRESS"] == "http://b:8265" and "RAY_API_SERVER_ADDRESS" not in env
+    assert submit.parse(["--", "x.py"])[0].address == "http://a:8265"
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    assert submit.parse(["--", "x.py"])[0].address == submit.LOCAL_DASHBOARD
+
+
 WALKTHROUGH = (
     "<!-- workstation walk-through: tests/e2e/test_job_submit.py runs this block as it is -->"
 )
