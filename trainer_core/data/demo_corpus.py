@@ -27,8 +27,9 @@ DEMO_SHARD_TOKENS = 1 << 22
 EXCLUDED_DIRS = frozenset(
     {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
 )
-CORPUS_VERSION = "2"
-"""Bumped when the shard format changes (2: parquet page checksums), so old caches are rebuilt."""
+CORPUS_VERSION = "3"
+"""Bumped when the shard format or the reading of files changes (2: parquet page checksums; 3: a
+UTF-8 BOM is not text), so old caches are rebuilt."""
 DEMO_READ = ReadOptions(on_decode_error="replace")
 
 

@@ -294,7 +294,8 @@ def _parquet_docs(f: InputFile, opts: ReadOptions, stats: ReadStats, stream) -> 
 
 
 def _text_docs(f: InputFile, opts: ReadOptions, stats: ReadStats, stream) -> Iterator[str]:
-    text = decode(stream.read(), opts.on_decode_error, f.path, stats)
+    """A file is one document; a UTF-8 BOM (Windows editors write one) is not its text."""
+    text = decode(stream.read().removeprefix(codecs.BOM_UTF8), opts.on_decode_error, f.path, stats)
     if text is not None:
         yield text
 

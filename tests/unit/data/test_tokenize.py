@@ -170,9 +170,11 @@ def test_a_reader_bug_is_not_a_file_to_skip():
     assert _is_read_failure(EOFError("truncated")) and _is_read_failure(zstandard.ZstdError())
 
 
-def test_a_utf8_bom_before_the_first_json_line_is_ignored(tmp_path):
+def test_a_utf8_bom_before_the_first_json_line_or_a_text_file_is_ignored(tmp_path):
     (tmp_path / "b.jsonl").write_bytes(b'\xef\xbb\xbf{"text": "one"}\n{"text": "two"}\n')
     assert documents(str(tmp_path / "b.jsonl")) == ["one", "two"]
+    (tmp_path / "c.txt").write_bytes(b"\xef\xbb\xbfthree")  # was tokenized as U+FEFF "three"
+    assert documents(str(tmp_path / "c.txt")) == ["three"]
 
 
 def test_tokenize_file_batches_by_characters_as_well_as_documents(tmp_path, random_texts):
