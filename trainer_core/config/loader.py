@@ -41,17 +41,13 @@ def to_yaml(obj: Any) -> str:
 
 
 def parse_override_value(text: str) -> Any:
-    """``--x=3e-4`` -> 0.0003, ``--x=[1,2]`` -> [1, 2], ``--x=null`` -> None, else the string."""
+    """``--x=[1,2]`` -> [1, 2], ``--x=null`` -> None, else what YAML reads (the text itself where
+    YAML can't): ``3e-4``, a string to YAML 1.1, becomes a number where the field's type says so
+    (:mod:`trainer_core.config.decode`), as it does in a config file."""
     try:
-        value = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError:
         return text
-    if isinstance(value, str):
-        try:
-            return float(value) if any(c in value for c in ".eE") else value
-        except ValueError:
-            return value
-    return value
 
 
 def apply_overrides(cls: type, data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -163,7 +163,10 @@ class TrainModuleConfig:
     not tokens, everywhere (the ladder plans them): a micro-batch is whole rows of the batch."""
     max_grad_norm: float | None = 1.0
     z_loss_multiplier: float | None = None
-    autocast_precision: Literal["bf16", "fp16"] | None = None
+    autocast_precision: Literal["bf16"] | None = None
+    """bf16 autocast whatever the layout (None: as ``parallel.param_dtype`` says). No fp16: the
+    loss is divided by the global batch's tokens before backward, so without loss scaling the
+    logits' gradients (~1e-11 at a 1M-token batch) fall below fp16's range and vanish."""
     label_ignore_index: int = -100
     reduce_grads_every_micro_batch: bool = False
     """Reduce-scatter gradients after every micro-batch instead of only the last: more traffic,

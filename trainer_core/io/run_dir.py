@@ -20,16 +20,25 @@ run dir per trial) and Tune's state in ``tune/``.
 ``config.yaml``, ``run.json`` and ``metrics_step{N}.json`` are replaced whole
 (:func:`write_atomic`): a reader, or a crash, sees the old content or the new, never a mix.
 ``metrics.jsonl`` is appended to (and rewritten whole when a resume drops replayed steps).
+
+The library reads ``metrics.jsonl`` only through :func:`metric_lines`, so a damaged line has one
+rule: a line that is not a JSON object (a last line cut mid-write by a kill, a byte that is not
+UTF-8 in a damaged copy, a line someone edited) is skipped with a :class:`RunWarning` naming
+``file:line``, never a crash; the analysis alone refuses an edited line (not damage), so no fit
+silently misses a point. A rewrite keeps every line it can't read: only a line it reads as past
+the resumed step goes, and a cut last line (:func:`resumed_metric_lines` says why).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from trainer_core.errors import RunWarning
 from trainer_core.io import storage
 from trainer_core.io.records import read_json_record, read_yaml_record
 from trainer_core.io.storage import Location, write_atomic
@@ -190,17 +199,95 @@ def worker_groups(run_dir: Location) -> list[WorkerGroup]:
     return [WorkerGroup(**g) for g in (read_run_json(run_dir) or {}).get("workers", [])]
 
 
+@dataclass(frozen=True)
+class MetricLine:
+    """One non-blank line of ``metrics.jsonl``: its bytes as stored and its record, if any."""
+
+    number: int
+    raw: bytes
+    """Without its newline: what a rewrite writes back, byte for byte."""
+    record: dict[str, Any] | None
+    problem: str = ""
+    """Why ``record`` is None: "not UTF-8 text", "not valid JSON (<why>)", "not a JSON object"."""
+    cut: bool = False
+    """The last line, unreadable and with no newline: a write cut short by a kill."""
+
+    @property
+    def damaged(self) -> bool:
+        """Cut, or not text: damage, not an edit someone can fix in place."""
+        return self.cut or self.problem == "not UTF-8 text"
+
+    def warn(self, path: Location) -> None:
+        """The one warning for a line a reader skips."""
+        why = "cut mid-write" if self.cut else f"that is {self.problem}"
+        warnings.warn(f"{path}:{self.number}: ignoring a line {why}", RunWarning, stacklevel=3)
+
+
+def metric_lines(path: Location) -> list[MetricLine]:
+    """Every non-blank line of ``metrics.jsonl`` (none without the file), numbered as an editor
+    numbers them, parsed; the caller decides what an unreadable one means (the module's rule)."""
+    data = storage.read_bytes(path) if storage.is_file(path) else b""
+    raws = data.split(b"\n")
+    return [
+        _parse_metric_line(number, raw, cut=number == len(raws))
+        for number, raw in enumerate(raws, start=1)
+        if raw.strip()
+    ]
+
+
+def _parse_metric_line(number: int, raw: bytes, cut: bool) -> MetricLine:
+    try:
+        record = json.loads(raw.decode())
+    except UnicodeDecodeError:
+        return MetricLine(number, raw, None, "not UTF-8 text", cut)
+    except json.JSONDecodeError as e:
+        return MetricLine(number, raw, None, f"not valid JSON ({e.msg})", cut)
+    if not isinstance(record, dict):
+        return MetricLine(number, raw, None, "not a JSON object", cut)
+    return MetricLine(number, raw, record)
+
+
+def metric_records(path: Location) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) of each readable line of ``metrics.jsonl``; any other line is
+    skipped with a warning: a run's own readers must go on over a line they can't use."""
+    for line in metric_lines(path):
+        if line.record is None:
+            line.warn(path)
+            continue
+        yield line.number, line.record
+
+
+def resumed_metric_lines(path: Location, step: int) -> list[bytes]:
+    """The lines of ``metrics.jsonl`` a run resumed at ``step`` keeps, each with its newline:
+    all but those it reads as past ``step`` (the replay logs them again) and a cut last line.
+    That one is past ``step`` too: a line is flushed before the checkpoint that follows it, so
+    only a line after the last checkpoint can be cut; kept, it would stop being the last."""
+    kept = []
+    for line in metric_lines(path):
+        if line.record is None:
+            line.warn(path)
+        past = line.cut or (line.record is not None and (_step(line.record) or 0) > step)
+        if not past:
+            kept.append(line.raw + b"\n")
+    return kept
+
+
+def write_metrics(path: Location, lines: list[bytes]) -> None:
+    """Replace ``metrics.jsonl`` whole with ``lines`` as bytes: a kept line may not be UTF-8."""
+    storage.write_atomic(path, b"".join(lines))
+
+
+def _step(record: dict[str, Any]) -> int | None:
+    """A record's step; None when it has no whole number there (a line someone edited)."""
+    step = record.get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
 def last_logged_step(run_dir: Location) -> int:
-    """The step of the last whole line of ``metrics.jsonl`` (0: none). A bad byte (a damaged
-    copy) spoils only its own line, which is skipped as a line cut mid-write is."""
-    path = metrics_path(run_dir)
-    text = storage.read_bytes(path).decode(errors="replace") if storage.is_file(path) else ""
+    """The step of the last readable line of ``metrics.jsonl`` with one (0: none)."""
     last = 0
-    for line in text.splitlines():
-        try:
-            last = int(json.loads(line).get("step", last))
-        except (ValueError, AttributeError):
-            continue  # a line cut by a kill mid-write
+    for _, record in metric_records(metrics_path(run_dir)):
+        last = _step(record) or last
     return last
 
 

@@ -170,17 +170,18 @@ def read_text(location: Location) -> str:
     return read_bytes(location).decode()
 
 
-def write_atomic(location: Location, text: str) -> None:
-    """Replace ``location`` with ``text`` whole: a reader, or a crash, sees the old content or
-    the new, never a mix. Locally through ``<name>.tmp`` and a rename; on object storage one
-    upload, which replaces the object whole."""
+def write_atomic(location: Location, content: str | bytes) -> None:
+    """Replace ``location`` with ``content`` whole (text as UTF-8): a reader, or a crash, sees
+    the old content or the new, never a mix. Locally through ``<name>.tmp`` and a rename; on
+    object storage one upload, which replaces the object whole."""
+    data = content.encode() if isinstance(content, str) else content
     if is_url(location):
         fs, path = filesystem(location)
-        fs.pipe_file(path, text.encode())
+        fs.pipe_file(path, data)
         return
     path = Path(location)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
+    tmp.write_bytes(data)
     tmp.replace(path)
 
 

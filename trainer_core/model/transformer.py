@@ -20,7 +20,6 @@ from torch import nn
 
 from trainer_core.config.sections import ModelConfig
 from trainer_core.model.attention import grouped_kv, sdpa_context
-from trainer_core.model.counts import num_flops_per_token
 from trainer_core.model.loss import lm_loss_sums
 
 
@@ -233,6 +232,3 @@ class Transformer(nn.Module):
         for block in self.blocks.values():
             x = block(x, rotations)
         return self.lm_head(x, labels, ignore_index, z_multiplier)
-
-    def num_flops_per_token(self, seq_len: int) -> int:
-        return num_flops_per_token(self.cfg, seq_len)

@@ -18,7 +18,7 @@ from trainer_core.config.sections import ParallelConfig, TrainModuleConfig
 def autocast_precision(
     parallel: ParallelConfig, train_module: TrainModuleConfig, *, fsdp: bool
 ) -> str | None:
-    """The autocast a step runs under ("bf16", "fp16" or None); ``fsdp``: FSDP wraps the model
+    """The autocast a step runs under ("bf16" or None); ``fsdp``: FSDP wraps the model
     (data-parallel size > 1)."""
     if train_module.autocast_precision:
         return train_module.autocast_precision

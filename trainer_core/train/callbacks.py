@@ -1,7 +1,8 @@
 """Things that happen at step boundaries: console progress, the JSONL metrics file, W&B.
 
-Callbacks run on rank 0 only (the trainer decides) and never touch the model, so adding one can't
-change a run's numbers. The Ray layer adds its own reporter the same way.
+Callbacks never touch the model, so adding one can't change a run's numbers. The build gives
+rank 0 the ones that write or print for the run (these, W&B); a launcher's extra callbacks (the
+Ray layer's reporter and start-up clock) run on every rank.
 
 At a step with something to say the trainer calls ``on_log`` (the step's metrics), then, if it
 saves, ``flush`` (whatever a callback buffers goes out: the record is durable before the
@@ -17,8 +18,8 @@ import time
 from typing import Any, Protocol
 
 from trainer_core.io import storage
-from trainer_core.io.run_dir import metrics_path
-from trainer_core.io.storage import Location, write_atomic
+from trainer_core.io.run_dir import metrics_path, resumed_metric_lines, write_metrics
+from trainer_core.io.storage import Location
 
 
 class Callback(Protocol):
@@ -124,8 +125,8 @@ class JsonlMetrics(BaseCallback):
     """Appends every logged metrics dict to ``<run_dir>/metrics.jsonl`` (the record analysis reads).
 
     On resume, lines from steps after the resumed checkpoint are dropped first, so a replayed
-    stretch of training is not recorded twice; the file is replaced whole, so a kill during that
-    rewrite loses nothing either.
+    stretch of training is not recorded twice; a line it can't read is kept as it is (with a
+    warning), and the file is replaced whole, so a kill during that rewrite loses nothing either.
 
     Object storage has no appends: for a run dir there, the lines are kept here and the file is
     replaced whole at :meth:`flush` (before every checkpoint, at the end) and at most every
@@ -138,28 +139,21 @@ class JsonlMetrics(BaseCallback):
     def __init__(self, run_dir: Location):
         self.path = metrics_path(run_dir)
         self.remote = storage.is_url(self.path)
-        self.lines: list[str] = []
+        self.lines: list[bytes] = []
         self.uploaded_at = time.monotonic()
 
     def on_start(self, info: dict[str, Any]) -> None:
         if not storage.is_file(self.path):
             return
-        keep = []
-        for line in storage.read_text(self.path).splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash mid-write
-            if record.get("step", 0) <= info["start_step"]:
-                keep.append(line + "\n")
+        keep = resumed_metric_lines(self.path, info["start_step"])
         if self.remote:
             self.lines = keep
-        write_atomic(self.path, "".join(keep))
+        write_metrics(self.path, keep)
 
     def on_log(self, step: int, metrics: dict[str, float]) -> None:
-        line = json.dumps({"step": step, "time": time.time(), **metrics}) + "\n"
+        line = (json.dumps({"step": step, "time": time.time(), **metrics}) + "\n").encode()
         if not self.remote:
-            with open(self.path, "a") as f:
+            with open(self.path, "ab") as f:
                 f.write(line)
             return
         self.lines.append(line)
@@ -168,5 +162,5 @@ class JsonlMetrics(BaseCallback):
 
     def flush(self) -> None:
         if self.remote:
-            write_atomic(self.path, "".join(self.lines))
+            write_metrics(self.path, self.lines)
             self.uploaded_at = time.monotonic()

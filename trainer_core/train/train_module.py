@@ -21,11 +21,10 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer_core.config.sections import TrainModuleConfig
-from trainer_core.model.counts import num_flops_per_token
 from trainer_core.parallel.process_group import collective_device
 from trainer_core.parallel.wrap import clip_grad_norm
 
-AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16}
 
 
 @dataclass
@@ -35,7 +34,6 @@ class BatchStats:
     ce_sum: torch.Tensor
     z_sum: torch.Tensor
     num_tokens: torch.Tensor
-    global_tokens: torch.Tensor
 
 
 class TrainModule:
@@ -75,7 +73,7 @@ class TrainModule:
         self.model.train()
         batch = batch.to(self.device, non_blocking=True)
         inputs, labels = self._split(batch)
-        global_tokens = self._global_count(labels)
+        local_tokens, global_tokens = self._token_counts(labels)
         micro = self.micro_batches(inputs.shape[0])
         ce_total = torch.zeros((), device=self.device)
         z_total = torch.zeros((), device=self.device)
@@ -87,8 +85,7 @@ class TrainModule:
             ((ce_sum + z_sum) * (self.dp_size / global_tokens)).backward()
             ce_total += ce_sum.detach()
             z_total += z_sum.detach()
-        local_tokens = (labels != self.cfg.label_ignore_index).sum()
-        return BatchStats(ce_total, z_total, local_tokens, global_tokens)
+        return BatchStats(ce_total, z_total, local_tokens)
 
     @torch.no_grad()
     def eval_batch(self, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -132,13 +129,6 @@ class TrainModule:
     @property
     def lr(self) -> float:
         return self.optimizer.param_groups[0]["lr"]
-
-    def num_flops_per_token(self, seq_len: int | None = None) -> int:
-        return num_flops_per_token(self.model_config, seq_len or self.seq_len)
-
-    @property
-    def model_config(self):
-        return self.model.cfg
 
     def state_dict(self, *, optim: bool = True) -> dict:
         """Model, optimizer and schedule state (each rank's shard under FSDP2), a DCP Stateful."""
@@ -198,14 +188,16 @@ class TrainModule:
         inputs, labels = batch[:, :-1], batch[:, 1:]
         return inputs.clamp(min=0), labels
 
-    def _global_count(self, labels: torch.Tensor) -> torch.Tensor:
-        count = (labels != self.cfg.label_ignore_index).sum().to(torch.float32)
+    def _token_counts(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's scored tokens and the global batch's (at least 1: the loss divides)."""
+        local = (labels != self.cfg.label_ignore_index).sum()
+        count = local.to(torch.float32)
         if self.dp_size > 1:
             where = collective_device(self.dp_group, self.device)
             count = count.to(where)
             dist.all_reduce(count, group=self.dp_group)
             count = count.to(self.device)
-        return count.clamp(min=1.0)
+        return local, count.clamp(min=1.0)
 
     def _loss_sums(
         self, inputs: torch.Tensor, labels: torch.Tensor, with_z: bool = True

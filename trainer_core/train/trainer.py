@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+_WINDOW_KEY = "log_window"
+"""The log window's key in a rank's section of a checkpoint."""
+
 
 class NonFiniteLossError(UserError, RuntimeError):
     """Raised (on every rank) when the loss or gradient norm is NaN/inf; names which, and the step.
@@ -75,12 +78,15 @@ class _Window:
     ``sums``: this rank's CE, z-loss and tokens, and the global gradient norms, summed.
     ``first_bad``: the first step whose loss or gradient norm was non-finite (0: none yet), with
     its loss sum, tokens and norm, for the error the next check raises.
+    ``carried``: of ``steps``, those a checkpoint brought (a resume between log steps): in the
+    averages, so the line is the uninterrupted run's, but not in this window's seconds.
     """
 
     sums: torch.Tensor
     first_bad: torch.Tensor
     start_time: float
     steps: int = 0
+    carried: int = 0
     eval_s: float = 0.0
     task_eval_s: float = 0.0
     checkpoint_s: float = 0.0
@@ -89,6 +95,20 @@ class _Window:
     def on(cls, device: torch.device, start_time: float) -> _Window:
         zeros = torch.zeros(4, dtype=torch.float64, device=device)
         return cls(sums=zeros, first_bad=zeros.clone(), start_time=start_time)
+
+    def state(self, layout: list[int]) -> dict[str, Any]:
+        """This rank's sums for its checkpoint (``first_bad`` is zero there: a save checks it
+        first). ``layout``: the world and DP sizes, which the sums are per rank of."""
+        return {"sums": self.sums, "steps": self.steps, "layout": layout}
+
+    def resume(self, saved: dict[str, Any] | None, layout: list[int]) -> None:
+        """Carry a checkpoint's sums on. Without them (a checkpoint from before they were
+        saved) or from another layout (whose ranks summed other shares), the window starts at
+        the resume step: its first line then averages the steps since."""
+        if saved is None or list(saved["layout"]) != layout:
+            return
+        self.sums = saved["sums"].to(self.sums)
+        self.steps = self.carried = int(saved["steps"])
 
     def add(self, step: int, stats: BatchStats, norm: torch.Tensor) -> None:
         """Device ops only: no host sync."""
@@ -146,6 +166,9 @@ class Trainer:
         self.step = 0
         self.tokens = 0
         self.last_metrics: dict[str, float] = {}
+        self.window = _Window.on(module.device, start_time=0.0)
+        """The log window: the loop adds to it, a checkpoint saves it, a resume carries it on
+        (the loop starts its clock)."""
         self.annealed_steps = annealed_steps(info.total_steps, cfg.schedule)
         ckpt = cfg.checkpoint
         self.checkpointer = (
@@ -161,11 +184,20 @@ class Trainer:
     # -- state --------------------------------------------------------------------------------
 
     def app_state(self) -> dict[str, Any]:
+        """What a checkpoint holds. The log window's sums differ by rank, so they go in the
+        checkpoint's per-rank section beside the RNG states, which loads what it holds: a
+        checkpoint saved without them still loads."""
+        per_rank = rng_state(self.rank)
+        per_rank[f"rank{self.rank}"][_WINDOW_KEY] = self.window.state(self._layout)
         return {
             "train_module": self.module,
             "trainer": {"step": self.step, "tokens": self.tokens},
-            "rng": rng_state(self.rank),
+            "rng": per_rank,
         }
+
+    @property
+    def _layout(self) -> list[int]:
+        return [self.world_size, self.module.dp_size]
 
     def restore(self) -> int:
         """Load the latest complete checkpoint of the run that verifies (see
@@ -192,6 +224,9 @@ class Trainer:
             return 0
         self.step = int(state["trainer"]["step"])
         self.tokens = int(state["trainer"]["tokens"])
+        saved = state["rng"].get(f"rank{self.rank}", {})
+        self.window = _Window.on(self.module.device, start_time=0.0)
+        self.window.resume(saved.get(_WINDOW_KEY), self._layout)
         restore_rng(state["rng"], self.rank)
         return self.step
 
@@ -282,7 +317,8 @@ class Trainer:
         """The loop. A step that neither logs, evaluates nor saves never waits for the device:
         the non-finite check is read (:meth:`_check_finite`) only on steps that do."""
         batches = self.train_batches(start_step)
-        window = _Window.on(self.module.device, self.clock())
+        window = self.window
+        window.start_time = self.clock()
         while self.step < total:
             stats = self.module.train_batch(next(batches))
             lr = self.module.lr  # this update's LR; optim_step moves it to the next one's
@@ -305,7 +341,7 @@ class Trainer:
                 # after this step's eval (its time is on this line), before its checkpoint,
                 # which follows the record and so is counted on the next line
                 metrics.update(self._log_metrics(window, stats, norm, lr))
-                window = _Window.on(self.module.device, self.clock())
+                window = self.window = _Window.on(self.module.device, self.clock())
             if metrics or save != "none":
                 # The step's record goes out before its checkpoint commits: a kill after the
                 # commit cannot lose it, a kill before resumes earlier and drops it with the
@@ -404,7 +440,7 @@ class Trainer:
         ).tolist()
         wall = self.clock() - window.start_time
         elapsed = max(wall - window.eval_s - window.task_eval_s - window.checkpoint_s, 1e-9)
-        tokens_per_s = window.steps * self.info.global_batch_tokens / elapsed
+        tokens_per_s = (window.steps - window.carried) * self.info.global_batch_tokens / elapsed
         flops_per_s = tokens_per_s * self.info.flops_per_token
         z_loss = {"train/z_loss": z / tokens} if self.module.cfg.z_loss_multiplier else {}
         task_s = {"time/task_eval_s": window.task_eval_s} if self.task_evaluator else {}
@@ -430,10 +466,12 @@ class Trainer:
         ``clock``: consult the minute clock (log steps only: it costs every rank a sync)."""
         if self.checkpointer is None:
             return "none"
-        if self.step == self.info.total_steps and self.cfg.checkpoint.save_final:
-            return "permanent"
         return self.policy.decide_all_ranks(
-            self.step, time.time(), clock=clock, device=self.module.device
+            self.step,
+            time.time(),
+            final=self.step == self.info.total_steps,
+            clock=clock,
+            device=self.module.device,
         )
 
     def _checkpoint(self, permanent: bool, metrics: dict[str, float], lr: float) -> None:

@@ -101,8 +101,8 @@ def test_a_yaml_syntax_error_names_file_line_and_column(tmp_path):
         ({"tracking": {"name": 123}}, "tracking.name: expected a string, got 123; quote it"),
         ({"tracking": {"tags": "a"}}, "tracking.tags: expected a list of string, got 'a'"),
         (
-            {"train_module": {"autocast_precision": "fp8"}},
-            "train_module.autocast_precision: 'fp8' is not a valid one of 'bf16', 'fp16' or null",
+            {"train_module": {"autocast_precision": "fp16"}},
+            "train_module.autocast_precision: 'fp16' is not a valid one of 'bf16' or null",
         ),
         (
             {"checkpoint": {"keep": [{"every": 5}, {"every": 0}]}},

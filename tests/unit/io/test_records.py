@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from trainer_core.config.loader import from_dict
+from trainer_core.errors import RunWarning
 from trainer_core.io import run_dir
 from trainer_core.io.records import RecordError, read_json_record, read_yaml_record
 from trainer_core.ladder.config import LadderConfig
@@ -71,11 +72,14 @@ def test_a_damaged_experiment_yaml_is_refused_by_its_kind(tmp_path, content):
 
 
 def test_a_bad_byte_in_metrics_spoils_only_its_line(tmp_path):
-    """The last logged step behind it still counts: the run is marked as far as it got."""
+    """The line is skipped with a warning naming it (every reader's rule); the steps around it
+    still count."""
     (tmp_path / "metrics.jsonl").write_bytes(b'{"step": 5}\n{"step": 10, "x": "\xff"}\n')
-    assert run_dir.last_logged_step(tmp_path) == 10
-    (tmp_path / "metrics.jsonl").write_bytes(b'{"step": 5}\n{"step": 1\xff}\n')
-    assert run_dir.last_logged_step(tmp_path) == 5
+    with pytest.warns(RunWarning, match=r"metrics\.jsonl:2: ignoring a line that is not UTF-8"):
+        assert run_dir.last_logged_step(tmp_path) == 5
+    (tmp_path / "metrics.jsonl").write_bytes(b'{"step": 5}\n{"step": 1\xff}\n{"step": 15}\n')
+    with pytest.warns(RunWarning, match=r"metrics\.jsonl:2: "):
+        assert run_dir.last_logged_step(tmp_path) == 15
 
 
 def ladder(tmp_path) -> LadderConfig:

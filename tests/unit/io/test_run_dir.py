@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from trainer_core.errors import RunWarning
 from trainer_core.io import run_dir
 from trainer_core.io.run_dir import RUN_FIELDS, RunInfo, WorkerGroup
 
@@ -58,8 +59,9 @@ def test_mark_stopped_touches_only_runs_cut_short(tmp_path):
     run_dir.write_run_json(done, INFO, "finished", last_step=10)
     # stopped by ASHA at its last report, before it could write "finished"
     (cut_at_end / "metrics.jsonl").write_text('{"step": 5}\n{"step": 10}\n')
-    for path in (short, done, cut_at_end, tmp_path / "never-started"):
-        run_dir.mark_stopped(path)
+    with pytest.warns(RunWarning, match=r"short/metrics\.jsonl:2: ignoring a line cut mid-write"):
+        for path in (short, done, cut_at_end, tmp_path / "never-started"):
+            run_dir.mark_stopped(path)
     assert run_dir.read_run_json(short)["status"] == "stopped"
     assert run_dir.read_run_json(short)["last_step"] == 5
     assert run_dir.read_run_json(done)["status"] == "finished"

@@ -22,7 +22,7 @@ BF16 = ParallelConfig(param_dtype="bfloat16")
         (BF16, TrainModuleConfig(), True, None),  # FSDP's policy casts the parameters
         (ParallelConfig(), TrainModuleConfig(), False, None),  # fp32
         (ParallelConfig(), TrainModuleConfig(), True, None),
-        (BF16, TrainModuleConfig(autocast_precision="fp16"), True, "fp16"),  # explicit wins
+        (ParallelConfig(), TrainModuleConfig(autocast_precision="bf16"), True, "bf16"),  # wins
         (ParallelConfig(), TrainModuleConfig(autocast_precision="bf16"), False, "bf16"),
     ],
 )

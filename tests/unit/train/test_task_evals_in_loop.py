@@ -79,5 +79,5 @@ def test_an_untrained_model_scores_chance(tmp_path, tiny_config):
     # 100 examples: the accuracy's standard error at chance is 0.04
     assert metrics[KEYS[0]] == pytest.approx(0.25, abs=0.1)
     assert metrics[KEYS[1]] == pytest.approx(0.25, abs=0.1)
-    vocab = trainer.module.model_config.vocab_size
+    vocab = trainer.module.model.cfg.vocab_size
     assert metrics[KEYS[2]] == pytest.approx(math.log2(vocab), rel=0.1)

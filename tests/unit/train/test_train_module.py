@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from trainer_core.config.sections import ModelConfig, OptimConfig, ScheduleConfig, TrainModuleConfig
-from trainer_core.model.counts import num_flops_per_token
 from trainer_core.model.transformer import Transformer
 from trainer_core.train.optim import build_optimizer, parameter_groups
 from trainer_core.train.schedule import build_scheduler
@@ -154,12 +153,3 @@ def test_no_weight_decay_on_norms_and_embeddings():
         model, OptimConfig(decay_embeddings=True, decay_norms_and_biases=True)
     )
     assert len(groups) == 1
-
-
-def test_flops_per_token_from_module():
-    """The module counts at its own model config and sequence length unless given another."""
-    module = make_module(0)
-    cfg = module.model.cfg
-    assert module.num_flops_per_token() == num_flops_per_token(cfg, SEQ)
-    assert module.num_flops_per_token(4 * SEQ) == num_flops_per_token(cfg, 4 * SEQ)
-    assert num_flops_per_token(cfg, 4 * SEQ) != num_flops_per_token(cfg, SEQ)

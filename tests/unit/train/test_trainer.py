@@ -121,6 +121,61 @@ def test_resume_continues_bit_for_bit(tmp_path, tiny_config):
     assert started["time"] < resumed_at["time"]
 
 
+OFF_LOG_STEP = (
+    "--trainer.max_steps=15",
+    "--checkpoint.save_interval_steps=7",
+    "--train_module.z_loss_multiplier=1e-4",
+)
+"""Checkpoints at step 7 and 14, log lines every 5: a resume at 7 lands mid-window."""
+
+WINDOW_FIGURES = ("train/loss", "train/z_loss", "train/grad_norm", "train/loss_last")
+
+
+def window_figures(run_dir) -> dict[int, list[float]]:
+    lines = read_jsonl(run_dir / "metrics.jsonl")
+    return {r["step"]: [r[k] for k in WINDOW_FIGURES] for r in lines if "train/loss" in r}
+
+
+@pytest.mark.parametrize("async_save", [False, True])
+def test_a_resume_between_log_steps_logs_the_uninterrupted_runs_figures(
+    tmp_path, tiny_config, async_save
+):
+    """A resume at step 7 averaged its step-10 line over steps 8-10 only (a ladder's review saw
+    2.18535 where the uninterrupted run logged 2.19067): the window's sums since step 5 now
+    travel in the checkpoint, so every line is the uninterrupted run's. An async save of step 7
+    commits with the next save, so that run stops at 14 (uncommitted) and resumes at 7 too: its
+    sums were staged before steps 8-14 added to them."""
+    args = (*OFF_LOG_STEP, f"--checkpoint.async_save={str(async_save).lower()}")
+    build_trainer(tiny_config(tmp_path / "a", *args)).fit()
+    cfg = tiny_config(tmp_path / "b", *args)
+    crash_after(build_trainer(cfg), 14 if async_save else 7)
+    assert build_trainer(cfg).restore() == 7
+    build_trainer(cfg).fit()
+    straight, resumed = window_figures(tmp_path / "a"), window_figures(tmp_path / "b")
+    assert list(resumed) == [5, 10, 15]
+    for step, figures in straight.items():
+        assert resumed[step] == pytest.approx(figures, abs=1e-6), step
+
+
+def test_a_checkpoint_saved_without_the_log_window_still_resumes(tmp_path, tiny_config):
+    """A checkpoint written before the window was saved (its per-rank state without it) loads;
+    the first line's window then starts at the resume step, and every later line is exact."""
+    build_trainer(tiny_config(tmp_path / "a", *OFF_LOG_STEP)).fit()
+    cfg = tiny_config(tmp_path / "b", *OFF_LOG_STEP)
+    crash_after(build_trainer(cfg), 7)
+    old = build_trainer(cfg)
+    old.restore()
+    state = old.app_state()
+    del state["rng"]["rank0"]["log_window"]
+    old.checkpointer.save(7, state, tokens=old.tokens, permanent=False)
+    assert build_trainer(cfg).fit()["steps"] == 15
+    straight, resumed = window_figures(tmp_path / "a"), window_figures(tmp_path / "b")
+    assert list(resumed) == [5, 10, 15]
+    assert resumed[10][-1] == pytest.approx(straight[10][-1], abs=1e-6)  # loss_last: step 10's
+    assert resumed[10][0] != pytest.approx(straight[10][0], abs=1e-6)  # steps 8-10, not 6-10
+    assert resumed[15] == pytest.approx(straight[15], abs=1e-6)
+
+
 @pytest.mark.parametrize("async_save", [False, True])
 def test_non_finite_loss_names_the_step_and_keeps_checkpoints(tmp_path, tiny_config, async_save):
     """With async saves the step before the bad one was written but, the run ending in the
