@@ -7,8 +7,9 @@ et al. 2022's Figure 4. As Besiroglu et al. 2024 (Epoch AI) do: D = C / (6 N), t
 highest loss left out, Huber loss (delta 1e-3) on log loss. Our fit is
 :func:`trainer_core.analysis.fits.fit_chinchilla`, the one every ladder's analysis runs; its
 intervals come from residual resamples, once with every point its own group and once with the
-points of one model size (one colour in the figure) sharing an offset. Epoch's intervals come
-from resampling points, which also varies the design.
+points of one model size sharing an offset (the sizes from N: :func:`size_groups`; the figure's
+colour is a scale of the loss, not the size). Epoch's intervals come from resampling points,
+which also varies the design.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from trainer_core.analysis import ChinchillaFit, fit_chinchilla
@@ -38,6 +40,9 @@ HOFFMANN = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 """Hoffmann et al. 2022, equation 10."""
 CHINCHILLA_FLOPS = 6 * 70e9 * 1.4e12
 """Chinchilla's own training compute (70B parameters, 1.4T tokens)."""
+SIZE_GAP = 1e-4
+"""Log-N gap that starts a new size: a size's points differ by < 1e-6 (extraction noise), the two
+closest sizes (N 1.424e9 and 1.429e9) by 3.4e-3; any gap from 1e-5 to 3e-3 gives the same 43 sizes."""
 
 
 def load_points() -> pd.DataFrame:
@@ -45,6 +50,26 @@ def load_points() -> pd.DataFrame:
     df = pd.read_csv(DATA)
     df["D"] = df["C"] / (6 * df["N"])
     return df[df["loss"] < df["loss"].nlargest(OUTLIERS).min()]
+
+
+def size_groups(n: pd.Series, gap: float = SIZE_GAP) -> pd.Series:
+    """One label per model size, from N: the points carry no size label of their own (their
+    ``colour`` is the figure's loss scale, one colour per loss value), and N, read back from the
+    figure, varies within a size only by extraction noise."""
+    log_n = np.log(n.to_numpy(dtype=float))
+    order = np.argsort(log_n)
+    labels = np.empty(log_n.size, dtype=int)
+    labels[order] = np.concatenate([[0], np.cumsum(np.diff(log_n[order]) > gap)])
+    return pd.Series(labels, index=n.index, name="size")
+
+
+def refits(points: pd.DataFrame, n_bootstrap: int) -> dict[str, ChinchillaFit]:
+    """Our fit twice: points resampled one by one, and a size's points sharing an offset."""
+    n, d, loss = points["N"], points["D"], points["loss"]
+    return {
+        "ours": fit_chinchilla(n, d, loss, n_bootstrap),
+        "ours, by size": fit_chinchilla(n, d, loss, n_bootstrap, groups=size_groups(n)),
+    }
 
 
 def published(params: dict[str, float]) -> ChinchillaFit:
@@ -58,12 +83,7 @@ def main() -> None:
     args = ap.parse_args()
     points = load_points()
     started = time.time()
-    fits = {
-        "ours": fit_chinchilla(points["N"], points["D"], points["loss"], args.bootstrap),
-        "ours, by size": fit_chinchilla(
-            points["N"], points["D"], points["loss"], args.bootstrap, groups=points["colour"]
-        ),
-    }
+    fits = refits(points, args.bootstrap)
     elapsed = time.time() - started
     print(f"{len(points)} points, 2 fits with {args.bootstrap} resamples: {elapsed:.0f} s\n")
     header = ("ours [95%]", "ours, by size [95%]", "Epoch [95%]")

@@ -9,6 +9,9 @@ tokens, log-normal noise per point (plus, with --size-noise, an offset shared by
 It fits L(N, D) (approach 3), the frontier L(C) and the isoFLOP line (approach 2) with their
 bootstrap intervals and counts how often each interval holds the true value: E, alpha, beta of
 L(N, D); the frontier exponent alpha_C = alpha beta / (alpha + beta); a = beta / (alpha + beta).
+Then the largest size is held out and predicted from the others, as the ladder's report does
+(``extrapolation_check``): how often its interval holds the measured (noisy) final loss, and the
+law's noise-free loss there.
 """
 
 from __future__ import annotations
@@ -25,20 +28,15 @@ import numpy as np  # noqa: E402
 from trainer_core.analysis.fits import fit_chinchilla  # noqa: E402
 from trainer_core.analysis.frontier import fit_frontier  # noqa: E402
 from trainer_core.analysis.isoflop import fit_isoflop  # noqa: E402
+from trainer_core.analysis.predict import LAW_CHINCHILLA, extrapolation_check  # noqa: E402
 from trainer_core.analysis.synthetic import CHINCHILLA, SyntheticLadder  # noqa: E402
 
 LAW = CHINCHILLA
-TRUTH = {
-    "E": LAW.E,
-    "alpha": LAW.alpha,
-    "beta": LAW.beta,
-    "frontier alpha_C": LAW.alpha * LAW.beta / (LAW.alpha + LAW.beta),
-    "isoFLOP a": LAW.a,
-}
+ALPHA_C = LAW.alpha * LAW.beta / (LAW.alpha + LAW.beta)
 
 
-def replicate(args: tuple[SyntheticLadder, int, int]) -> dict[str, tuple[float, float, float]]:
-    """(estimate, CI low, CI high) of every quantity in TRUTH for one synthetic ladder."""
+def replicate(args: tuple[SyntheticLadder, int, int]) -> dict[str, tuple[float, ...]]:
+    """(truth, estimate, CI low, CI high) of every quantity scored, for one synthetic ladder."""
     ladder, seed, n_bootstrap = args
     pts = ladder.points(seed)
     chin = fit_chinchilla(
@@ -46,12 +44,17 @@ def replicate(args: tuple[SyntheticLadder, int, int]) -> dict[str, tuple[float, 
     )
     front = fit_frontier(pts, n_bootstrap, seed, smoother=chin)
     iso = fit_isoflop(pts, n_bootstrap, seed, smoother=chin)
+    held = extrapolation_check(pts, n_bootstrap, seed)
+    pred = held.prediction(LAW_CHINCHILLA)
+    law_there = float(LAW.predict(held.held_out_N, held.tokens))
     return {
-        "E": (chin.E, *chin.ci["E"]),
-        "alpha": (chin.alpha, *chin.ci["alpha"]),
-        "beta": (chin.beta, *chin.ci["beta"]),
-        "frontier alpha_C": (front.alpha, *front.ci["alpha"]),
-        "isoFLOP a": (iso.a, *iso.ci["a"]),
+        "E": (LAW.E, chin.E, *chin.ci["E"]),
+        "alpha": (LAW.alpha, chin.alpha, *chin.ci["alpha"]),
+        "beta": (LAW.beta, chin.beta, *chin.ci["beta"]),
+        "frontier alpha_C": (ALPHA_C, front.alpha, *front.ci["alpha"]),
+        "isoFLOP a": (LAW.a, iso.a, *iso.ci["a"]),
+        "held-out measured": (held.actual, pred.predicted, *pred.interval),
+        "held-out law": (law_there, pred.predicted, *pred.interval),
     }
 
 
@@ -77,12 +80,16 @@ def main() -> None:
         f"{len(ladder.multiples)} annealed points, noise {args.noise:g} per point, "
         f"{args.size_noise:g} per size; {wall:.0f} s on {args.workers} workers"
     )
-    print(f"{'quantity':<18}{'truth':>8}{'coverage':>10}{'median est':>12}{'median CI width':>17}")
-    for name, truth in TRUTH.items():
-        est, lo, hi = (np.array([r[name][i] for r in results]) for i in range(3))
+    print(f"{'quantity':<19}{'truth':>8}{'coverage':>10}{'median est':>12}{'median CI width':>17}")
+    for name in results[0]:
+        truth, est, lo, hi = (np.array([r[name][i] for r in results]) for i in range(4))
         covered = np.mean((lo <= truth) & (truth <= hi))
         width = np.nanmedian(hi - lo)
-        print(f"{name:<18}{truth:>8.4f}{covered:>10.0%}{np.median(est):>12.4f}{width:>17.4f}")
+        print(
+            f"{name:<19}{np.median(truth):>8.4f}{covered:>10.0%}{np.median(est):>12.4f}"
+            f"{width:>17.4f}"
+        )
+    print("held-out: the largest size predicted from the others; truth column: its median")
 
 
 if __name__ == "__main__":

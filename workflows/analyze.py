@@ -31,7 +31,10 @@ def main() -> int:
         "--out", help="where the PNGs go (default <exp_dir>/analysis); a URL is uploaded to"
     )
     parser.add_argument(
-        "--target-params", type=positive_number, help="predict the loss of a model this size (N)"
+        "--target-params",
+        type=positive_number,
+        help="predict the loss of a model this size (N), trained on --target-flops when given "
+        "(D = C / 6N), else on its compute-optimal D",
     )
     parser.add_argument(
         "--target-flops", type=positive_number, help="predict the loss at this compute budget"

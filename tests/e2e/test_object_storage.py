@@ -20,7 +20,7 @@ from synthetic_experiments import make_ladder, write_checkpoint
 from test_ladder_run import LADDER
 
 from trainer_core.analysis import load
-from trainer_core.analysis.load import AnalysisError
+from trainer_core.analysis.errors import AnalysisError
 from trainer_core.checkpoint.checkpointer import Checkpointer
 from trainer_core.checkpoint.listing import list_checkpoints
 from trainer_core.config.sections import CheckpointConfig, DataConfig

@@ -12,6 +12,7 @@ from trainer_core.analysis.checks import (
     isoflop_unresolved,
     unresolved,
 )
+from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.fits import (
     ChinchillaFit,
     PowerLawFit,
@@ -33,7 +34,7 @@ from trainer_core.analysis.hparam_laws import (
 from trainer_core.analysis.hparam_table import hparam_table
 from trainer_core.analysis.isoflop import IsoFLOPFit, fit_isoflop
 from trainer_core.analysis.ladder_table import read_ladder_table, task_columns, task_names
-from trainer_core.analysis.load import AnalysisError, ExperimentResults, load
+from trainer_core.analysis.load import ExperimentResults, load
 from trainer_core.analysis.lr import (
     LADDER_LR_EXPONENT,
     LRPowerLawFit,

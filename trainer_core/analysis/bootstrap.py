@@ -22,7 +22,7 @@ from typing import TypeVar
 import numpy as np
 from joblib import Parallel, delayed
 
-from trainer_core.analysis.load import AnalysisError
+from trainer_core.analysis.errors import AnalysisError
 
 CI_LEVEL = 0.95
 MIN_PARALLEL_ROWS = 8
@@ -31,6 +31,22 @@ MAX_FIT_WORKERS = 8
 
 T = TypeVar("T")
 _in_worker = False
+
+
+def fits_every_point(n_points: int, n_params: int) -> bool:
+    """Whether a law of ``n_params`` parameters passes through all ``n_points``: its residuals
+    are then zero, so every resample repeats the fit (intervals of zero width) and none is drawn."""
+    return n_points <= n_params
+
+
+def no_noise_to_redraw(n_points: int, n_params: int, law: str = "the law") -> str:
+    """Why a fit resampled around a law that :func:`fits_every_point` has no intervals, and the
+    fix: the one line every fit and the report give for it."""
+    return (
+        f"{n_points} points for {n_params} parameters: {law} passes through every one, so "
+        f"there is no noise to redraw: no {100 * CI_LEVEL:.0f}% intervals (give each size more "
+        "annealed points, e.g. WSD-S decays, or add sizes)"
+    )
 
 
 def residual_resamples(
@@ -82,12 +98,27 @@ def centred_on_estimate(
     disagreement between the two. Shifted by ``estimate - at_smoother`` it is the estimate's own
     sampling spread. Sound for parameters a prediction is linear in (approach 2's line: the
     shift moves every predicted N_opt by the two lines' difference); a nonlinear law's
-    predictions are moved otherwise (the frontier's: :meth:`PowerLawFit.predict_samples`).
-    Unchanged where the smoother implies no value (NaN).
+    predictions are moved otherwise (the frontier's: :meth:`PowerLawFit.predict_samples`), and
+    an exponent bounded at zero by :func:`scaled_onto_estimate`. Unchanged where the smoother
+    implies no value (NaN).
     """
     if not np.all(np.isfinite(at_smoother)):
         return samples
     return samples - at_smoother + estimate
+
+
+def scaled_onto_estimate(samples: np.ndarray, estimate: float, at_smoother: float) -> np.ndarray:
+    """:func:`centred_on_estimate` in log space, for a parameter the fitter bounds at zero (an
+    exponent): refits times ``estimate / at_smoother``.
+
+    Shifted, an exponent's refits drawn around a steeper law than the estimate go below zero
+    (the demo's frontier: alpha 0.143, 95% CI -0.067 .. 0.369, a loss rising with compute that
+    no refit had); scaled, they keep their sign and their relative spread. Unchanged where the
+    smoother implies no positive value.
+    """
+    if not (math.isfinite(at_smoother) and at_smoother > 0):
+        return samples
+    return samples * (estimate / at_smoother)
 
 
 def percentile_interval(values: np.ndarray) -> tuple[float, float]:

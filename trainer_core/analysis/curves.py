@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from trainer_core.analysis.load import AnalysisError
+from trainer_core.analysis.errors import AnalysisError
 
 BUDGETS_PER_DECADE = 12
 """Compute budgets per factor 10 of C at which the frontier and the isoFLOPs are read."""

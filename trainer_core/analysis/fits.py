@@ -1,11 +1,7 @@
 """Scaling-law fits: loss vs compute L(C) and the Chinchilla form L(N, D), with bootstrap CIs.
 
-Both laws are a sum of exponentials in log space, log L = logsumexp(theta . x_k), so one fitter
-serves both: Huber loss (delta 1e-3) on log L_pred - log L, summed over points (Hoffmann et al.
-2022, approach 3), a vectorised pass over a grid of initial values, then L-BFGS-B from the best
-grid points. Confidence intervals come from residual resamples (see ``bootstrap.py``), each
-refitted from its own best grid points: starting every resample at the full-data optimum would
-pull the resamples towards it and shrink the intervals.
+``solver.py`` fits both (how, and how it refits the resamples); here is what each law adds: its
+grid of initial values, its checks on the points, and its predictions and their intervals.
 """
 
 from __future__ import annotations
@@ -21,9 +17,12 @@ import pandas as pd
 from trainer_core.analysis.bootstrap import (
     CI_LEVEL,
     centred_on_estimate,
+    fits_every_point,
+    no_noise_to_redraw,
     percentile_interval,
+    scaled_onto_estimate,
 )
-from trainer_core.analysis.load import AnalysisError
+from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.solver import (
     LOCAL_STARTS,
     Problem,
@@ -95,12 +94,23 @@ class FitStats:
     samples: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     n_sizes: int = 0
     """Sizes whose points shared a resampled offset in the bootstrap (0: none grouped)."""
+    no_intervals: str = ""
+    """Why there are no bootstrap intervals, one line for the report ("" when there are, or when
+    none were asked for and nothing else stood in the way)."""
 
 
-def _fit_stats(named: dict[str, np.ndarray], n_points: int, objective: float) -> dict:
-    """FitStats fields from the bootstrap refits' named parameter samples."""
-    std, ci = uncertainty(named)
+def _fit_stats(
+    named: dict[str, np.ndarray],
+    n_points: int,
+    objective: float,
+    n_params: int,
+    spread: dict[str, np.ndarray] | None = None,
+) -> dict:
+    """FitStats fields from the bootstrap refits' named parameters; ``spread``: the copy of them
+    that ``std`` and ``ci`` describe, when not ``named`` (refits moved onto the estimate)."""
+    std, ci = uncertainty(named if spread is None else spread)
     n_bootstrap = len(next(iter(named.values()))) if named else 0
+    why = no_noise_to_redraw(n_points, n_params) if fits_every_point(n_points, n_params) else ""
     return {
         "n_points": n_points,
         "objective": objective,
@@ -108,20 +118,36 @@ def _fit_stats(named: dict[str, np.ndarray], n_points: int, objective: float) ->
         "ci": ci,
         "n_bootstrap": n_bootstrap,
         "samples": named,
+        "no_intervals": why,
     }
+
+
+def _moved(samples: np.ndarray, theta: np.ndarray, around: np.ndarray) -> np.ndarray:
+    """(n, 3) raw refits drawn around ``around``, moved onto ``theta``: log E and log A shifted,
+    alpha scaled, so that no moved exponent goes below the zero the fitter bounds it at."""
+    moved = samples.astype(float, copy=True)
+    moved[:, :2] = centred_on_estimate(samples[:, :2], theta[:2], around[:2])
+    moved[:, 2] = scaled_onto_estimate(samples[:, 2], float(theta[2]), float(around[2]))
+    return moved
+
+
+def _power_law_named(raw: np.ndarray) -> dict[str, np.ndarray]:
+    """E, A, alpha of (n, 3) raw parameters (log E, log A, alpha)."""
+    return {"E": np.exp(raw[:, 0]), "A": np.exp(raw[:, 1]), "alpha": raw[:, 2]}
 
 
 @dataclass
 class PowerLawFit(FitStats):
-    """L(C) = E + A * C^(-alpha), C in FLOPs; ``samples``: the bootstrap refits' parameters."""
+    """L(C) = E + A * C^(-alpha), C in FLOPs; ``samples``: the bootstrap refits' parameters as
+    refitted, ``std`` and ``ci``: their spread moved onto this fit (:meth:`from_samples`)."""
 
     E: float
     A: float
     alpha: float
     title: str = "L(C) = E + A * C^-alpha"
-    shift: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    """How far (in log E, log A, alpha) the refits were moved, from the fit they spread around
-    onto this one (:meth:`from_samples`); zero when they spread around this fit."""
+    reference: tuple[float, float, float] | None = None
+    """(E, A, alpha) of the law the refits spread around when it is not this one; None when
+    they spread around this fit."""
 
     EXPONENTS = ("alpha",)
 
@@ -139,18 +165,20 @@ class PowerLawFit(FitStats):
 
         ``reference``: the raw parameters the refits spread around when that is not ``theta``
         (the frontier's resamples are drawn around L(N, D), whose frontier the envelope need not
-        follow). Each parameter's refits are then moved by ``theta - reference``, so its interval
-        is this estimate's spread, and :meth:`predict_interval` moves predictions, not
+        follow). Each parameter's refits are then moved onto ``theta`` (:func:`_moved`), so its
+        interval is this estimate's spread, and :meth:`predict_interval` moves predictions, not
         parameters, by the two laws' ratio: moved parameters would break the trade-off of E, A
-        and alpha (on the demo, prediction intervals of 0.5 .. 7.3).
+        and alpha (on the demo, prediction intervals of 0.5 .. 7.3). The refits are kept as
+        they are, so that moving predictions needs no moving back.
         """
-        reference = np.asarray(theta if reference is None else reference, dtype=float)
-        moved = centred_on_estimate(samples, theta, reference)
-        shift = theta - reference if np.all(np.isfinite(reference)) else np.zeros(3)
-        named = {"E": np.exp(moved[:, 0]), "A": np.exp(moved[:, 1]), "alpha": moved[:, 2]}
+        around = np.asarray(theta if reference is None else reference, dtype=float)
+        named, spread = _power_law_named(samples), _power_law_named(_moved(samples, theta, around))
+        stats = _fit_stats(named, n_points, objective, len(theta), spread)
+        law = None
+        if reference is not None and np.all(np.isfinite(around)):
+            law = (math.exp(around[0]), math.exp(around[1]), float(around[2]))
         e, a, alpha = theta
-        stats = _fit_stats(named, n_points, objective)
-        return cls(math.exp(e), math.exp(a), float(alpha), title=title, shift=tuple(shift), **stats)
+        return cls(math.exp(e), math.exp(a), float(alpha), title=title, reference=law, **stats)
 
     def params(self) -> dict[str, float]:
         return {"E": self.E, "A": self.A, "alpha": self.alpha}
@@ -165,15 +193,16 @@ class PowerLawFit(FitStats):
 
     def predict_samples(self, C: float) -> np.ndarray:
         """The bootstrap refits' L(C) (empty without a bootstrap): each refit's own prediction,
-        times this fit's over the reference's (see ``shift``)."""
+        times this fit's over the ``reference`` law's when they spread around that."""
         s = self.samples
         if not s:
             return np.empty(0)
         c = float(C)
-        log_e, log_a, alpha = self.shift
-        refits = s["E"] / math.exp(log_e) + s["A"] / math.exp(log_a) * c ** (alpha - s["alpha"])
-        reference = self.E / math.exp(log_e) + self.A / math.exp(log_a) * c ** (alpha - self.alpha)
-        return refits * self.predict(c) / reference
+        refits = s["E"] + s["A"] * c ** -s["alpha"]
+        if self.reference is None:
+            return refits
+        e, a, alpha = self.reference
+        return refits * self.predict(c) / (e + a * c**-alpha)
 
     def predict_interval(self, C: float) -> tuple[float, float]:
         """The CI_LEVEL interval of :meth:`predict_samples` (NaNs without a bootstrap)."""
@@ -337,11 +366,6 @@ class ChinchillaFit(FitStats):
             return float(n_opt), float(d_opt)
         return n_opt, d_opt
 
-    def frontier_loss(self, C: ArrayLike | float) -> np.ndarray | float:
-        """L at the compute-optimal N, D of each budget: the law's own frontier L(C)."""
-        n_opt, d_opt = self.compute_optimal(C)
-        return self.predict(n_opt, d_opt)
-
     def optimal_tokens(self, N: float) -> float:
         """D on the compute-optimal frontier for a model of N parameters."""
         c6 = (N / self.G) ** (1 / self.a)
@@ -407,6 +431,6 @@ def fit_chinchilla(
         "alpha": s[:, 2],
         "beta": s[:, 4],
     }
-    stats = _fit_stats(named, n.size, fit.objective)
+    stats = _fit_stats(named, n.size, fit.objective, fit.theta.size)
     stats["n_sizes"] = 0 if groups is None else np.unique(groups).size
     return ChinchillaFit(math.exp(e), math.exp(a), math.exp(b), float(alpha), float(beta), **stats)

@@ -10,14 +10,19 @@ and above the second largest size's last point only the largest, over-trained th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
 import pandas as pd
 
-from trainer_core.analysis.bootstrap import parallel_map, residual_resamples
+from trainer_core.analysis.bootstrap import (
+    fits_every_point,
+    no_noise_to_redraw,
+    parallel_map,
+    residual_resamples,
+)
 from trainer_core.analysis.curves import budget_grid, size_curves
+from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.fits import (
     CHINCHILLA_SIZE_PARAMS,
     ChinchillaFit,
@@ -26,18 +31,9 @@ from trainer_core.analysis.fits import (
     fit_loss_vs_compute,
     power_law_theta,
 )
-from trainer_core.analysis.load import AnalysisError
 from trainer_core.analysis.solver import BOOTSTRAP_STARTS
 
 MIN_FRONTIER_POINTS = 3
-
-
-@dataclass
-class FrontierFit(PowerLawFit):
-    """L(C) fitted to the envelope, and why it has no bootstrap intervals when it was asked for
-    some and got none (its resamples need an L(N, D) of the same points that has noise to redraw)."""
-
-    no_intervals: str = ""
 
 
 def frontier_points(
@@ -70,16 +66,18 @@ def fit_frontier(
     n_bootstrap: int = 200,
     seed: int = 0,
     smoother: ChinchillaFit | None = None,
-) -> FrontierFit:
+) -> PowerLawFit:
     """L(C) fitted to the envelope of ``points`` (annealed N, tokens, flops, eval_loss, size).
 
     Bootstrap: each resample redraws the points' noise around ``smoother`` (an L(N, D) fit of the
     same points, fitted here when not given) and rebuilds the envelope before refitting. The
     refits spread around the frontier fitted to the smoother's noise-free points, not around
     this fit (the demo's envelope sat off it: every printed estimate, the answer's loss too,
-    fell outside its own interval); they are moved onto this fit as approach 2's line is
-    (:meth:`PowerLawFit.from_samples`: parameters for their intervals, predictions by ratio).
-    Without such an L(N, D) (3 sizes at least) the fit has no intervals, and says why.
+    fell outside its own interval); they are moved onto this fit (:meth:`PowerLawFit.from_samples`:
+    parameters for their intervals, predictions by ratio), and the report says when the two
+    disagree beyond the refits' spread (:func:`~trainer_core.analysis.checks.unresolved`).
+    Without such an L(N, D) (3 sizes at least) the fit has no intervals, and says why
+    (``no_intervals``).
     """
     if points["size"].nunique() < 2:
         raise AnalysisError("frontier needs annealed points from >= 2 sizes")
@@ -96,15 +94,15 @@ def fit_frontier(
     full = fit_loss_vs_compute(front["flops"], front["eval_loss"], n_bootstrap=0)
     theta = np.array([np.log(full.E), np.log(full.A), full.alpha])
     samples, reference, why = np.empty((0, 3)), None, ""
-    if n_bootstrap > 0 and len(front) > len(theta):
+    if n_bootstrap > 0 and not fits_every_point(len(front), len(theta)):
         smoother, why = _resample_basis(points, smoother)
         if smoother is not None:
             samples = _bootstrap(points, smoother, trimmed, n_bootstrap, seed)
             noise_free = np.log(np.asarray(smoother.predict_frame(points), dtype=float))
             reference = _refit_envelope(points, trimmed, noise_free)
-    fit = FrontierFit.from_samples(theta, samples, len(front), full.objective, title, reference)
+    fit = PowerLawFit.from_samples(theta, samples, len(front), full.objective, title, reference)
     fit.n_sizes = points["size"].nunique() if len(samples) else 0
-    fit.no_intervals = why
+    fit.no_intervals = why or fit.no_intervals
     return fit
 
 
@@ -133,12 +131,10 @@ def _resample_basis(
                 "no 95% intervals: the bootstrap redraws the points' noise around an L(N, D) fit "
                 f"of the same points, and they have none ({error})"
             )
-    if smoother.n_points <= len(smoother.params()):
-        return None, (
-            f"no 95% intervals: L(N, D), which the bootstrap redraws the points' noise around, "
-            f"passes through all {smoother.n_points} points, so there is no noise to redraw "
-            "(give each size more annealed points, e.g. WSD-S decays, or add sizes)"
-        )
+    n_params = len(smoother.params())
+    if fits_every_point(smoother.n_points, n_params):
+        law = "L(N, D), which the resamples are drawn around,"
+        return None, no_noise_to_redraw(smoother.n_points, n_params, law)
     return smoother, ""
 
 

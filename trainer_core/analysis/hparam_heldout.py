@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainer_core.analysis.bootstrap import percentile_interval
+from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.hparam_laws import (
     N_BOOTSTRAP,
     SIGMA_FLOOR,
@@ -19,7 +20,6 @@ from trainer_core.analysis.hparam_laws import (
     CellOptimum,
     fit_hparam_law,
 )
-from trainer_core.analysis.load import AnalysisError
 
 
 @dataclass

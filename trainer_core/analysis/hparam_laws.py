@@ -27,8 +27,8 @@ from scipy.stats import norm
 
 from trainer_core.analysis.bootstrap import CI_LEVEL, percentile_interval
 from trainer_core.analysis.checks import format_flags
-from trainer_core.analysis.load import AnalysisError
-from trainer_core.analysis.optimum import N_BOOTSTRAP, grid_optimum, pooled_noise
+from trainer_core.analysis.errors import AnalysisError
+from trainer_core.analysis.optimum import N_BOOTSTRAP, grid_optimum, not_bracketed, pooled_noise
 
 Param = Literal["lr", "batch"]
 COLUMNS = ("N", "D", "lr", "batch", "loss")
@@ -90,8 +90,7 @@ class CellOptimum:
             f"({self.method}, {self.n_points} values)"
         )
         if self.at_edge:
-            side = "smallest" if self.low == 0 else "largest"
-            line += f"  NOT BRACKETED: lowest loss at the grid's {side} {self.param}; widen it"
+            line += f"  {not_bracketed(self.param, self.low)}"
         if self.conditional:
             line += f"  CONDITIONAL: best trial at {self.conditional}: widen that grid"
         return line

@@ -23,9 +23,9 @@ from trainer_core.analysis.bootstrap import (
     percentile_interval,
 )
 from trainer_core.analysis.curves import budget_grid, size_curves
+from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.fits import ChinchillaFit
 from trainer_core.analysis.frontier import chinchilla_smoother, smoother_resamples
-from trainer_core.analysis.load import AnalysisError
 
 MIN_SIZES = 3
 MIN_BUDGETS = 3

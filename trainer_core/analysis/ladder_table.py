@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from trainer_core.analysis.load import AnalysisError, analysis_flops
+from trainer_core.analysis.errors import AnalysisError
+from trainer_core.analysis.load import analysis_flops
 
 TASK_LOSS_SUFFIX = "/bpb"
 TASK_ACC_SUFFIX = "/acc"

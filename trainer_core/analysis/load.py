@@ -9,7 +9,6 @@ the two-step task fits read a run here as they read a table of published results
 
 from __future__ import annotations
 
-import json
 import math
 import tempfile
 import warnings
@@ -21,8 +20,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from trainer_core.analysis.errors import AnalysisError
 from trainer_core.checkpoint.listing import list_checkpoints
-from trainer_core.errors import RunWarning, UserError
+from trainer_core.errors import RunWarning
 from trainer_core.io import storage
 from trainer_core.io.records import RecordError, read_json_record
 from trainer_core.io.run_dir import (
@@ -31,6 +31,7 @@ from trainer_core.io.run_dir import (
     RUNS,
     TUNE,
     WIDEN_DIR,
+    metric_lines,
     metrics_path,
     metrics_step_files,
     recorded_experiment_kind,
@@ -81,10 +82,6 @@ ANNEALED_LR_FRACTION = 0.5
 another trainer): an eval counts as annealed when the LR logged with it is at most this fraction
 of the peak. It tells WSD-S's pre-decay saves (at peak LR) from its decay ends, but would also
 admit a cosine run's checkpoints past mid-decay, which the flag does not."""
-
-
-class AnalysisError(UserError, ValueError):
-    """An experiment dir or its files can't be analysed; the message names the path and the fix."""
 
 
 @dataclass
@@ -344,7 +341,7 @@ def read_metrics(run_dir: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     by_step: dict[int, dict[str, Any]] = {}
     for i, record in _metric_lines(path):
-        if not isinstance(record, dict) or "step" not in record:
+        if "step" not in record:
             raise AnalysisError(f"{path}:{i}: expected a JSON object with a 'step' key")
         row = by_step.setdefault(int(record["step"]), {})
         row.update({k: v for k, v in record.items() if v is not None})
@@ -356,30 +353,18 @@ def read_metrics(run_dir: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _metric_lines(path: Path) -> Iterator[tuple[int, Any]]:
-    """Each line of ``metrics.jsonl`` parsed, with its number. A last line cut mid-write (a
-    crash) and a line with a byte that is not UTF-8 (a damaged copy) are skipped with a warning,
-    so the rest of a run stays readable; any other bad line is an error naming it."""
-    raw = path.read_bytes()
-    lines = raw.splitlines()
-    for i, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        cut = i == len(lines) and not raw.endswith(b"\n")
-        try:
-            record = json.loads(line.decode())
-        except UnicodeDecodeError:
-            why = "cut mid-write" if cut else "that is not UTF-8 text"
-            warnings.warn(f"{path}:{i}: ignoring a line {why}", RunWarning, stacklevel=3)
-            continue
-        except json.JSONDecodeError as e:
-            if not cut:
-                raise AnalysisError(
-                    f"{path}:{i}: not valid JSON ({e.msg}); fix or delete that line"
-                ) from None
-            warnings.warn(f"{path}:{i}: ignoring a line cut mid-write", RunWarning, stacklevel=3)
-            continue
-        yield i, record
+def _metric_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each readable line of ``metrics.jsonl`` with its number. Damage (a last line cut
+    mid-write, a byte that is not UTF-8) is skipped with a warning, so the rest of a run stays
+    readable; a line that is text but not a JSON object is an error naming it: a fit must not
+    silently miss a point someone's edit broke."""
+    for line in metric_lines(path):
+        if line.record is not None:
+            yield line.number, line.record
+        elif line.damaged:
+            line.warn(path)
+        else:
+            raise AnalysisError(f"{path}:{line.number}: {line.problem}; fix or delete that line")
 
 
 def read_points(run_dir: Path, run: dict[str, Any]) -> list[dict[str, Any]]:

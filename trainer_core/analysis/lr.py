@@ -15,7 +15,7 @@ losses the run is for: LR* moves with the horizon).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -23,9 +23,10 @@ import numpy as np
 import pandas as pd
 from scipy.stats import t as student_t
 
+from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.hparam_table import run_groups
-from trainer_core.analysis.load import AnalysisError, ExperimentResults, load
-from trainer_core.analysis.optimum import N_BOOTSTRAP, grid_optimum, pooled_noise
+from trainer_core.analysis.load import ExperimentResults, load
+from trainer_core.analysis.optimum import N_BOOTSTRAP, grid_optimum, not_bracketed, pooled_noise
 from trainer_core.ladder.formulas import LADDER_LR_EXPONENT
 
 COMPARED = "compared_loss"
@@ -46,9 +47,11 @@ def _compare_at_common_tokens(table: pd.DataFrame, evals: pd.DataFrame) -> pd.Da
     trial's, the step it would have reached them at; none for one stopped before) and
     compared_loss (inf for a trial stopped before: judged worse).
 
-    Tokens, not steps: trials of one group may differ in batch. A trial's eval counts as at the
-    common tokens within two of the group's largest batch: each trial's eval steps are rounded
-    to whole steps, the common tokens set by whichever trial reached the fewest."""
+    Tokens, not steps: trials of one group may differ in batch. Where they do, a trial's eval
+    counts as at the common tokens within two of the group's largest batch: each trial's eval
+    steps are rounded to whole steps, the common tokens set by whichever trial reached the
+    fewest. Where they don't, the evals fall on the same tokens, so a trial stopped even one
+    eval short of the end is one stopped before it."""
     by_name = {name: g for name, g in evals.groupby("name")}
     last = {name: g.iloc[-1] for name, g in by_name.items()}
     table["last_eval_step"] = table["name"].map(lambda n: last[n]["step"] if n in last else None)
@@ -59,11 +62,11 @@ def _compare_at_common_tokens(table: pd.DataFrame, evals: pd.DataFrame) -> pd.Da
     common = reached[table["status"] == "finished"].groupby(table["group"]).min()
     fallback = reached[~table["diverged"]].groupby(table["group"]).min()
     table["compared_tokens"] = table["group"].map(common.combine_first(fallback))
-    widest = table["group"].map(table.groupby("group")["batch"].max())
+    by_group = table.groupby("group")["batch"]
+    slacks = table["group"].map(2 * by_group.max() * (by_group.nunique() > 1))
     steps, losses = [], []
-    for row, largest in zip(table.itertuples(index=False), widest, strict=True):
+    for row, slack in zip(table.itertuples(index=False), slacks, strict=True):
         g = by_name.get(row.name)
-        slack = 2 * largest
         upto = g[g["tokens"] <= row.compared_tokens + slack] if g is not None else []
         if pd.isna(row.compared_tokens):
             steps.append(None)
@@ -139,7 +142,7 @@ class OptimalLR:
     """The common tokens, named instead of the step where the trials' batches differ."""
 
     def __str__(self) -> str:
-        edge = "  (at the edge of the grid: widen it)" if self.at_edge else ""
+        edge = f"  {not_bracketed('lr', self.lr_low)}" if self.at_edge else ""
         at = f" at step {self.step}" if self.step is not None else ""
         if self.tokens is not None:
             at = f" at {self.tokens:.4g} tokens"
@@ -218,6 +221,8 @@ class LRPowerLawFit:
     n_range: tuple[float, float] = (math.nan, math.nan)
     """The smallest and largest N fitted: outside them a prediction extrapolates."""
     reference_exponent: float = LADDER_LR_EXPONENT
+    left_out: tuple[str, ...] = ()
+    """The sizes swept but not fitted: their best LR is at their grid's edge, a bound."""
 
     @property
     def dof(self) -> int:
@@ -250,6 +255,13 @@ class LRPowerLawFit:
     def outside(self, N: float) -> bool:
         """N lies outside the swept sizes: the law extrapolates there."""
         return not self.n_range[0] <= N <= self.n_range[1]
+
+    @property
+    def left_out_note(self) -> str:
+        """Which sizes the fit leaves out and why ("" where none): the report says so."""
+        if not self.left_out:
+            return ""
+        return f"lr*(N) leaves out {', '.join(self.left_out)}: {_at_edge(self.left_out)}"
 
     def __str__(self) -> str:
         line = f"lr*(N) = {self.a:.4g} * N^{self.b:.4f}"
@@ -287,13 +299,29 @@ def fit_lr_power_law(
     )
 
 
-def fit_sweep_lr(sweep: str | Path | ExperimentResults, loss: str = COMPARED) -> LRPowerLawFit:
+def _at_edge(sizes: tuple[str, ...] | list[str]) -> str:
+    return (
+        f"the best LR of {', '.join(sizes) or 'no size'} is at its grid's edge (the optimum may "
+        "lie beyond it); widen those sizes' LR grids"
+    )
+
+
+def fit_sweep_lr(
+    sweep: str | Path | ExperimentResults,
+    loss: str = COMPARED,
+    optima: dict[str, OptimalLR] | None = None,
+) -> LRPowerLawFit:
     """Fit lr*(N) to an LR sweep's per-size optima (its experiment dir, or its results already
-    loaded), those its grids bracket: an optimum at a grid's edge is a bound, not a point."""
+    loaded), those its grids bracket: an optimum at a grid's edge is a bound, not a point. The
+    one LR*(N) of a sweep: the ladder plans with it and the sweep's report prints it.
+
+    ``optima``: the sweep's :func:`optimal_lrs` where the caller has them (the report), so they
+    are not found twice; else found here under ``loss``."""
     results = sweep if isinstance(sweep, ExperimentResults) else load(sweep)
-    table = lr_sweep_table(results)
-    optima = optimal_lrs(table, loss)
+    if optima is None:
+        optima = optimal_lrs(lr_sweep_table(results), loss)
     bracketed = {size: o for size, o in optima.items() if not o.at_edge}
+    edge = tuple(size for size, o in optima.items() if o.at_edge)
     if len(bracketed) < 2:
         if not results.is_lr_sweep:
             raise AnalysisError(
@@ -301,11 +329,10 @@ def fit_sweep_lr(sweep: str | Path | ExperimentResults, loss: str = COMPARED) ->
                 "LR (python workflows/lr_sweep.py writes a sweep, beside the ladder: "
                 "<dir>-lr-sweep)"
             )
-        edge = [size for size, o in optima.items() if o.at_edge]
         raise AnalysisError(
-            f"lr*(N) needs a bracketed optimum at >= 2 sizes, got {len(bracketed)}: the best LR "
-            f"of {', '.join(edge) or 'no size'} is at its grid's edge (the optimum may lie "
-            "beyond it); widen those sizes' LR grids"
+            f"lr*(N) needs a bracketed optimum at >= 2 sizes, got {len(bracketed)}: "
+            f"{_at_edge(edge)}"
         )
-    sizes_n = table.groupby("size")["N"].first()
-    return fit_lr_power_law([sizes_n[s] for s in bracketed], [o.lr for o in bracketed.values()])
+    sizes_n = results.runs.groupby("size")["num_params"].first()
+    fit = fit_lr_power_law([sizes_n[s] for s in bracketed], [o.lr for o in bracketed.values()])
+    return replace(fit, left_out=edge)

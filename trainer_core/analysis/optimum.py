@@ -33,6 +33,14 @@ REACH = math.log(WINDOW_FACTOR) * (1 + 1e-6)
 NOISE_HALF_WINDOW = 2
 
 
+def not_bracketed(what: str, low: float) -> str:
+    """The flag a report line gives an optimum at its grid's edge (``low`` 0: the smallest
+    value tried), one wording for the sweep report's per-size LR* and the laws' cells, so a
+    reader sees the same optimum called the same thing in both."""
+    side = "smallest" if low == 0 else "largest"
+    return f"NOT BRACKETED: lowest loss at the grid's {side} {what}; widen it"
+
+
 class GridOptimum(NamedTuple):
     value: float
     low: float

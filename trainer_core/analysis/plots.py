@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatter
 
 from trainer_core.analysis.load import ExperimentResults
 from trainer_core.analysis.lr import (
@@ -52,6 +53,69 @@ def interval_bars(ax, at, lo, hi, axis: str = "y", color=None, capsize: float = 
     place = (at[ok], mid) if axis == "y" else (mid, at[ok])
     err = {"yerr": half} if axis == "y" else {"xerr": half}
     ax.errorbar(*place, **err, fmt="none", ecolor=color, capsize=capsize, zorder=3)
+
+
+COMPUTE_LABEL = "compute C = 6ND (FLOPs, attention not counted)"
+"""The x label of every plot against the analysis' compute (``analysis_flops``)."""
+
+BESIDE = 0.025
+"""How far (a fraction of the axis' decades) an estimate is moved off the x it shares with
+another, so that neither hides the other's marker or interval."""
+
+
+def beside(x: float, lo: float, hi: float, side: int) -> float:
+    """``x`` on a log axis spanning ``lo``..``hi``, moved ``side`` steps of BESIDE (negative:
+    left): a step in decades of the span is visible on any axis, a fixed % of x is not."""
+    return float(x * (hi / lo) ** (BESIDE * side))
+
+
+def compact(x: float) -> str:
+    """200000 -> '200K', 4.4e6 -> '4.4M': counts as a ladder names its sizes, and a third of the
+    width of '2x10^5', whose tick labels ran together on an axis spanning about a decade."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(x) >= scale * 0.9995:  # 999,999 is '1M', not '1e+03K'
+            return f"{x / scale:.3g}{suffix}"
+    return f"{x:.3g}"
+
+
+class CompactLogFormatter(LogFormatter):
+    """Log-axis labels as :func:`compact` writes them, on the ticks matplotlib would label."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return compact(x) if super().__call__(x, pos) else ""
+
+
+def draw_optimum(
+    ax: Axes,
+    at: float | np.ndarray | list[float],
+    value: float | np.ndarray | list[float],
+    low: float | np.ndarray | list[float],
+    high: float | np.ndarray | list[float],
+    at_edge: bool | np.ndarray | list[bool],
+    axis: str = "y",
+    color=None,
+    marker: str = "o",
+    ms: float = 6,
+    label: str | None = None,
+) -> None:
+    """Optima ``value`` at positions ``at``, their intervals from ``low`` to ``high`` along
+    ``axis``, drawn one way in every figure: filled with the interval's bar, or, at the edge of
+    the grid, hollow with no bar (the optimum is a bound and its interval open on one side:
+    half a bar would read as a measured interval). ``label`` names the filled markers, or the
+    hollow ones where none is filled."""
+    at, value, low, high = (
+        np.atleast_1d(np.asarray(v, dtype=float)) for v in (at, value, low, high)
+    )
+    edge = np.broadcast_to(np.asarray(at_edge, dtype=bool), at.shape)
+    inside = ~edge
+    interval_bars(ax, at[inside], low[inside], high[inside], axis, color, capsize=0)
+    for which, face, edge_colour in ((inside, color, "k"), (edge, "white", color)):
+        if which.any():
+            xy = (at[which], value[which]) if axis == "y" else (value[which], at[which])
+            ax.plot(
+                *xy, marker, ms=ms, color=color, mfc=face, mec=edge_colour, label=label, zorder=5
+            )
+            label = None
 
 
 def plot_loss_curves(results: ExperimentResults, path: str | Path, which: str = "both") -> Path:
@@ -112,9 +176,10 @@ BATCH_STYLES = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", (0, (5, 
 def lr_sweep_figure(
     table: pd.DataFrame, optima: dict[str, OptimalLR], loss: str = COMPARED
 ) -> Figure:
-    """Loss vs peak LR per size (log x) at the size's common step; the optimum as a star,
-    trials stopped early as hollow markers labelled with their last step (at the top when
-    stopped before the common step: judged worse, no loss there), diverged as x.
+    """Loss vs peak LR per size (log x) at the size's common step; the optimum as a star
+    (:func:`draw_optimum`: hollow at the grid's edge), trials stopped early as hollow markers
+    labelled with their last step (at the top when stopped before the common step: judged
+    worse, no loss there), diverged as x.
 
     Where a size tried several batches, one line per (size, batch): colour the size, marker
     and line style the batch (its rank among the size's), compared at the group's common
@@ -136,16 +201,17 @@ def lr_sweep_figure(
             _lr_sweep_line(ax, rows, loss, color, style, top, by_batch)
         if size in optima:
             o = optima[size]
-            if not o.at_edge:  # open on the far side
-                interval_bars(ax, o.loss, o.lr_low, o.lr_high, axis="x", color=color, capsize=0)
-            ax.plot([o.lr], [o.loss], "*", ms=12, color=color, mec="k", zorder=5)
+            draw_optimum(
+                ax, o.loss, o.lr, o.lr_low, o.lr_high, o.at_edge, "x", color, marker="*", ms=12
+            )
     ax.set_xscale("log")
     ax.set_xlabel("peak learning rate")
     common = "tokens" if by_batch else "step"
     what = f"eval loss at the common {common}" if loss == COMPARED else loss.replace("_", " ")
     ax.set_ylabel(what)
     ax.set_title(
-        "LR sweep: star the optimum, hollow stopped early, x diverged\n"
+        "LR sweep: star the optimum (hollow: at the grid's edge, a bound), hollow markers "
+        "stopped early, x diverged\n"
         "(on the top line: no loss at the common point, judged worse)",
         fontsize=10,
     )
@@ -196,9 +262,10 @@ def plot_lr_vs_size(
     fit: LRPowerLawFit | None,
     path: str | Path,
     lr_err: tuple[list[float], list[float]] | None = None,
+    at_edge: list[bool] | None = None,
 ) -> Path:
     """Write :func:`lr_vs_size_figure` to a PNG at ``path``."""
-    return save(lr_vs_size_figure(N, lr_opt, fit, lr_err), path)
+    return save(lr_vs_size_figure(N, lr_opt, fit, lr_err, at_edge), path)
 
 
 def lr_vs_size_figure(
@@ -206,17 +273,19 @@ def lr_vs_size_figure(
     lr_opt: np.ndarray | list[float],
     fit: LRPowerLawFit | None,
     lr_err: tuple[list[float], list[float]] | None = None,
+    at_edge: list[bool] | None = None,
 ) -> Figure:
     """Optimal LR vs N (log-log) with the fitted power law and the ladder's N^-1/3 reference.
 
-    ``lr_err``: optional (lows, highs) drawn as error bars.
+    ``lr_err``: optional (lows, highs) drawn as error bars; ``at_edge``: which optima sit at
+    their grid's edge, drawn hollow without a bar (:func:`draw_optimum`).
     """
     n, lr = np.asarray(N, dtype=float), np.asarray(lr_opt, dtype=float)
     fig = Figure(figsize=(6, 4.5))
     ax = fig.add_subplot()
-    if lr_err is not None:
-        interval_bars(ax, n, lr_err[0], lr_err[1], color="C0", capsize=0)
-    ax.plot(n, lr, "o", color="C0", label="optimal LR", zorder=4)
+    low, high = lr_err if lr_err is not None else (np.full_like(n, np.nan),) * 2
+    edge = at_edge if at_edge is not None else False
+    draw_optimum(ax, n, lr, low, high, edge, color="C0", label="optimal LR")
     grid = np.logspace(np.log10(n.min()) - 0.2, np.log10(n.max()) + 0.5, 100)
     if fit is not None:
         ax.plot(grid, fit.predict(grid), "C0--", label=f"fit: N^{fit.b:.3f}")

@@ -7,7 +7,6 @@ function saves the Figure its ``*_figure`` twin builds, so tests check what is d
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, NullFormatter
 
 from trainer_core.analysis.hparam_laws import SYMBOL, CellOptimum, HparamLawFit, Param
-from trainer_core.analysis.plots import colors, interval_bars, save
+from trainer_core.analysis.plots import colors, draw_optimum, save
 
 LABEL = {"lr": "peak learning rate", "batch": "batch size (tokens)"}
 
@@ -33,7 +32,7 @@ def plot_cell_sweeps(
 def cell_sweeps_figure(df: pd.DataFrame, cells: list[CellOptimum], param: Param = "lr") -> Figure:
     """Loss against ``param`` (log x), one panel per N and one colour per D: the lowest loss at
     each value (over the other hyperparameter), the fitted optimum as a star with its 95%
-    interval; an optimum at the grid's edge as a hollow star. The y range stops 6% above the
+    interval; an optimum at the grid's edge as a hollow star (:func:`draw_optimum`). The y range stops 6% above the
     panel's highest optimum, so a divergence wall does not flatten the minima."""
     sizes = sorted({c.N for c in cells})
     fig = Figure(figsize=(4.2 * len(sizes), 4))
@@ -47,18 +46,17 @@ def cell_sweeps_figure(df: pd.DataFrame, cells: list[CellOptimum], param: Param 
             rows = usable[(usable["N"] == n) & (usable["D"] == cell.D)]
             curve = rows.groupby(param)["loss"].min().sort_index()
             ax.plot(curve.index, curve.to_numpy(), "o-", ms=3, lw=1, color=color)
-            low = cell.low if cell.low > 0 else cell.value
-            high = cell.high if math.isfinite(cell.high) else cell.value
-            interval_bars(ax, cell.loss, low, high, axis="x", color=color, capsize=0)
-            ax.plot(
-                [cell.value],
-                [cell.loss],
-                "*",
+            draw_optimum(
+                ax,
+                cell.loss,
+                cell.value,
+                cell.low,
+                cell.high,
+                cell.at_edge,
+                "x",
+                color,
+                marker="*",
                 ms=12,
-                color=color,
-                mfc="white" if cell.at_edge else color,
-                mec="k",
-                zorder=5,
                 label=f"D={cell.D:.3g}",
             )
         optima = [c.loss for c in mine]
@@ -85,7 +83,7 @@ def hparam_law_figure(law: HparamLawFit, x: str = "N") -> Figure:
     """Cell optima against ``x`` ("N" or "D", log-log) with their 95% intervals, one colour per
     value of the other variable, and the law: one dashed line per value of the other when the
     law depends on it, else a single line with its 95% band. Cells excluded from the fit (optimum
-    at the grid's edge) are hollow."""
+    at the grid's edge) are hollow, without a bar (:func:`draw_optimum`)."""
     other = "D" if x == "N" else "N"
     cells = law.cells + law.excluded
     fig = Figure(figsize=(6.5, 4.5))
@@ -93,19 +91,18 @@ def hparam_law_figure(law: HparamLawFit, x: str = "N") -> Figure:
     groups = sorted({getattr(c, other) for c in cells})
     for value, color in zip(groups, colors(len(groups)), strict=True):
         fitted = [c for c in law.cells if getattr(c, other) == value]
-        if fitted:
-            at = [getattr(c, x) for c in fitted]
-            interval_bars(ax, at, [c.low for c in fitted], [c.high for c in fitted], color=color)
-            ax.plot(at, [c.value for c in fitted], "o", color=color, label=f"{other}={value:.3g}")
         edge = [c for c in law.excluded if getattr(c, other) == value]
-        if edge:
-            ax.scatter(
-                [getattr(c, x) for c in edge],
-                [c.value for c in edge],
-                facecolors="white",
-                edgecolors=color,
-                zorder=3,
-            )
+        drawn = fitted + edge
+        draw_optimum(
+            ax,
+            [getattr(c, x) for c in drawn],
+            [c.value for c in drawn],
+            [c.low for c in drawn],
+            [c.high for c in drawn],
+            [False] * len(fitted) + [True] * len(edge),
+            color=color,
+            label=f"{other}={value:.3g}" if fitted else None,
+        )
         if other in law.terms and len(groups) > 1:
             span = [getattr(c, x) for c in cells if getattr(c, other) == value]
             _line(ax, law, x, value, span, color, band=False)

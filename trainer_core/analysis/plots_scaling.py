@@ -2,18 +2,36 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import ListedColormap, LogNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
+from trainer_core.analysis.bootstrap import CI_LEVEL
 from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit
-from trainer_core.analysis.isoflop import IsoFLOPFit
-from trainer_core.analysis.plots import colors, interval_bars, save
+from trainer_core.analysis.isoflop import IsoFLOPFit, IsoFLOPParabola
+from trainer_core.analysis.plots import (
+    COMPUTE_LABEL,
+    CompactLogFormatter,
+    beside,
+    colors,
+    interval_bars,
+    save,
+)
 from trainer_core.analysis.predict import LAW_CHINCHILLA, LAW_FRONTIER, ExtrapolationCheck
+
+MAX_CURVES = 10
+"""Parabolas the isoFLOP panel draws before it leaves unused budgets out, and names in a legend
+(more: a colour bar of C). Every used budget is drawn, however many."""
+
+BUDGET_COLORS = ListedColormap(colormaps["viridis"](np.linspace(0, 0.9, 256)))
+"""Viridis without its palest tenth, as :func:`~trainer_core.analysis.plots.colors` draws."""
 
 
 def plot_loss_vs_compute(
@@ -64,7 +82,7 @@ def loss_vs_compute_figure(
     if held_out is not None:
         _held_out(ax, held_out, c)
     ax.set_xscale("log")
-    ax.set_xlabel("training FLOPs")
+    ax.set_xlabel(COMPUTE_LABEL)
     ax.set_ylabel("eval loss (annealed points)")
     ax.set_title("loss vs compute: the compute-optimal frontier")
     ax.legend(fontsize=7)
@@ -72,27 +90,30 @@ def loss_vs_compute_figure(
     return fig
 
 
-def _held_out(ax, held_out: ExtrapolationCheck, c: np.ndarray) -> None:
-    """The held-out size's measured points, the frontier fitted without it, both predictions."""
+def _held_out(ax: Axes, held_out: ExtrapolationCheck, c: np.ndarray) -> None:
+    """The held-out size's measured points, the frontier fitted without it, both predictions
+    with their intervals either side of the point they predict (``c``: the axis' compute)."""
     h = held_out.points
     without = held_out.fits.get(LAW_FRONTIER)
     if without is not None:
         ax.plot(c, without.predict(c), ":", color="red", lw=1, label="frontier fit without it")
-    styles = {LAW_CHINCHILLA: ("*", 12, "gold"), LAW_FRONTIER: ("D", 7, "tab:blue")}
-    for law, (marker, ms, color) in styles.items():
+    # Both laws predict the same point: each drawn beside it, L(N, D) left, so neither hides.
+    styles = {LAW_CHINCHILLA: ("*", 12, "gold", -1), LAW_FRONTIER: ("D", 7, "tab:blue", 1)}
+    for law, (marker, ms, color, side) in styles.items():
         p = held_out.prediction(law)
         if p is None:
             continue
-        interval_bars(ax, p.flops, *p.interval, color=color)
+        x = beside(p.flops, c[0], c[-1], side)
+        interval_bars(ax, x, *p.interval, color=color)
         ax.plot(
-            [p.flops],
+            [x],
             [p.predicted],
             marker,
             ms=ms,
             color=color,
             mec="k",
             zorder=5,
-            label=f"{law} prediction ({100 * p.rel_error:+.2f}%)",
+            label=f"{law} prediction, {100 * CI_LEVEL:.0f}% interval ({100 * p.rel_error:+.2f}%)",
         )
     ax.scatter(
         h["flops"],
@@ -112,53 +133,110 @@ def plot_isoflops(fit: IsoFLOPFit, law: ChinchillaFit | None, path: str | Path) 
 
 
 def isoflops_figure(fit: IsoFLOPFit, law: ChinchillaFit | None) -> Figure:
-    """Left: loss vs N at each budget with its parabola and vertex. Right: N_opt vs C, the
-    approach-2 line, and approach 3's N_opt(C) when its fit has a frontier."""
+    """Left: loss vs N at each used budget (and unused ones up to MAX_CURVES) with its parabola
+    and vertex. Right: N_opt vs C, the approach-2 line with its bootstrap band, and approach 3's
+    N_opt(C) when its fit has a frontier."""
     fig = Figure(figsize=(12, 4.8))
     left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-    parabolas = fit.parabolas
-    # Every budget on the right; on the left a readable subset (at most 8 curves).
-    shown = parabolas[:: max(1, math.ceil(len(parabolas) / 8))]
-    for p, color in zip(shown, colors(len(shown)), strict=True):
-        left.scatter(p.N, p.loss, s=18, color=color, zorder=3)
+    _parabolas_panel(fig, left, fit.parabolas)
+    _n_opt_panel(right, fit, law)
+    return fig
+
+
+def _shown_parabolas(parabolas: list[IsoFLOPParabola]) -> list[IsoFLOPParabola]:
+    """Every used budget, and the unused ones evenly thinned to what room MAX_CURVES leaves:
+    a subset of the used ones had the panel disagree with the minima beside it."""
+    used = [p for p in parabolas if p.valid]
+    unused = [p for p in parabolas if not p.valid]
+    room = min(max(MAX_CURVES - len(used), 0), len(unused))
+    kept = [unused[round(i)] for i in np.linspace(0, len(unused) - 1, room)]
+    return sorted(used + kept, key=lambda p: p.flops)
+
+
+def _parabolas_panel(fig: Figure, ax: Axes, parabolas: list[IsoFLOPParabola]) -> None:
+    """Each shown budget's points, parabola (dotted: not used) and vertex, coloured by log C;
+    the title counts the unused budgets left out."""
+    shown = _shown_parabolas(parabolas)
+    flops = np.array([p.flops for p in shown])
+    norm = LogNorm(flops.min(), flops.max())
+    for p in shown:
+        color = BUDGET_COLORS(norm(p.flops))
+        ax.scatter(p.N, p.loss, s=18, color=color, zorder=3)
         x = np.linspace(np.log(p.N.min()) - 0.2, np.log(p.N.max()) + 0.2, 100)
         style = "-" if p.valid else ":"
-        left.plot(
+        ax.plot(
             np.exp(x), np.polyval(p.coef, x), style, color=color, lw=1, label=f"C = {p.flops:.2g}"
         )
         if p.valid:
-            left.scatter([p.n_opt], [p.loss_opt], marker="*", s=90, color=color, ec="k", zorder=4)
-    left.set_xscale("log")
-    left.set_xlabel("non-embedding parameters N")
-    left.set_ylabel("eval loss at the budget (interpolated)")
-    left.set_title("isoFLOP parabolas (star: minimum; dotted: not used)")
-    left.legend(fontsize=7)
-    left.grid(alpha=0.3, which="both")
+            ax.scatter([p.n_opt], [p.loss_opt], marker="*", s=90, color=color, ec="k", zorder=4)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(CompactLogFormatter())
+    ax.xaxis.set_minor_formatter(CompactLogFormatter())
+    ax.set_xlabel("non-embedding parameters N")
+    ax.set_ylabel("eval loss at the budget (interpolated)")
+    title = "isoFLOP parabolas (star: minimum; dotted: not used)"
+    unused = sum(not p.valid for p in parabolas)
+    left_out = len(parabolas) - len(shown)
+    if left_out:
+        title += f"\nevery used budget; {left_out} of the {unused} unused left out"
+    ax.set_title(title)
+    if len(shown) <= MAX_CURVES:
+        ax.legend(fontsize=7)
+    else:
+        fig.colorbar(ScalarMappable(norm, BUDGET_COLORS), ax=ax, label="compute budget C")
+    ax.grid(alpha=0.3, which="both")
 
-    ok = [p for p in parabolas if p.valid]
+
+def _n_opt_panel(ax: Axes, fit: IsoFLOPFit, law: ChinchillaFit | None) -> None:
+    """The used budgets' minima, approach 2's N_opt(C) and its band, approach 3's N_opt(C)."""
+    ok = [p for p in fit.parabolas if p.valid]
     c = np.array([p.flops for p in ok])
-    right.scatter(c, [p.n_opt for p in ok], color="C0", zorder=3, label="isoFLOP minima")
+    ax.scatter(c, [p.n_opt for p in ok], color="C0", zorder=3, label="isoFLOP minima")
     grid = np.logspace(np.log10(c.min()) - 0.3, np.log10(c.max()) + 0.3, 50)
-    right.plot(
+    ax.plot(
         grid,
         [fit.compute_optimal(x)[0] for x in grid],
         "C0--",
         label=f"approach 2: N_opt ~ C^{fit.a:.3f}",
     )
+    _n_opt_band(ax, fit, grid)
     if law is not None and law.has_frontier:
-        right.plot(
+        ax.plot(
             grid,
             law.compute_optimal(grid)[0],
             "C1:",
             label=f"approach 3: N_opt ~ C^{law.a:.3f}",
         )
-    right.set_xscale("log")
-    right.set_yscale("log")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
     # Budgets span about a decade: labelled minor ticks (2e11, 3e11, ...) would run together.
-    right.xaxis.set_minor_formatter(NullFormatter())
-    right.set_xlabel("compute budget C (FLOPs)")
-    right.set_ylabel("compute-optimal N")
-    right.set_title("N_opt(C)")
-    right.legend(fontsize=8)
-    right.grid(alpha=0.3, which="both")
-    return fig
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_formatter(CompactLogFormatter())
+    ax.yaxis.set_minor_formatter(CompactLogFormatter())
+    ax.set_xlabel(COMPUTE_LABEL)
+    ax.set_ylabel("compute-optimal N")
+    ax.set_title("N_opt(C)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+
+
+def _n_opt_band(ax: Axes, fit: IsoFLOPFit, grid: np.ndarray) -> None:
+    """Approach 2's bootstrap interval of N_opt at each C of ``grid``: the interval the target
+    table gives, drawn where the fit has resamples (none without a bootstrap)."""
+    if not fit.samples:
+        return
+    lo, hi = np.array([fit.optimal_intervals(x)["N"] for x in grid]).T
+    ok = np.isfinite(lo) & np.isfinite(hi)
+    if not ok.any():
+        return
+    used = fit.n_bootstrap - fit.n_failed
+    of = f" ({used} of {fit.n_bootstrap} resamples gave a slope)" if fit.n_failed else ""
+    ax.fill_between(
+        grid[ok],
+        lo[ok],
+        hi[ok],
+        color="C0",
+        alpha=0.15,
+        lw=0,
+        label=f"approach 2: {100 * CI_LEVEL:.0f}% bootstrap band{of}",
+    )

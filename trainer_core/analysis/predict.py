@@ -10,9 +10,10 @@ import pandas as pd
 
 from trainer_core.analysis.bootstrap import percentile_interval
 from trainer_core.analysis.checks import fit_flags, too_few_sizes
+from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit, fit_chinchilla
 from trainer_core.analysis.frontier import fit_frontier, smoother_resamples
-from trainer_core.analysis.load import AnalysisError, analysis_flops
+from trainer_core.analysis.load import analysis_flops
 
 LAW_CHINCHILLA = "L(N, D)"
 LAW_FRONTIER = "frontier L(C)"
@@ -219,17 +220,36 @@ def _nearest_the_frontier(
 
 @dataclass
 class LossPrediction:
-    """A predicted loss and the (N, D, C) it was predicted at; ``how`` says what was assumed."""
+    """A predicted loss and the (N, D, C) it was predicted at; ``how`` says what was assumed,
+    ``interval`` is the fit's bootstrap interval there (NaNs without a bootstrap)."""
 
     loss: float
     N: float | None
     D: float | None
     C: float | None
     how: str
+    interval: tuple[float, float] = (math.nan, math.nan)
 
     def __str__(self) -> str:
         parts = [f"{k}={v:.3g}" for k, v in (("N", self.N), ("D", self.D), ("C", self.C)) if v]
-        return f"L = {self.loss:.4f} at {', '.join(parts)} ({self.how})"
+        lo, hi = self.interval
+        ci = f" (95% {lo:.4f} .. {hi:.4f})" if math.isfinite(lo) else ""
+        return f"L = {self.loss:.4f}{ci} at {', '.join(parts)} ({self.how})"
+
+
+COMPUTE_RTOL = 1e-6
+"""N, D and C all given must agree with C = 6 N D to this relative tolerance (rounding only)."""
+
+
+def _require_consistent(N: float, D: float, C: float) -> None:
+    """N, D and C all given: one of them is redundant, and a C that is not 6 N D was a budget
+    the prediction would silently drop for 6 N D (1e18 became 5.88e21 for N 7e9, D 140e9)."""
+    implied = analysis_flops(float(N), float(D))
+    if abs(implied - float(C)) > COMPUTE_RTOL * float(C):
+        raise AnalysisError(
+            f"predict_loss: N={N:.3g}, D={D:.3g} and C={C:.3g} disagree (6 N D = {implied:.3g}); "
+            "give two of them, or a C equal to 6 N D"
+        )
 
 
 def predict_loss(
@@ -240,8 +260,9 @@ def predict_loss(
 ) -> LossPrediction:
     """Loss at a size, a token count and/or a compute budget (C = 6 N D for the Chinchilla fit).
 
-    Chinchilla fit: any two of N, D, C fix the third; one alone is completed on the fit's
-    compute-optimal frontier. L(C) power law: needs C.
+    Chinchilla fit: any two of N, D, C fix the third (all three must agree); one alone is
+    completed on the fit's compute-optimal frontier. L(C) power law: needs C. With a bootstrap,
+    the prediction carries the fit's interval at the point predicted.
     """
     given = {k: v for k, v in (("N", N), ("D", D), ("C", C)) if v is not None}
     if not given:
@@ -251,7 +272,10 @@ def predict_loss(
     if isinstance(fit, PowerLawFit):
         if C is None:
             raise AnalysisError("predict_loss: the L(C) power law needs a compute budget C")
-        return LossPrediction(float(fit.predict(C)), N, D, C, "L(C) power law")
+        interval = fit.predict_interval(C)
+        return LossPrediction(float(fit.predict(C)), N, D, C, "L(C) power law", interval)
+    if len(given) == 3:
+        _require_consistent(N, D, C)
     if N is not None and D is not None:
         how = "given N and D"
     elif N is not None and C is not None:
@@ -266,6 +290,6 @@ def predict_loss(
     else:
         N = fit.optimal_params(D)
         how = "compute-optimal N for D"
-    return LossPrediction(
-        float(fit.predict(N, D)), float(N), float(D), analysis_flops(float(N), float(D)), how
-    )
+    n, d = float(N), float(D)
+    interval = fit.predict_interval(n, d)
+    return LossPrediction(float(fit.predict(n, d)), n, d, analysis_flops(n, d), how, interval)

@@ -12,9 +12,10 @@ from typing import TypeVar
 
 import pandas as pd
 
+from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit
 from trainer_core.analysis.isoflop import IsoFLOPFit
-from trainer_core.analysis.load import AnalysisError, ExperimentResults
+from trainer_core.analysis.load import ExperimentResults
 from trainer_core.analysis.lr import LRPowerLawFit, OptimalLR
 from trainer_core.analysis.predict import ExtrapolationCheck, LossPrediction
 from trainer_core.analysis.target import TargetAnswer

@@ -39,6 +39,7 @@ from trainer_core.analysis.target import (
     sweep_laws,
     target_answer,
 )
+from trainer_core.io.run_dir import FINAL_STATUSES
 
 TARGET_MULTIPLE = 10.0
 """Default target budget: this many times the largest run's compute (the ladder's next rung)."""
@@ -56,7 +57,7 @@ def ladder_section(
     _final_table(report, console)
     points = report.results.fit_points()
     if points.empty:
-        report.skipped.append("scaling-law fits: no annealed eval points yet")
+        report.skipped.append(f"scaling-law fits: {_why_no_points(report.results.runs)}")
         return
     if points["size"].nunique() < 2:
         # a run dir, or a ladder with one size done: no fit, target or held-out check to give
@@ -112,22 +113,32 @@ def ladder_section(
         for law, why in report.extrapolation.skipped:
             report.skipped.append(f"held-out {law}: {why}")
 
-    if report.chinchilla is None and target_params is not None:
-        report.skipped.append(f"prediction at N={target_params:.3g}: it needs the L(N, D) fit")
-    elif target_params is not None:
-        prediction = report.attempt(
-            f"prediction at N={target_params:.3g}",
-            lambda: predict_loss(report.chinchilla, N=target_params),
-        )
-        if prediction is not None:
-            report.predictions.append(prediction)
-            console.print(f"prediction: {prediction}")
+    if target_params is not None:
+        _target_size_prediction(report, console, target_params, target_flops)
 
     _plot_points(report, points)
     if report.isoflop is not None:
         path = report.out_dir / "isoflops.png"
         report.plots.append(plot_isoflops(report.isoflop, report.chinchilla, path))
     task_section(report, console, n_bootstrap, task_accuracy)
+
+
+def _target_size_prediction(
+    report: Report, console: Console, target_params: float, target_flops: float | None
+) -> None:
+    """L(N, D) at --target-params: trained on --target-flops when given (D = C / 6N), on the
+    fit's compute-optimal D for N otherwise; a budget the user named was once replaced by the
+    compute-optimal one, 10x it on the demo."""
+    what = f"prediction at N={target_params:.3g}"
+    if report.chinchilla is None:
+        report.skipped.append(f"{what}: it needs the L(N, D) fit")
+        return
+    prediction = report.attempt(
+        what, lambda: predict_loss(report.chinchilla, N=target_params, C=target_flops)
+    )
+    if prediction is not None:
+        report.predictions.append(prediction)
+        console.print(f"prediction: {prediction}")
 
 
 def _target_section(
@@ -167,6 +178,16 @@ def _plot_points(report: Report, points: pd.DataFrame) -> None:
 def _print_flags(console: Console, flags: list[str]) -> None:
     if flags:
         console.print(format_flags(flags), style="bold red")
+
+
+def _why_no_points(runs: pd.DataFrame) -> str:
+    """ "Yet" only while a run may still write one: a ladder whose runs all ended (every one
+    diverged, say) will not gain points by waiting."""
+    counts = runs["status"].value_counts()
+    statuses = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    if set(counts.index) <= set(FINAL_STATUSES):
+        return f"no annealed eval points: every run ended without one ({statuses})"
+    return f"no annealed eval points yet ({statuses})"
 
 
 def _final_table(report: Report, console: Console) -> None:

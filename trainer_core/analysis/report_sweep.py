@@ -19,7 +19,7 @@ from trainer_core.analysis.lr import (
     COMPARED,
     LRPowerLawFit,
     batches_differ,
-    fit_lr_power_law,
+    fit_sweep_lr,
     lr_sweep_table,
     optimal_lrs,
 )
@@ -89,31 +89,30 @@ def sweep_section(report: Report, console: Console) -> None:
             console.print(f"{size}: {report.optima[size]}")
         else:
             report.skipped.append(f"optimal LR of {size}: no trial evaluated without diverging")
-    sizes = list(report.optima)
-    n = np.array([order[s] for s in sizes], dtype=float)
-    lrs = np.array([report.optima[s].lr for s in sizes])
-    bracketed = [not report.optima[s].at_edge for s in sizes]
-    edge = [s for s, ok in zip(sizes, bracketed, strict=True) if not ok]
-    if edge:
-        report.skipped.append(
-            f"LR*(N) leaves out {', '.join(edge)}: best LR at the grid's edge (widen the grid)"
-        )
     report.lr_law = report.attempt(
-        "LR*(N) fit", lambda: fit_lr_power_law(n[bracketed], lrs[bracketed])
+        "lr*(N)", lambda: fit_sweep_lr(report.results, optima=report.optima)
     )
     if report.lr_law is not None:
         console.print(str(report.lr_law))
+        if report.lr_law.left_out:
+            report.skipped.append(report.lr_law.left_out_note)
     report.plots.append(plot_lr_sweep(table, report.optima, report.out_dir / "lr_sweep.png"))
-    if len(sizes) >= 2:
-        bounded = [report.optima[s] for s in sizes]  # an edge optimum's interval is open
-        err = (
-            [np.nan if o.at_edge else o.lr_low for o in bounded],
-            [np.nan if o.at_edge else o.lr_high for o in bounded],
-        )
-        report.plots.append(
-            plot_lr_vs_size(n, lrs, report.lr_law, report.out_dir / "lr_vs_size.png", err)
-        )
+    if len(report.optima) >= 2:
+        report.plots.append(_lr_vs_size(report, order))
     report.attempt("the laws a ladder plans with", lambda: _ladder_laws(report, console))
+
+
+def _lr_vs_size(report: Report, n_of: pd.Series) -> Path:
+    """Every size's optimum against N with the fitted LR*(N): those it left out drawn as bounds."""
+    optima = list(report.optima.values())
+    return plot_lr_vs_size(
+        [n_of[size] for size in report.optima],
+        [o.lr for o in optima],
+        report.lr_law,
+        report.out_dir / "lr_vs_size.png",
+        ([o.lr_low for o in optima], [o.lr_high for o in optima]),
+        [o.at_edge for o in optima],
+    )
 
 
 def _ladder_laws(report: Report, console: Console) -> None:
@@ -151,7 +150,8 @@ def _lr_law(
     console: Console, sweep: SweepCells, sweep_dir: str, of_n: LRPowerLawFit | None
 ) -> HparamLawFit | None:
     """Print the LR law ``lr.from_sweep`` plans with, or its refusal; return LR*(N, D) if any.
-    ``of_n``: the report's LR*(N) above, the plan's own on a one-horizon sweep (not refitted)."""
+    ``of_n``: the report's LR*(N) above, on a one-horizon sweep: :func:`fit_sweep_lr`'s, the
+    plan's own (not refitted)."""
     law = None
     if of_n is None:
         laws = _or_refusal(console, lambda: lr_laws(sweep, sweep_dir))

@@ -16,7 +16,12 @@ from functools import partial
 import numpy as np
 from scipy.optimize import minimize
 
-from trainer_core.analysis.bootstrap import parallel_map, percentile_interval, residual_resamples
+from trainer_core.analysis.bootstrap import (
+    fits_every_point,
+    parallel_map,
+    percentile_interval,
+    residual_resamples,
+)
 
 HUBER_DELTA = 1e-3
 LOCAL_STARTS = 16
@@ -142,11 +147,10 @@ def fit_problem(
     prob: Problem, n_bootstrap: int, seed: int, groups: np.ndarray | None, group_params: int
 ) -> FitResult:
     """The fit and its bootstrap refits; ``group_params``: parameters that vary between groups.
-    No refits with no more points than parameters: the law passes through every point, the
-    residuals are all zero, and every refit would repeat the fit (intervals of zero width)."""
+    No refits for a law through every point (:func:`fits_every_point`)."""
     theta, value = solve(prob, best_grid_points(prob, LOCAL_STARTS))
     n = prob.log_loss.size
-    if n <= theta.size:
+    if fits_every_point(n, theta.size):
         n_bootstrap = 0
     resamples = residual_resamples(
         prob.log_loss,

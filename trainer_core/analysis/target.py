@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from trainer_core.analysis.checks import no_intervals
+from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit
 from trainer_core.analysis.hparam_laws import HparamLaws, fit_hparam_laws
 from trainer_core.analysis.hparam_table import hparam_table
 from trainer_core.analysis.isoflop import IsoFLOPFit
-from trainer_core.analysis.load import AnalysisError, load
+from trainer_core.analysis.load import load
 from trainer_core.analysis.predict import require_positive
 from trainer_core.devices import (
     CPU_NOMINAL_FLOPS,
@@ -233,12 +233,6 @@ class TargetAnswer:
             for label, attr, fmt in ROWS
         ]
 
-    def to_frame(self) -> pd.DataFrame:
-        """The table as text cells: rows as printed, a column per approach."""
-        rows = self.rows()
-        data = {col.approach: [cells[i] for _, cells in rows] for i, col in enumerate(self.columns)}
-        return pd.DataFrame(data, index=[label for label, _ in rows])
-
     def footer(self) -> list[str]:
         """What the table assumes: the device and MFU, where LR* and B* come from."""
         if any(col.lr is not None for col in self.columns):
@@ -356,7 +350,7 @@ def target_answer(
         for fit, col in built
         if isinstance(fit, ChinchillaFit | PowerLawFit)
         and not col.has_intervals
-        and no_intervals(fit)
+        and fit.no_intervals
     ]
     if isoflop is not None and not isoflop.splits_compute:
         answer.notes.append(

@@ -17,7 +17,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from trainer_core.analysis.bootstrap import CI_LEVEL, percentile_interval
-from trainer_core.analysis.load import AnalysisError
+from trainer_core.analysis.errors import AnalysisError
 
 NEAR_CHANCE = 0.1
 """Accuracies within this fraction of the chance-to-1 range above chance say little of the

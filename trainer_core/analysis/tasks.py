@@ -27,6 +27,7 @@ import pandas as pd
 
 from trainer_core.analysis.bootstrap import percentile_interval
 from trainer_core.analysis.checks import fit_flags, unresolved
+from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.fits import (
     ChinchillaFit,
     PowerLawFit,
@@ -39,7 +40,7 @@ from trainer_core.analysis.ladder_table import (
     TASK_LOSS_SUFFIX,
     accuracy_metric,
 )
-from trainer_core.analysis.load import AnalysisError, analysis_flops
+from trainer_core.analysis.load import analysis_flops
 from trainer_core.analysis.task_sigmoid import SigmoidFit, fit_sigmoid, sigmoid_flags
 
 STEP1_ND = "N, D"

@@ -18,12 +18,14 @@ from synthetic_experiments import (
 from trainer_core.analysis import (
     AnalysisError,
     ChinchillaFit,
+    PowerLawFit,
     chinchilla_from_points,
     extrapolation_check,
     fit_chinchilla,
     fit_loss_vs_compute,
     load,
     predict_loss,
+    unresolved,
 )
 
 
@@ -159,6 +161,112 @@ def test_a_negative_bootstrap_count_is_an_error_naming_it():
         fit_chinchilla(n, d, chinchilla_loss(n, d), n_bootstrap=-1)
 
 
+DEMO_FRONTIER = np.array([np.log(0.210), np.log(58.0), 0.143])
+"""The demo envelope's L(C) (log E, log A, alpha) and the frontier of L(N, D) its bootstrap
+resamples were drawn around, which its refits spread about."""
+DEMO_REFERENCE = np.array([np.log(0.886), np.log(3675.0), 0.328])
+
+
+def demo_like_refits(alpha_sd: float) -> np.ndarray:
+    """200 refits around the demo's reference, alpha held at the fitter's bound of zero."""
+    rng = np.random.default_rng(0)
+    refits = DEMO_REFERENCE + rng.standard_normal((200, 3)) * [0.3, 1.0, alpha_sd]
+    refits[:, 2] = np.maximum(refits[:, 2], 0.0)
+    return refits
+
+
+def test_a_frontier_exponent_moved_onto_a_shallower_estimate_stays_positive():
+    """The demo printed alpha = 0.1431 (95% CI -0.0665 .. 0.3688): refits around the steeper
+    reference were shifted by the difference, below the zero the fitter bounds them at. Scaled
+    by estimate / reference they keep their sign; predictions still move by the laws' ratio."""
+    refits = demo_like_refits(alpha_sd=0.1)
+    fit = PowerLawFit.from_samples(DEMO_FRONTIER, refits, 20, 0.0, "t", DEMO_REFERENCE)
+    lo, hi = fit.ci["alpha"]
+    assert 0 < lo < fit.alpha < hi
+    scaled = np.percentile(refits[:, 2] * 0.143 / 0.328, [2.5, 97.5])
+    assert (lo, hi) == pytest.approx(tuple(scaled), rel=1e-12)
+    assert fit.ci["E"][0] < fit.E < fit.ci["E"][1]
+    law = PowerLawFit(0.886, 3675.0, 0.328, n_points=1, objective=0.0)
+    own = np.exp(refits[:, 0]) + np.exp(refits[:, 1]) * 1e14 ** -refits[:, 2]
+    assert fit.predict_samples(1e14) == pytest.approx(own * fit.predict(1e14) / law.predict(1e14))
+
+
+def test_an_exponent_whose_interval_reaches_zero_is_unresolved():
+    """E reaching zero was said; an exponent reaching its bound at zero (the data allow a loss
+    that no longer falls) was not."""
+    frontier = PowerLawFit(
+        E=0.21,
+        A=58.0,
+        alpha=0.143,
+        n_points=20,
+        objective=0.0,
+        ci={"E": (0.15, 0.26), "A": (40.0, 90.0), "alpha": (0.0, 0.31)},
+        n_bootstrap=200,
+    )
+    assert unresolved(frontier, min_loss=1.1) == [
+        "alpha: 95% CI 0 .. 0.31 reaches zero: these sizes do not show the loss falling with "
+        "compute (a wider range of N, or longer runs, would)"
+    ]
+    ci = {"E": (1.6, 1.8), "A": (300.0, 500.0), "B": (350.0, 470.0), "alpha": (0.3, 0.4)}
+    flat_in_d = ChinchillaFit(
+        **TRUE, n_points=20, objective=0.0, ci={**ci, "beta": (1e-9, 0.4)}, n_bootstrap=200
+    )
+    [note] = unresolved(flat_in_d, min_loss=2.0)
+    assert note.startswith("beta: 95% CI 1e-09 .. 0.4 reaches zero: these sizes do not show the")
+    assert "loss falling with D" in note
+    healthy = ChinchillaFit(
+        **TRUE, n_points=20, objective=0.0, ci={**ci, "beta": (0.2, 0.4)}, n_bootstrap=200
+    )
+    assert unresolved(healthy, min_loss=2.0) == []
+
+
+def test_a_frontier_outside_the_spread_of_its_refits_says_the_two_laws_disagree():
+    """Refits drawn around L(N, D)'s frontier give the envelope's fit only within their spread
+    if the two agree; one outside it is a disagreement the moved intervals hide."""
+    refits = demo_like_refits(alpha_sd=0.02)
+    lo, hi = np.percentile(refits[:, 2], [2.5, 97.5])
+    apart = PowerLawFit.from_samples(DEMO_FRONTIER, refits, 20, 0.0, "t", DEMO_REFERENCE)
+    notes = unresolved(apart, min_loss=1.1)
+    assert (
+        f"alpha = 0.143 lies outside the 95% range {lo:.3g} .. {hi:.3g} of the refits drawn "
+        "around L(N, D), whose frontier has alpha = 0.328: the envelope and L(N, D) disagree "
+        "beyond the noise, so the intervals of E, A and alpha are approximate; read the "
+        "frontier's loss predictions and their intervals, not its parameters"
+    ) in notes
+    near = DEMO_FRONTIER.copy()
+    near[2] = 0.32
+    agreeing = PowerLawFit.from_samples(near, refits, 20, 0.0, "t", DEMO_REFERENCE)
+    assert not [n for n in unresolved(agreeing, min_loss=1.1) if "outside the 95% range" in n]
+    own = PowerLawFit.from_samples(DEMO_FRONTIER, refits, 20, 0.0, "t")
+    assert not [n for n in unresolved(own, min_loss=1.1) if "outside the 95% range" in n]
+
+
+def test_predict_loss_refuses_a_compute_budget_that_is_not_6_n_d():
+    """N 7e9, D 140e9 and C 1e18 predicted at C = 5.88e21 "given N and D", the C dropped."""
+    fit = ChinchillaFit(**TRUE, n_points=0, objective=0.0)
+    with pytest.raises(AnalysisError) as err:
+        predict_loss(fit, N=7e9, D=140e9, C=1e18)
+    assert str(err.value) == (
+        "predict_loss: N=7e+09, D=1.4e+11 and C=1e+18 disagree (6 N D = 5.88e+21); give two of "
+        "them, or a C equal to 6 N D"
+    )
+    agreeing = predict_loss(fit, N=7e9, D=140e9, C=5.88e21 * (1 + 1e-9))
+    assert agreeing.loss == pytest.approx(chinchilla_loss(7e9, 140e9))
+
+
+def test_a_prediction_carries_its_fits_bootstrap_interval():
+    """--target-params printed a loss with no interval although the fit had a bootstrap."""
+    rng = np.random.default_rng(0)
+    samples = {k: np.full(40, float(v)) * rng.uniform(0.98, 1.02, 40) for k, v in TRUE.items()}
+    fit = ChinchillaFit(**TRUE, n_points=0, objective=0.0, samples=samples, n_bootstrap=40)
+    pred = predict_loss(fit, N=1e9, C=6e19)
+    lo, hi = fit.predict_interval(1e9, 1e10)
+    assert pred.interval == (lo, hi) and lo < pred.loss < hi
+    assert str(pred).startswith(f"L = {pred.loss:.4f} (95% {lo:.4f} .. {hi:.4f}) at N=1e+09")
+    bare = predict_loss(ChinchillaFit(**TRUE, n_points=0, objective=0.0), N=1e9, C=6e19)
+    assert str(bare) == f"L = {bare.loss:.4f} at N=1e+09, D=1e+10, C=6e+19 (D = C / 6N)"
+
+
 # -- LR sweeps -----------------------------------------------------------------------------------
 
 
@@ -236,3 +344,30 @@ def test_a_target_below_the_ladder_says_it_is_extrapolated_back(tmp_path):
     ) in report.target.footer()
     report = report_experiment(root, n_bootstrap=0, console=console)
     assert not [n for n in report.target.footer() if "extrapolated back" in n]
+
+
+def test_a_target_size_is_trained_on_the_target_compute_when_both_are_given(tmp_path):
+    """--target-params 1e6 --target-flops 1e14 predicted at 1.05e15 FLOPs (the compute-optimal
+    D for N), 10x the budget named, with no interval although the fit had a bootstrap."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from trainer_core.analysis import report_experiment
+
+    root = make_ladder(tmp_path)
+    text = StringIO()
+    report = report_experiment(
+        root,
+        target_params=1e6,
+        target_flops=1e14,
+        n_bootstrap=8,
+        console=Console(file=text, width=300),
+    )
+    [pred] = report.predictions
+    assert pytest.approx((1e6, 1e14 / 6e6, 1e14)) == (pred.N, pred.D, pred.C)
+    assert pred.how == "D = C / 6N"
+    assert pred.interval == report.chinchilla.predict_interval(1e6, 1e14 / 6e6)
+    lo, hi = pred.interval
+    line = f"prediction: L = {pred.loss:.4f} (95% {lo:.4f} .. {hi:.4f}) at N=1e+06, D=1.67e+07"
+    assert line in text.getvalue()

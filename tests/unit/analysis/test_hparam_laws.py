@@ -9,10 +9,11 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from drawn import bars, close, marker, scatter, through
+from drawn import bars, close, marker, through
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgba
 
+from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.hparam_heldout import held_out_check, leave_one_out
 from trainer_core.analysis.hparam_laws import (
     HparamLaws,
@@ -20,7 +21,6 @@ from trainer_core.analysis.hparam_laws import (
     fit_hparam_law,
     fit_hparam_laws,
 )
-from trainer_core.analysis.load import AnalysisError
 from trainer_core.analysis.plots_hparams import (
     cell_sweeps_figure,
     hparam_law_figure,
@@ -37,6 +37,11 @@ from trainer_core.analysis.synthetic_sweep import (
 
 SHRINKING = PlantedLaw(0.5, -0.3, -0.12)
 """LR* falling with the horizon, as Bjorck et al. (2025) find (b negative)."""
+
+
+def n_bars(ax) -> int:
+    """How many error bars the axes draw."""
+    return sum(len(col.get_segments()) for c in ax.containers for col in c[2])
 
 
 def sweep(law: PlantedLaw = STEP_LAW_LR, seed: int = 0, **kw) -> pd.DataFrame:
@@ -111,7 +116,8 @@ def test_an_edge_optimum_is_flagged_and_excluded_from_the_law():
     edge = (1e8, 6e9)
     laws = fit_hparam_laws(sweep(lr_shift={edge: 0.1}))
     cell = next(c for c in laws.lr_cells if edge == (c.N, c.D))
-    assert cell.at_edge and cell.high == math.inf and "NOT BRACKETED" in str(cell)
+    assert cell.at_edge and cell.high == math.inf
+    assert str(cell).endswith("  NOT BRACKETED: lowest loss at the grid's largest lr; widen it")
     assert [(c.N, c.D) for c in laws.lr.excluded] == [edge]
     assert "EXCLUDED" in str(laws.lr) and cell.label in str(laws.lr)
     assert inside(STEP_LAW_LR.b, laws.lr.ci["D"])
@@ -238,7 +244,7 @@ def test_plots_of_the_laws_are_written(small_sweep, tmp_path):
 @pytest.mark.parametrize("param", ["lr", "batch"])
 def test_cell_sweeps_draw_each_cells_lowest_losses_and_optimum(small_sweep, param):
     """Per N a panel, per D the lowest loss at each value (a stopped trial's loss left out) and
-    the optimum as a star with its interval, hollow where not bracketed."""
+    the optimum as a star with its interval; not bracketed, a hollow star without a bar."""
     df, laws = small_sweep
     law = getattr(laws, param)
     cells = law.cells + law.excluded
@@ -254,12 +260,12 @@ def test_cell_sweeps_draw_each_cells_lowest_losses_and_optimum(small_sweep, para
             assert star.get_marker() == "*" and star.get_label() == f"D={c.D:.3g}"
             hollow = to_rgba(star.get_markerfacecolor()) == to_rgba("white")
             assert hollow == c.at_edge, c.label
-            low = c.low if c.low > 0 else c.value
-            high = c.high if math.isfinite(c.high) else c.value
-            bars(ax, [[[low, c.loss], [high, c.loss]]])
+            if not c.at_edge:
+                bars(ax, [[[c.low, c.loss], [c.high, c.loss]]])
             best = df[(df["N"] == n) & (df["D"] == c.D)].groupby(param)["loss"].min()
             through(ax, best.index, best.to_numpy(), star.get_color())
         assert [t.get_text() for t in ax.get_legend().get_texts()] == [f"D={c.D:.3g}" for c in mine]
+        assert n_bars(ax) == sum(not c.at_edge for c in mine), "no bar for an edge optimum"
         optima = [c.loss for c in mine]
         bottom, top = min(optima), max(optima)
         assert close(ax.get_ylim(), [bottom - 0.01 * abs(bottom), top + 0.06 * abs(top)])
@@ -298,9 +304,9 @@ def test_law_plot_draws_the_optima_and_the_laws_predictions(small_sweep, param, 
             bars(ax, [[[getattr(c, x), c.low], [getattr(c, x), c.high]] for c in fitted])
             colour = optima.get_color()
         if edge:
-            hollow = scatter(ax, [[getattr(c, x), c.value] for c in edge])
-            assert close(hollow.get_facecolors(), [to_rgba("white")])
-            colour = hollow.get_edgecolors()[0]
+            hollow = marker(ax, [[getattr(c, x), c.value] for c in edge])
+            assert to_rgba(hollow.get_markerfacecolor()) == to_rgba("white")
+            colour = hollow.get_color()
         if per_value:
             span = [getattr(c, x) for c in cells if getattr(c, other) == value]
             (law_line,) = [
@@ -310,6 +316,7 @@ def test_law_plot_draws_the_optima_and_the_laws_predictions(small_sweep, param, 
             along = law_line.get_xdata()
             assert along.min() < min(span) and along.max() > max(span)
     assert [t.get_text() for t in ax.get_legend().get_texts()] == named
+    assert n_bars(ax) == len(law.cells), "the excluded cells are drawn without a bar"
     if not per_value:
         (law_line,) = dashed
         along = law_line.get_xdata()

@@ -7,8 +7,8 @@ import math
 import pandas as pd
 import pytest
 
+from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.ladder_table import accuracy_metric, read_ladder_table, task_names
-from trainer_core.analysis.load import AnalysisError
 
 
 def table(**changes) -> pd.DataFrame:

@@ -78,6 +78,8 @@ def test_optimal_lr_falls_back_to_grid_minimum_on_monotone_table():
     )
     opt = optimal_lr(table, loss="final_eval_loss")
     assert (opt.method, opt.loss, opt.at_edge) == ("grid", 3.1, True)
+    # worded as a law's cell at the edge is (CellOptimum): one flag for one kind of optimum
+    assert str(opt).endswith("  NOT BRACKETED: lowest loss at the grid's largest lr; widen it")
     assert opt.lr == pytest.approx(8e-4)
     # a bound: from the LR below to beyond the grid
     assert opt.lr_low == pytest.approx(4e-4) and opt.lr_high == math.inf
@@ -131,6 +133,7 @@ def test_lr_of_n_leaves_out_sizes_whose_optimum_the_grid_does_not_bracket(sweep_
     keep_only_lrs_above_the_optimum("d")
     fit = fit_sweep_lr(cut)
     assert fit.n_points == 3 and fit.n_range == (SWEEP_N["a"], SWEEP_N["c"])
+    assert fit.left_out == ("d",) and fit.left_out_note.startswith("lr*(N) leaves out d: ")
     assert fit.b == pytest.approx(SWEEP_B, abs=1e-4)
     keep_only_lrs_above_the_optimum("c")
     keep_only_lrs_above_the_optimum("b")
@@ -188,3 +191,26 @@ def test_every_batch_of_a_group_is_compared_and_named_in_tokens(tmp_path):
     assert table["compared_loss"].notna().all()
     best = optimal_lrs(table)["s"]
     assert " tokens (" in str(best) and "at step" not in str(best)
+
+
+def test_a_trial_stopped_one_eval_short_of_the_end_is_judged_worse(tmp_path):
+    """One batch for the whole group: every trial evaluates at the same tokens, so there is no
+    rounding to allow for, and a trial early stopping cut at step 99 of 100 has not reached the
+    end (it was compared at 99 beside the others' 100 when the batch-rounding slack applied)."""
+    from synthetic_experiments import BATCH, write_jsonl, write_run
+
+    (tmp_path / "experiment.yaml").write_text("name: sweep\nsweep: {search: grid}\n")
+    for lr, last, status in (
+        (1e-3, 100, "finished"),
+        (2e-3, 100, "finished"),
+        (4e-3, 99, "stopped"),
+    ):
+        run = tmp_path / "runs" / f"a-lr{lr:g}"
+        write_run(run, size="a", n=1_000_000, lr=lr, total_steps=100, status=status, last_step=last)
+        write_jsonl(
+            run / "metrics.jsonl",
+            [{"step": s, "tokens": s * BATCH, "eval/loss": 3.0 - lr} for s in range(97, last + 1)],
+        )
+    table = lr_sweep_table(load(tmp_path)).sort_values("lr")
+    assert table["compared_step"].tolist() == [100, 100, pd.NA]
+    assert table["compared_loss"].tolist()[2] == math.inf

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from drawn import bars, close, line, marker, scatter, through
+from matplotlib.axes import Axes
 from matplotlib.colors import to_rgba
 from synthetic_experiments import (
     SWEEP_N,
@@ -27,9 +28,14 @@ from trainer_core.analysis import (
     plot_lr_sweep,
     plot_lr_vs_size,
 )
-from trainer_core.analysis.plots import loss_curves_figure, lr_sweep_figure, lr_vs_size_figure
+from trainer_core.analysis.plots import (
+    COMPUTE_LABEL,
+    loss_curves_figure,
+    lr_sweep_figure,
+    lr_vs_size_figure,
+)
 from trainer_core.analysis.plots_scaling import loss_vs_compute_figure
-from trainer_core.analysis.predict import LAW_CHINCHILLA, LAW_FRONTIER
+from trainer_core.analysis.predict import LAW_CHINCHILLA, LAW_FRONTIER, HeldOutPrediction
 
 
 def test_plots_write_pngs(ladder_dir: Path, sweep_dir: Path, tmp_path: Path):
@@ -98,13 +104,39 @@ def test_loss_vs_compute_draws_points_fit_and_held_out(ladder_dir: Path):
     assert close(y, check.fits[LAW_FRONTIER].predict(x))
     assert {p.law for p in check.predictions} == {LAW_CHINCHILLA, LAW_FRONTIER}
     for p in check.predictions:
-        assert marker(ax, [[p.flops, p.predicted]]).get_label().startswith(f"{p.law} prediction")
+        x = drawn_prediction(ax, p)
         lo, hi = p.interval
-        bars(ax, [[[p.flops, lo], [p.flops, hi]]])
+        bars(ax, [[[x, lo], [x, hi]]])
     measured = scatter(ax, check.points[["flops", "actual"]])
     assert measured.get_label() == f"held out {check.held_out_size} (measured)"
     legend = {t.get_text() for t in ax.get_legend().get_texts()}
     assert {*pts["size"], measured.get_label(), "frontier fit without it"} <= legend
+
+
+def drawn_prediction(ax: Axes, p: HeldOutPrediction) -> float:
+    """The x of a held-out prediction's marker, drawn at its value beside its C (the next test)."""
+    x, y = line(ax, f"{p.law} prediction")
+    assert close(y, [p.predicted])
+    return float(x[0])
+
+
+def test_held_out_predictions_are_drawn_apart_either_side_of_their_compute(ladder_dir: Path):
+    """On the demo both laws predict the held-out point at one C, and their bars were drawn on
+    top of each other: L(N, D)'s now left of C, the frontier's right, a visible share of the axis
+    apart, each labelled with its interval. The axis names C as the task plot does."""
+    pts = load(ladder_dir).fit_points()
+    check = extrapolation_check(pts, n_bootstrap=20)
+    chin, front = check.prediction(LAW_CHINCHILLA), check.prediction(LAW_FRONTIER)
+    check.predictions = [chin, replace(front, flops=chin.flops)]
+    ax = loss_vs_compute_figure(pts, None, frontier_points(pts), check).axes[0]
+    left, right = (drawn_prediction(ax, p) for p in check.predictions)
+    assert left < chin.flops < right
+    lo, hi = ax.get_xlim()
+    assert np.log(right / left) / np.log(hi / lo) > 0.04, "apart by more than a marker's width"
+    for p, x in zip(check.predictions, (left, right), strict=True):
+        bars(ax, [[[x, p.interval[0]], [x, p.interval[1]]]])
+        assert line(ax, f"{p.law} prediction, 95% interval")
+    assert ax.get_xlabel() == COMPUTE_LABEL == "compute C = 6ND (FLOPs, attention not counted)"
 
 
 def test_an_estimate_outside_its_interval_is_drawn_beside_the_interval(ladder_dir: Path):
@@ -119,8 +151,8 @@ def test_an_estimate_outside_its_interval_is_drawn_beside_the_interval(ladder_di
         replace(q, interval=below) if q.law == LAW_FRONTIER else q for q in check.predictions
     ]
     ax = loss_vs_compute_figure(pts, None, frontier_points(pts), check).axes[0]
-    marker(ax, [[p.flops, p.predicted]])
-    bars(ax, [[[p.flops, below[0]], [p.flops, below[1]]]])
+    x = drawn_prediction(ax, p)
+    bars(ax, [[[x, below[0]], [x, below[1]]]])
 
 
 def test_lr_sweep_draws_each_size_with_stopped_diverged_and_optimum(sweep_dir: Path):
@@ -152,6 +184,39 @@ def test_lr_sweep_draws_each_size_with_stopped_diverged_and_optimum(sweep_dir: P
         bars(ax, [[[o.lr_low, o.loss], [o.lr_high, o.loss]]])
     drawn = [(*a.xy, a.get_text()) for a in ax.texts]
     assert sorted(drawn) == sorted(stopped_at)
+
+
+def bar_segments(ax) -> np.ndarray:
+    """Every error bar drawn, as (n, 2, 2) segments."""
+    found = [seg for c in ax.containers for col in c[2] for seg in col.get_segments()]
+    return np.asarray(found, dtype=float).reshape(-1, 2, 2)
+
+
+def test_an_optimum_at_its_grids_edge_is_drawn_hollow_without_a_bar(sweep_dir: Path):
+    """An edge optimum is a bound: hollow and without its interval's bar, in the sweep's
+    figure and in LR* against N alike; the bracketed ones filled, each with its bar."""
+    optima = optimal_lrs(lr_sweep_table(load(sweep_dir)))
+    optima["d"] = replace(optima["d"], at_edge=True)  # its finite interval must not be drawn
+    edge, inside = optima["d"], [o for size, o in optima.items() if size != "d"]
+    ax = lr_sweep_figure(lr_sweep_table(load(sweep_dir)), optima).axes[0]
+    star = marker(ax, [[edge.lr, edge.loss]])
+    assert star.get_marker() == "*" and to_rgba(star.get_markerfacecolor()) == to_rgba("white")
+    assert not np.isclose(bar_segments(ax)[:, :, 1], edge.loss).any()
+    for o in inside:
+        assert to_rgba(marker(ax, [[o.lr, o.loss]]).get_markerfacecolor()) != to_rgba("white")
+        bars(ax, [[[o.lr_low, o.loss], [o.lr_high, o.loss]]])
+    n = [SWEEP_N[s] for s in optima]
+    lows, highs = [o.lr_low for o in optima.values()], [o.lr_high for o in optima.values()]
+    at_edge = [o.at_edge for o in optima.values()]
+    lrs = [o.lr for o in optima.values()]
+    ax = lr_vs_size_figure(n, lrs, None, (lows, highs), at_edge).axes[0]
+    hollow = marker(ax, [[SWEEP_N["d"], edge.lr]])
+    assert to_rgba(hollow.get_markerfacecolor()) == to_rgba("white")
+    filled = marker(ax, [[SWEEP_N[s], o.lr] for s, o in optima.items() if s != "d"])
+    assert filled.get_label() == "optimal LR"
+    assert to_rgba(filled.get_markerfacecolor()) != to_rgba("white")
+    assert not np.isclose(bar_segments(ax)[:, :, 0], SWEEP_N["d"]).any()
+    assert len(bar_segments(ax)) == len(inside)
 
 
 def test_lr_vs_size_draws_optima_fit_and_reference(sweep_dir: Path):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from io import StringIO
 
 from rich.console import Console
-from synthetic_experiments import make_ladder
+from synthetic_experiments import make_ladder, write_run
 
 from trainer_core.analysis import report_experiment
 
@@ -29,3 +30,31 @@ def test_analyze_help_shows_the_bootstrap_default(run_script):
     assert "bootstrap resamples for the CIs (default: 200; 0: no intervals)" in " ".join(
         out.split()
     )
+
+
+def test_a_ladder_whose_runs_all_ended_without_a_point_is_not_told_to_wait(tmp_path):
+    """Every run diverged before its first annealed eval: the fits are skipped for that reason,
+    not "yet"; a ladder still running is."""
+    for size, status in (("a", "diverged"), ("b", "diverged")):
+        write_run(
+            tmp_path / "runs" / size,
+            size=size,
+            n=2_000_000,
+            lr=1.0,
+            total_steps=100,
+            status=status,
+            last_step=5,
+            diverged_step=5,
+            tags={"ladder": "syn"},
+        )
+    report = report_experiment(tmp_path, n_bootstrap=0, console=Console(file=StringIO()))
+    assert report.skipped == [
+        "scaling-law fits: no annealed eval points: every run ended without one (2 diverged)"
+    ]
+    record = json.loads((tmp_path / "runs" / "b" / "run.json").read_text())
+    record["status"] = "running"
+    (tmp_path / "runs" / "b" / "run.json").write_text(json.dumps(record))
+    report = report_experiment(tmp_path, n_bootstrap=0, console=Console(file=StringIO()))
+    assert report.skipped == [
+        "scaling-law fits: no annealed eval points yet (1 diverged, 1 running)"
+    ]

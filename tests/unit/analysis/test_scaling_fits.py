@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from drawn import close
+from drawn import close, line
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from scripts import load_script
 
 from trainer_core.analysis import (
@@ -31,12 +34,18 @@ from trainer_core.analysis import (
     unresolved,
 )
 from trainer_core.analysis.bootstrap import residual_resamples
-from trainer_core.analysis.plots_scaling import isoflops_figure
+from trainer_core.analysis.isoflop import IsoFLOPFit
+from trainer_core.analysis.plots_scaling import MAX_CURVES, isoflops_figure
 from trainer_core.analysis.synthetic import CHINCHILLA, SyntheticLadder
 
 LAW = CHINCHILLA
 ALPHA_C = LAW.alpha * LAW.beta / (LAW.alpha + LAW.beta)
 """The exponent of the law's own frontier: L*(C) = E + K C^-alpha_C exactly."""
+
+
+def law_frontier(c: np.ndarray) -> np.ndarray:
+    """LAW at the compute-optimal N, D of each budget: its own frontier L*(C)."""
+    return np.asarray(LAW.predict(*LAW.compute_optimal(c)))
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +57,7 @@ def test_chinchilla_frontier_is_a_power_law_in_compute():
     c = np.logspace(18, 24, 7)
     n_opt, d_opt = LAW.compute_optimal(c)
     assert np.allclose(6 * n_opt * d_opt, c)
-    k = (LAW.frontier_loss(c) - LAW.E) * c**ALPHA_C
+    k = (law_frontier(c) - LAW.E) * c**ALPHA_C
     assert np.allclose(k, k[0], rtol=1e-9)
 
 
@@ -56,7 +65,7 @@ def test_frontier_fit_matches_closed_form(noisy: pd.DataFrame):
     fit = fit_frontier(noisy, n_bootstrap=0)
     front = frontier_points(noisy)
     c = front["flops"].to_numpy()
-    truth = LAW.frontier_loss(c)
+    truth = law_frontier(c)
     assert np.max(np.abs(fit.predict(c) / truth - 1)) < 0.005
     assert fit.alpha == pytest.approx(ALPHA_C, abs=0.005)
     assert abs(fit.E / LAW.E - 1) < 0.03
@@ -69,7 +78,7 @@ def test_frontier_beats_a_fit_to_every_point(noisy: pd.DataFrame):
     every = fit_loss_vs_compute(noisy["flops"], noisy["eval_loss"], n_bootstrap=0)
     front = fit_frontier(noisy, n_bootstrap=0)
     c = np.logspace(np.log10(noisy["flops"].min()) + 1, np.log10(noisy["flops"].max()) + 1, 20)
-    truth = LAW.frontier_loss(c)
+    truth = law_frontier(c)
     err_every = np.max(np.abs(every.predict(c) / truth - 1))
     err_front = np.max(np.abs(front.predict(c) / truth - 1))
     assert err_front < 0.01 < err_every
@@ -102,13 +111,15 @@ def test_isoflop_recovers_compute_optimal_exponent(noisy: pd.DataFrame, tmp_path
 
 
 def test_isoflop_plot_draws_each_budgets_parabola_through_its_points(noisy: pd.DataFrame):
-    """Left: at most 8 budgets, each its points, its parabola in ln N through them and the
-    vertex starred on it. Right: every budget's N_opt and both approaches' N_opt(C)."""
+    """Left: every used budget (here all, more than a legend names: a colour bar of C), each its
+    points, its parabola in ln N through them and the vertex starred on it. Right: every
+    budget's N_opt and both approaches' N_opt(C), no band without a bootstrap."""
     fit = fit_isoflop(noisy, n_bootstrap=0)
-    left, right = isoflops_figure(fit, LAW).axes
+    left, right, colour_bar = isoflops_figure(fit, LAW).axes
     assert (left.get_xscale(), right.get_xscale(), right.get_yscale()) == ("log",) * 3
-    shown = fit.parabolas[:: math.ceil(len(fit.parabolas) / 8)]
-    assert len(fit.parabolas) > 8 and len(shown) == len(left.lines) == 8
+    shown = fit.parabolas
+    assert all(p.valid for p in shown) and len(shown) == len(left.lines) > MAX_CURVES
+    assert left.get_legend() is None and colour_bar.get_ylabel() == "compute budget C"
     scatters = [c.get_offsets() for c in left.collections]
     for p, curve in zip(shown, left.lines, strict=True):
         assert curve.get_label() == f"C = {p.flops:.2g}"
@@ -128,6 +139,67 @@ def test_isoflop_plot_draws_each_budgets_parabola_through_its_points(noisy: pd.D
     assert close(two.get_ydata(), [fit.compute_optimal(c)[0] for c in two.get_xdata()])
     assert three.get_label().startswith("approach 3")
     assert close(three.get_ydata(), LAW.compute_optimal(three.get_xdata())[0])
+
+
+@pytest.fixture(scope="module")
+def decade() -> IsoFLOPFit:
+    """Four sizes spanning a decade of N (20K..160K, as the demo's 22K..222K): 18 budgets, 8
+    with the minimum inside the sizes."""
+    ladder = SyntheticLadder(smallest=2e4, n_sizes=4, multiples=(0.125, 0.25, 0.5, 1, 2, 4, 8, 16))
+    return fit_isoflop(ladder.points(seed=1), n_bootstrap=0)
+
+
+def test_isoflop_plot_draws_every_used_budget_and_says_what_it_leaves_out(decade: IsoFLOPFit):
+    """The left panel drew every ceil(n/8)-th budget (on the demo 3 of its 7 used ones, beside
+    the right panel's 7 minima), saying nothing: now every used one, the unused thinned to fill
+    MAX_CURVES, and the title counts those left out."""
+    used = [p for p in decade.parabolas if p.valid]
+    unused = len(decade.parabolas) - len(used)
+    assert (len(used), unused) == (8, 10)
+    left = isoflops_figure(decade, None).axes[0]
+    solid = [ln for ln in left.lines if ln.get_linestyle() == "-"]
+    assert [ln.get_label() for ln in solid] == [f"C = {p.flops:.2g}" for p in used]
+    for p, curve in zip(used, solid, strict=True):
+        assert close(curve.get_ydata(), np.polyval(p.coef, np.log(curve.get_xdata())))
+    dotted = [ln for ln in left.lines if ln.get_linestyle() == ":"]
+    assert len(dotted) == MAX_CURVES - len(used)
+    assert left.get_title().endswith(
+        f"every used budget; {unused - len(dotted)} of the {unused} unused left out"
+    )
+    legend = [t.get_text() for t in left.get_legend().get_texts()]
+    assert legend == [ln.get_label() for ln in left.lines], "every curve named, C ascending"
+
+
+def test_isoflop_plot_draws_approach_2s_bootstrap_band(decade: IsoFLOPFit):
+    """The table gives approach 2's N_opt an interval; the plot drew its line alone. The band is
+    the fit's own interval at each C, of the resamples that gave a slope (the label says so)."""
+    rng = np.random.default_rng(0)
+    a = decade.a + 0.05 * rng.standard_normal(40)
+    a[:4] = np.nan  # too few budgets with an inside minimum: no slope
+    log_k = decade.log_k - (a - decade.a) * np.log(1e12)
+    samples = {"a": a, "b": 1 - a, "log_k": log_k}
+    fit = replace(decade, samples=samples, n_bootstrap=40, n_failed=4)
+    right = isoflops_figure(fit, None).axes[1]
+    (band,) = [c for c in right.collections if c.get_label().startswith("approach 2: 95%")]
+    assert band.get_label().endswith("bootstrap band (36 of 40 resamples gave a slope)")
+    corners = band.get_paths()[0].vertices
+    x, _ = line(right, "approach 2: N_opt")
+    for c in x:
+        for n in fit.optimal_intervals(c)["N"]:
+            assert any(close(v, [c, n]) for v in corners), (c, n)
+
+
+def test_isoflop_n_axis_labels_do_not_run_together(decade: IsoFLOPFit):
+    """N spanning about a decade has one labelled decade, so matplotlib labels minor ticks too:
+    '3x10^4' and '4x10^4' overlapped on the demo. Each label now clear of the next."""
+    fig = isoflops_figure(decade, None)
+    FigureCanvasAgg(fig).draw()
+    left = fig.axes[0]
+    x0, x1 = left.bbox.x0, left.bbox.x1
+    boxes = [t.get_window_extent() for t in left.get_xticklabels(which="both") if t.get_text()]
+    boxes = sorted((b for b in boxes if x0 <= (b.x0 + b.x1) / 2 <= x1), key=lambda b: b.x0)
+    assert len(boxes) >= 3, "N is read off the axis"
+    assert all(a.x1 < b.x0 for a, b in itertools.pairwise(boxes)), [b.x0 for b in boxes]
 
 
 def test_approach_2_gets_an_interval_around_its_own_estimate():
@@ -190,6 +262,32 @@ def test_refits_around_another_law_are_moved_onto_the_estimate():
     own = np.exp(refits[:, 0]) + np.exp(refits[:, 1]) * C ** -refits[:, 2]
     assert (lo, hi) == pytest.approx(np.percentile(own * scale, [2.5, 97.5]), rel=1e-4)
     assert around.predict_interval(C) == pytest.approx(np.percentile(own, [2.5, 97.5]), rel=1e-4)
+    # kept as refitted, beside the law they spread around: no shift to divide back out
+    assert np.array_equal(moved.samples["alpha"], refits[:, 2])
+    assert moved.reference == pytest.approx((1.2, 80.0, 0.25)) and around.reference is None
+
+
+def test_frontier_predictions_from_unmoved_refits_match_the_moved_ones():
+    """The refits used to be stored moved onto the estimate and moved back on every prediction;
+    kept as refitted, they give the same predictions (pinned from the moved version)."""
+    ladder = SyntheticLadder(n_sizes=4, size_noise=0.01, multiples=(0.25, 0.5, 1, 2, 4))
+    pts = ladder.points(seed=1)
+    fit = fit_frontier(pts, n_bootstrap=6, seed=0, smoother=replace(LAW, n_points=len(pts)))
+    assert fit.reference is not None and fit.n_bootstrap == 6
+    assert fit.predict_interval(1e20) == pytest.approx((2.3879203798089, 2.7865661119764), rel=1e-9)
+    assert fit.predict_samples(1e22) == pytest.approx(
+        [
+            2.3042004255181,
+            1.6023646113073,
+            2.5403732168698,
+            1.9230489051406,
+            2.2858089620948,
+            2.4521709213997,
+        ],
+        rel=1e-9,
+    )
+    # alpha's refits are scaled onto the estimate, no longer shifted (test_fits.py)
+    assert fit.ci["alpha"] == pytest.approx((0.1017017314524894, 0.21551686705723472), rel=1e-9)
 
 
 def test_a_law_through_as_many_points_as_parameters_gets_no_intervals():
@@ -201,11 +299,14 @@ def test_a_law_through_as_many_points_as_parameters_gets_no_intervals():
     loss = LAW.predict(n, d) * np.exp(0.01 * np.array([1, -1, 0.5, -0.5, 0.2]))
     fit = fit_chinchilla(n, d, loss, n_bootstrap=20)
     assert fit.n_bootstrap == 0 and all(np.isnan(fit.ci["E"]))
-    assert unresolved(fit, float(loss.min())) == [
-        "5 points for 5 parameters: the law passes through every one, so nothing is left to "
-        "measure its spread: no intervals (give each size more annealed points, e.g. WSD-S "
-        "decays, or add sizes)"
-    ]
+    why = (
+        "5 points for 5 parameters: the law passes through every one, so there is no noise to "
+        "redraw: no 95% intervals (give each size more annealed points, e.g. WSD-S decays, or "
+        "add sizes)"
+    )
+    assert fit.no_intervals == why and unresolved(fit, float(loss.min())) == [why]
+    power = fit_loss_vs_compute([1e18, 1e19, 1e20], [3.0, 2.5, 2.2], n_bootstrap=20)
+    assert power.no_intervals == why.replace("5 points for 5", "3 points for 3")
     more = fit_chinchilla(np.append(n, n[0]), np.append(d, 2 * d[0]), np.append(loss, 3.0), 20)
     assert more.n_bootstrap == 20
 
@@ -407,6 +508,18 @@ def test_chinchillas_points_refit_to_epochs_published_law():
     assert pytest.approx(published["B"], rel=0.05) == fit.B
 
 
+def test_chinchillas_by_size_intervals_group_points_by_n_not_by_the_loss_colour():
+    """The figure's colour is its loss scale (one colour per loss, some colours spanning 17x in
+    N), so the by-size bootstrap ties together the points of one N: 43 sizes, each one N."""
+    refit = load_script("benchmarks/chinchilla_refit.py")
+    points = refit.load_points()
+    colour_spans = points.groupby("colour")["N"].agg(lambda n: n.max() / n.min())
+    assert points.groupby("colour")["loss"].nunique().max() == 1 and colour_spans.max() > 17
+    sizes = refit.size_groups(points["N"])
+    assert (points.groupby(sizes)["N"].agg(lambda n: n.max() / n.min()) < 1.0001).all()
+    assert refit.refits(points, 0)["ours, by size"].n_sizes == sizes.nunique() == 43
+
+
 def test_intervals_from_three_sizes_say_they_leave_out_the_noise_between_sizes():
     """E, A and alpha vary between sizes, so three sizes' offsets are absorbed whole and the
     resamples keep only the scatter: each fit, and a held-out check of a four-size ladder, says
@@ -527,3 +640,16 @@ def test_a_two_size_frontier_says_why_it_has_no_intervals():
     ]
     # none asked for: nothing to explain
     assert unresolved(fit_frontier(points, n_bootstrap=0), 1.0) == []
+
+
+def test_a_frontier_resampled_around_a_law_through_every_point_says_so_as_any_fit_does():
+    """The smoother passing through every point had its own wording of the same reason and fix
+    ("passes through all 5 points, so there is no noise to redraw"); now one line for both."""
+    points = SyntheticLadder(n_sizes=4, multiples=(0.25, 0.5, 1, 2, 4)).points(seed=1)
+    fit = fit_frontier(points, n_bootstrap=6, smoother=replace(LAW, n_points=5))
+    assert fit.n_bootstrap == 0
+    assert unresolved(fit, 1.0) == [
+        "5 points for 5 parameters: L(N, D), which the resamples are drawn around, passes through "
+        "every one, so there is no noise to redraw: no 95% intervals (give each size more "
+        "annealed points, e.g. WSD-S decays, or add sizes)"
+    ]

@@ -4,6 +4,7 @@ the plan, or the LR*(N) fallback and why), and tells a sweep's batches apart."""
 
 from __future__ import annotations
 
+import shutil
 from io import StringIO
 from pathlib import Path
 
@@ -100,6 +101,29 @@ def test_a_one_horizon_sweep_reports_the_lr_of_n_fallback_and_why(tmp_path):
     assert "  falls back to LR*(N): the sweep has annealed evals at one D per size" in text
     assert "batch optimum" not in text and "batch (tokens)" not in text
     assert is_png(sweep / "analysis" / "hparam_lr_cells.png")
+
+
+def test_the_reports_lr_of_n_is_the_ladders_with_a_size_left_out(tmp_path):
+    """5M's grid cut below its optimum: its best LR is at the grid's edge. The report fits
+    LR*(N) with fit_sweep_lr, the ladder's call, so both leave 5M out, and the report says so."""
+    sweep = make_hparam_sweep(tmp_path / "cut", ladder_sizes(), ratios=(40.0,), batch_factors=(1,))
+    for i in range(-3, 1):
+        shutil.rmtree(sweep / "runs" / f"5M-lr{i}-b1")
+    fit = fit_sweep_lr(sweep)
+    assert fit.left_out == ("5M",) and fit.n_points == 2
+    console = Console(file=StringIO(), width=200, markup=False, soft_wrap=True)
+    report = report_experiment(sweep, console=console)
+    text = console.file.getvalue()
+    assert str(report.lr_law) == str(fit) and report.lr_law.left_out == fit.left_out
+    assert (report.lr_law.a, report.lr_law.b) == (fit.a, fit.b)
+    assert f"{fit}\n" in text
+    assert (
+        "skipped lr*(N) leaves out 5M: the best LR of 5M is at its grid's edge (the optimum may "
+        "lie beyond it); widen those sizes' LR grids\n"
+    ) in text
+    rules = sweep_rules(fed_from(sweep, tmp_path, batch=False))
+    assert rules.lr(1e6, 1e8).law == f"{fit} (one horizon per size: not moved with D)"
+    assert f"lr.from_sweep: {rules.lr(1e6, 1e8).law}\n" in text
 
 
 def test_the_sweep_plot_draws_one_line_per_size_and_batch_compared_in_tokens(tmp_path):

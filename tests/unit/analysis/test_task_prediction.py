@@ -6,15 +6,19 @@ import math
 
 import numpy as np
 import pytest
-from drawn import bars, close, marker
+from drawn import bars, close, marker, scatter, through
+from matplotlib.axes import Axes
 from matplotlib.collections import Collection
 
+from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.ladder_table import read_ladder_table
-from trainer_core.analysis.load import AnalysisError
+from trainer_core.analysis.plots import COMPUTE_LABEL, compact
+from trainer_core.analysis.plots_tasks import task_prediction_figure
 from trainer_core.analysis.synthetic_tasks import TaskTruth, task_ladder
 from trainer_core.analysis.task_sigmoid import fit_sigmoid, sigmoid_flags
 from trainer_core.analysis.tasks import (
     STEP1_COMPUTE,
+    TaskPrediction,
     TaskReport,
     final_points,
     fit_task,
@@ -260,8 +264,6 @@ def test_two_panel_plot_draws_both_steps(law, points):
     """Left: each size's final points and the step-1 law along them, the target's law and its
     prediction with the interval, the measured star. Right: every point, the fitted sigmoid and
     chance, the chained prediction with both intervals."""
-    from trainer_core.analysis.plots_tasks import task_prediction_figure
-
     n, d = TARGET
     pred = law.predict(n, d, "7B", float(TRUTH.loss(n, d)), float(TRUTH.acc(n, d)))
     left, right = task_prediction_figure(law, points, [pred]).axes
@@ -271,7 +273,7 @@ def test_two_panel_plot_draws_both_steps(law, points):
     for size in sorted(points["N"].unique()):
         runs = final[final["N"] == size]
         dots = drawn_at(left.collections, np.column_stack([6 * size * runs["tokens"], runs[loss]]))
-        assert [a.get_label() for a in dots] == [f"N={size:.3g}"]
+        assert [a.get_label() for a in dots] == [f"N={compact(size)}"]
         tokens = np.geomspace(runs["tokens"].min(), runs["tokens"].max(), 30)
         fitted = [law.predict_loss(size, t) for t in tokens]
         assert len(drawn_at(left.lines, np.column_stack([6 * size * tokens, fitted]))) == 1
@@ -280,10 +282,9 @@ def test_two_panel_plot_draws_both_steps(law, points):
     tokens = np.geomspace(d / 10, d, 40)
     target = np.column_stack([6 * n * tokens, [law.predict_loss(n, t) for t in tokens]])
     assert len(drawn_at(left.lines, target)) == 1
-    c = 6 * n * d
-    assert marker(left, [[c, pred.loss]]).get_label() == "7B"
+    c, at = 6 * n * d, predicted_at(left, pred)
     lo, hi = pred.loss_interval
-    bars(left, [[[c, lo], [c, hi]]])
+    bars(left, [[[at, lo], [at, hi]]])
     assert len(drawn_at(left.collections, [[c, pred.measured_loss]])) == 1
     (sigmoid,) = [ln for ln in right.lines if ln.get_label() == "sigmoid fit"]
     x = sigmoid.get_xdata()
@@ -291,8 +292,39 @@ def test_two_panel_plot_draws_both_steps(law, points):
     assert close(sigmoid.get_ydata(), law.step2.predict(x))
     (chance,) = [ln for ln in right.lines if ln.get_label() == "chance"]
     assert close(chance.get_ydata(), [TRUTH.chance, TRUTH.chance])
-    assert marker(right, [[pred.loss, pred.acc]]).get_label() == "predicted 7B"
+    assert (
+        marker(right, [[pred.loss, pred.acc]]).get_label() == "N=7B, D=2T predicted (95% interval)"
+    )
     alo, ahi = pred.acc_interval
     bars(right, [[[lo, pred.acc], [hi, pred.acc]]])
     bars(right, [[[pred.loss, alo], [pred.loss, ahi]]])
     assert len(drawn_at(right.collections, [[pred.measured_loss, pred.measured_acc]])) == 1
+
+
+def predicted_at(ax: Axes, pred: TaskPrediction) -> float:
+    """The x of the one marker drawn at the step-1 prediction's task loss."""
+    (point,) = [
+        ln for ln in ax.lines if ln.get_linestyle() == "None" and close(ln.get_ydata(), [pred.loss])
+    ]
+    return float(point.get_xdata()[0])
+
+
+def test_step1_prediction_sits_beside_the_measured_star_and_every_mark_is_named(law, points):
+    """On the demo the red predicted point hid under the black measured star at the same C, the
+    star was in neither legend, the held-out size's law had no label and the prediction read
+    '4.44e+06 tok': now beside the star by a visible share of the axis, all named by N and D."""
+    n, d = TARGET
+    measured = float(TRUTH.loss(n, d)), float(TRUTH.acc(n, d))
+    pred = law.predict(n, d, f"{d:.3g} tok", *measured)
+    left, right = task_prediction_figure(law, points, [pred]).axes
+    c, at = 6 * n * d, predicted_at(left, pred)
+    lo, hi = left.get_xlim()
+    assert np.log(at / c) / np.log(hi / lo) > 0.04, "clear of the star"
+    tokens = np.geomspace(d / 10, d, 40)
+    curve = through(left, 6 * n * tokens, [law.predict_loss(n, t) for t in tokens], "red")
+    assert curve.get_label() == "N=7B, D=2T: step-1 law, extrapolated"
+    names = ["N=7B, D=2T predicted (95% interval)", "N=7B, D=2T measured"]
+    for ax, star in ((left, [[c, measured[0]]]), (right, [measured])):
+        assert scatter(ax, star).get_label() == names[1]
+        assert set(names) <= {t.get_text() for t in ax.get_legend().get_texts()}
+    assert left.get_xlabel() == COMPUTE_LABEL
