@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 
 from trainer_core.config.cli import DEMO_LADDER, exit_on_error, parse_command
+from trainer_core.ladder.plan_notes import sweep_short_decay_warnings
 from trainer_core.ladder.record import data_line, data_repeats, preflight
 from trainer_core.ray.ladder_run import SIZES_HELP, planned_settings
 from trainer_core.ray.sweep_run import (
@@ -25,7 +26,7 @@ from trainer_core.ray.sweep_run import (
     sweep_plans,
     sweep_trials,
 )
-from trainer_core.train.schedule import decay_windows, short_decays
+from trainer_core.train.schedule import decay_windows
 
 FLAGS = {"--dry-run": False, "--resume": False, "--sizes": True}
 FLAG_HELP = {
@@ -46,7 +47,8 @@ def main() -> int:
     problems, data = preflight(job, dry_run=dry_run, dir_key="sweep.dir")
     sizes = own["--sizes"].split(",") if "--sizes" in own else None
 
-    specs = sweep_trials(job, sweep_plans(job, sizes))
+    runs = sweep_plans(job, sizes)
+    specs = sweep_trials(job, runs)
     print(data_line(data, job.run.data))
     print(
         f"LR sweep {job.name} into {job.dir}: {len(specs)} trials, then up to "
@@ -54,14 +56,12 @@ def main() -> int:
     )
     for spec in specs:
         cfg = spec.config
-        short = short_decays(cfg.total_steps, cfg.schedule)
-        unfitted = (
-            f" ({', '.join(map(str, short))}: too short to anneal, not fitted)" if short else ""
-        )
         print(
             f"  {spec.name}: lr {cfg.optim.lr:.3e}, batch {cfg.trainer.global_batch_size} tokens, "
-            f"{cfg.total_steps} steps, decays ending at {_decay_ends(cfg)}{unfitted}"
+            f"{cfg.total_steps} steps, decays ending at {_decay_ends(cfg)}"
         )
+    for line in sweep_short_decay_warnings(runs):
+        print(line)
     for problem in problems + data_repeats(data, [(s.name, s.config) for s in specs]):
         print(f"warning: {problem}")
     if dry_run:

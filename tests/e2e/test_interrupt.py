@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import signal
 import sys
 
@@ -49,3 +52,55 @@ def test_ctrl_c_stops_the_ladder_as_interrupted_and_resume_runs_what_never_start
     for size in ("15K", "25K"):
         run = json.loads((runs / size / "run.json").read_text())
         assert run["status"] == "finished" and run["last_step"] == run["total_steps"], run
+
+
+def test_sigterm_stops_the_ladder_as_ctrl_c_does_and_a_moved_copy_resumes(
+    processes, tiny_experiment, tmp_path, no_local_ray
+):
+    """``ray job stop`` sends SIGTERM to the driver, whose handler ``ray.init`` had set: it died
+    mid-write with a C++ stack from Ray's signal handler and no word of ``--resume``. Now it
+    ends as a Ctrl+C does. Its copy elsewhere resumes with ``--resume`` there (refused before:
+    "dir differ"), from the copied checkpoint, and leaves the original as it was."""
+    cfg = tiny_experiment(
+        "exp",
+        sizes=["15K", "25K"],
+        duration={"chinchilla_multiple": 0.015625, "multiple_by_size": {"25K": 0.25}},
+        run={
+            "trainer": {"log_interval": 1, "eval_interval": 1000000},
+            "checkpoint": {"save_interval_steps": 50},
+        },
+        ray={"max_concurrent_trials": 1},
+    )
+    log = tmp_path / "ladder.log"
+    proc = processes.start(sys.executable, "workflows/ladder.py", "--config", cfg, log=log)
+    checkpoints = tmp_path / "exp" / "runs" / "25K" / "checkpoints"
+    saved = re.compile(r"step-\d{8}")
+    processes.wait_until(
+        lambda: (
+            checkpoints.is_dir() and any(saved.fullmatch(p.name) for p in checkpoints.iterdir())
+        ),
+        proc,
+        log,
+        300,
+    )
+    os.kill(proc.pid, signal.SIGTERM)  # the driver alone, as `ray job stop` signals a job
+    proc.wait(timeout=180)
+    out = log.read_text()
+    assert proc.returncode == 2, out[-3000:]
+    assert "interrupted with 2 of 2 runs unfinished" in out and "with --resume" in out
+    assert "SIGTERM received" not in out and "Traceback" not in out
+
+    moved = tmp_path / "moved"
+    shutil.copytree(tmp_path / "exp", moved, symlinks=True)
+    resumed = processes.python(
+        "workflows/ladder.py", "--config", cfg, f"--dir={moved}", "--resume", timeout=600
+    )
+    out = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, out[-3000:]
+    assert "Traceback" not in out and re.search(r"resumed at step [1-9]", out), out[-3000:]
+    for size in ("15K", "25K"):
+        run = json.loads((moved / "runs" / size / "run.json").read_text())
+        assert run["status"] == "finished" and run["last_step"] == run["total_steps"], run
+    left = json.loads((tmp_path / "exp" / "runs" / "25K" / "run.json").read_text())
+    assert left["status"] == "running" and left["last_step"] < left["total_steps"], left
+    assert not (tmp_path / "exp" / "runs" / "15K" / "run.json").exists()

@@ -230,3 +230,34 @@ def test_help_describes_the_own_flags_and_the_planned_settings(run_script):
         assert re.search(r"--run\.optim\.lr float +set by the plan from lr, so not settable", out)
         assert re.search(r"--ray\.num_workers int\s+set by the plan from max_devices", out)
     assert "--benchmark SIZE " in run_script(LADDER, "--help")[1]
+
+
+def test_decays_too_short_to_anneal_are_one_warning_in_the_ladder_and_its_sweep(
+    run_script, ladder_yaml, tmp_path
+):
+    """The ladder and its LR sweep word the warning once (the sweep said it again its own way,
+    on every trial's line): per size in the ladder, per size, run length and batch in the sweep,
+    each with how that experiment lengthens its runs."""
+    warned = re.compile(
+        r"^warning: (\S+): the decays ending at steps [\d, ]+ have fewer than 3 updates, too few "
+        r"to anneal: their evals are not fitted \((.*)\)$",
+        re.M,
+    )
+    code, out, err = run_script(LADDER, "--config", str(ladder_yaml), "--dry-run")
+    assert code == 0, err
+    assert warned.findall(out) == [
+        (size, "raise duration.chinchilla_multiple or drop early decay_points")
+        for size in ("1M", "3M")
+    ]
+    sweep_dir = f"--sweep.dir={tmp_path / 's'}"
+    code, out, err = run_script(SWEEP, "--config", str(ladder_yaml), "--dry-run", sweep_dir)
+    assert code == 0, err
+    runs = sorted(set(re.findall(r"^  (\S+)-lr\S+: lr ", out, re.M)))
+    assert sorted(warned.findall(out)) == [
+        (
+            f"{run}-lr*",
+            "raise sweep.duration_multiple or sweep.horizons, or drop early decay_points",
+        )
+        for run in runs
+    ]
+    assert "too short to anneal" not in out

@@ -1,16 +1,20 @@
-"""Runs through Ray Train: equality with the plain loop, worker-failure recovery, W&B offline,
-bad input failing at once (no retries) with one line."""
+"""Runs through Ray Train: equality with the plain loop, worker-failure recovery, a lost
+controller retried by Tune, W&B offline, bad input failing at once (no retries) with one line."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import logging
+import os
+import signal
 import sys
 from pathlib import Path
 
 import pytest
 import ray.train
 import ray_train_hooks
+from ray import tune
 from ray_train_hooks import FAILURES_ENV, CountFailures, KillWorker, read_log
 from reference import SIXTEEN_STEPS
 
@@ -20,6 +24,7 @@ from trainer_core.data.shards import DataError
 from trainer_core.errors import RunFailedError
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.ray.train_driver import run_training
+from trainer_core.ray.tune_run import TrialsFailedError, TrialSpec, TuneSettings, run_trials
 from trainer_core.train.build import build_trainer
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -216,13 +221,42 @@ def test_unusable_shards_fail_in_the_driver_before_ray_train_starts(config, tmp_
     assert not (tmp_path / "run").exists()
 
 
-def test_a_failed_trial_fails_the_experiment_and_names_the_run(ray_session, config, tmp_path):
-    """A trial that errors is not a finished experiment: the error names the run and the cause,
-    and the run is not recorded as stopped early."""
-    from trainer_core.ray.tune_run import TrialsFailedError, TrialSpec, TuneSettings, run_trials
+class Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
 
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def ray_log():
+    """The records Ray's loggers (``ray`` and below) pass to their console handler during the
+    test: that handler writes to the stderr of the session's start, out of capfd's reach."""
+    handler = Records()
+    logger = logging.getLogger("ray")
+    logger.addHandler(handler)
+    yield handler.records
+    logger.removeHandler(handler)
+
+
+def console(capfd, ray_log: list[logging.LogRecord]) -> str:
+    """What the test printed and Ray logged, as the console shows it (tracebacks included)."""
+    out, err = capfd.readouterr()
+    formatter = logging.Formatter()
+    return out + err + "\n".join(formatter.format(r) for r in ray_log)
+
+
+def test_a_failed_trial_fails_the_experiment_and_names_the_run(
+    ray_session, config, tmp_path, capfd, ray_log
+):
+    """A trial that errors is not a finished experiment: the error names the run and the cause,
+    and the run is not recorded as stopped early. Bad input is not retried though Tune may
+    retry the trial (``ray.max_failures=3``), and the console shows no traceback: Tune's report
+    of the failure (~35 lines) is dropped, the error's summary says it in one line."""
     missing = tmp_path / "no-shards-here"
-    bad = config(tmp_path / "runs" / "bad", f"--data.shards={missing}")
+    bad = config(tmp_path / "runs" / "bad", f"--data.shards={missing}", "--ray.max_failures=3")
     with pytest.raises(TrialsFailedError) as failed:
         run_trials([TrialSpec("bad", bad)], tmp_path, TuneSettings(), resume=False)
     message = str(failed.value)
@@ -230,6 +264,73 @@ def test_a_failed_trial_fails_the_experiment_and_names_the_run(ray_session, conf
     assert str(missing) in message.splitlines()[1] and "--resume" in message
     assert "Traceback" not in message
     assert not (tmp_path / "runs" / "bad" / "run.json").exists()
+    errors = (tmp_path / "tune" / "bad" / "error.txt").read_text()
+    assert "Failure # 1 " in errors and "Failure # 2 " not in errors
+    shown = console(capfd, ray_log)
+    assert "Traceback" not in shown and "Trials did not complete" not in shown
+
+
+def controller_of(trial_pid: int) -> int:
+    """The pid of the Ray Train controller that the trial process ``trial_pid`` owns, from Ray's
+    actor table (GCS, no dashboard needed): the one whose owner's address is the trial's."""
+    from ray._private.state import actors
+
+    alive = [a for a in actors().values() if a["State"] == "ALIVE"]
+    (trial,) = [a for a in alive if a["Pid"] == trial_pid]
+
+    def where(address: dict) -> tuple:
+        return address["IPAddress"], address["Port"]
+
+    (pid,) = [
+        a["Pid"]
+        for a in alive
+        if a["ActorClassName"] == "TrainController"
+        and where(a["OwnerAddress"]) == where(trial["Address"])
+    ]
+    return pid
+
+
+class KillController(tune.Callback):
+    """SIGKILLs the trial's Ray Train controller, once, at the trial's first result of step
+    ``step`` or later: a report follows its step's checkpoint, so the run has one to resume
+    from. The controller is the one the trial's process (its pid in the result) owns."""
+
+    def __init__(self, step: int):
+        self.step = step
+        self.killed: int | None = None
+
+    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+        if self.killed is not None or (result.get("step") or 0) < self.step:
+            return
+        self.killed = controller_of(result["pid"])
+        os.kill(self.killed, signal.SIGKILL)
+
+
+def test_a_lost_ray_train_controller_costs_its_trial_one_retry(
+    ray_session, config, tmp_path, capfd, ray_log
+):
+    """The trial's Ray Train controller SIGKILLed mid-run (its workers die with it): the trial's
+    driver records the run failed with why, Tune retries the trial (``ray.max_failures=1``)
+    and the retry resumes the run from its latest checkpoint to the end. The console says so
+    in one line, with no traceback."""
+    run_dir = tmp_path / "runs" / "run"
+    kill = KillController(step=8)
+    run_trials(
+        [TrialSpec("run", config(run_dir, "--ray.max_failures=1"))],
+        tmp_path,
+        TuneSettings(callbacks=[kill]),
+        resume=False,
+    )
+    assert kill.killed is not None
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "finished" and record["last_step"] == 16
+    first, again = [g["start_step"] for g in record["workers"]]
+    assert first == 0 and again in (4, 8, 12)
+    shown = console(capfd, ray_log)
+    (retry,) = [line for line in shown.splitlines() if line.startswith("[run] trial failed")]
+    assert "(run run failed: its Ray Train controller was lost: " in retry
+    assert retry.endswith("retrying it from its latest checkpoint (retry 1 of 1)")
+    assert "Traceback" not in shown
 
 
 def test_a_run_started_from_another_runs_checkpoint_on_ray(reference_run, config, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 from trainer_core.config.diff import changed_keys
@@ -13,9 +14,15 @@ from trainer_core.config.sections import DataConfig, TrainConfig
 from trainer_core.data.token_data import TokenData, open_token_data
 from trainer_core.errors import UserError
 from trainer_core.io import storage
-from trainer_core.io.output_dir import check_output_dir
+from trainer_core.io.output_dir import canonical_output, check_output_dir
 from trainer_core.io.records import read_json_record, read_yaml_record
-from trainer_core.io.run_dir import EXPERIMENT, PLAN, experiment_kind, recorded_experiment_kind
+from trainer_core.io.run_dir import (
+    EXPERIMENT,
+    LR_SCHEDULE,
+    PLAN,
+    experiment_kind,
+    recorded_experiment_kind,
+)
 from trainer_core.io.storage import Location, write_atomic
 from trainer_core.ladder.config import LadderConfig
 from trainer_core.ladder.plan import SizePlan
@@ -110,16 +117,43 @@ def plot_ladder_schedule(job: LadderConfig, plans: list[SizePlan], path: Locatio
     return plot_schedule(largest.schedule, largest.steps, largest.lr, path, title=title)
 
 
+def dry_run_plot_path(job: LadderConfig) -> Location:
+    """In the experiment dir (where a launch draws it, once its checks pass) where
+    :func:`_dry_run_may_write` allows, else ``./<name>-lr_schedule.png``: a dry run plans from
+    the config alone."""
+    if not _dry_run_may_write(job.exp_dir):
+        return Path.cwd() / f"{job.name}-lr_schedule.png"
+    return storage.join(job.exp_dir, LR_SCHEDULE)
+
+
+def _dry_run_may_write(exp_dir: Location) -> bool:
+    """This machine can write the dir, and doing so makes no tree of missing dirs: the dir or
+    its parent exists, or it is the local default. A cluster's path (/mnt/shared/...) made on a
+    workstation would later shadow the real mount point; a bucket has no dirs to make."""
+    try:
+        check_output_dir(exp_dir, "dir")
+    except ConfigError:
+        return False
+    if storage.is_url(exp_dir):
+        return True
+    return exp_dir.parent.is_dir() or str(exp_dir) == canonical_output(LadderConfig.dir)
+
+
 DRIVER_KEYS = frozenset({"ray.address"})
 """Settings of the launching process alone, which a resumed experiment does take."""
+LOCATION_KEYS = frozenset({"dir", "sweep.dir"})
+"""Where the experiment lives, not how its runs train: a copied or moved experiment resumes
+where it is now (the record compared is the one found there), as a relaunch without
+``--resume`` already does."""
 
 
 def write_experiment_record(
     job: LadderConfig, plans: list[SizePlan], exp_dir: Location, resume: bool = False
 ) -> None:
     """``experiment.yaml`` and ``plan.json``; on ``resume``, first refuse a config that differs
-    from the recorded one, less :data:`DRIVER_KEYS`: Tune restores a trial with the config it
-    was given at launch, so nothing else in a changed file would reach the resumed runs."""
+    from the recorded one, less :data:`DRIVER_KEYS` and :data:`LOCATION_KEYS`: Tune restores a
+    trial with the config it was given at launch, so nothing else in a changed file would reach
+    the resumed runs."""
     record = storage.join(exp_dir, EXPERIMENT)
     plan_file = storage.join(exp_dir, PLAN)
     if resume and storage.is_file(plan_file):
@@ -134,10 +168,12 @@ def write_experiment_record(
             )
     if resume and storage.is_file(record):
         recorded = read_yaml_record(record)
-        changed = [k for k in changed_keys(recorded, to_dict(job)) if k not in DRIVER_KEYS]
+        ignored = DRIVER_KEYS | LOCATION_KEYS
+        changed = [k for k in changed_keys(recorded, to_dict(job)) if k not in ignored]
         if changed:
+            verb = "differs" if len(changed) == 1 else "differ"
             raise ConfigError(
-                f"--resume: {', '.join(changed)} differ from {record}; a resumed experiment "
+                f"--resume: {', '.join(changed)} {verb} from {record}; a resumed experiment "
                 "trains each run with the config it was launched with, so the change would not "
                 "take effect: undo it to resume, or launch the changed config into a new --dir"
             )

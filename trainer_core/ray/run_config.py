@@ -25,7 +25,12 @@ class RayConfig:
     gpus_per_worker: float = 1.0
     max_failures: int = 3
     """Restarts (from the latest checkpoint) before the run fails: of its worker group, or, with
-    the "trial" runner, of its Tune trial."""
+    the "trial" runner, of its Tune trial. A ladder's or sweep's Ray Train run has both: a lost
+    worker costs one of its worker group's restarts, a lost trial process (its driver or Ray
+    Train controller) one of its Tune trial's, and each retried trial's worker group has them
+    all again. So with N here it fails at the (N+1)th lost trial process, or at the (N+1)th lost
+    worker between two of them: Tune does not retry a worker group out of restarts (nor bad
+    input), which would only repeat them."""
     report_on_log: bool = False
     """Also report every log interval to Ray (a cross-worker barrier; eval and checkpoint steps always report)."""
     reader: str = "ray_data"

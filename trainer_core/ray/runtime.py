@@ -47,6 +47,12 @@ early stopping has just killed. They get a filter, not a level: Ray later config
 loggers with ``dictConfig``, which resets child levels but keeps filters."""
 
 
+TRIAL_ERRORS = ("ray.tune.execution.tune_controller", "ray.tune.tune")
+"""Tune's loggers of failed trials: each failure with its traceback (~35 lines), then the list
+of trials that did not complete. The driver says it in one line instead: a retry's from
+``tune_run.retry_line``, a failed experiment's from ``tune_run.trial_failures``."""
+
+
 UNHANDLED = "ray._private.worker"
 """The logger that prints errors of tasks whose result nobody read."""
 
@@ -54,6 +60,15 @@ UNHANDLED = "ray._private.worker"
 class _ErrorsOnly(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return record.levelno >= logging.ERROR
+
+
+class _NoTrialErrors(logging.Filter):
+    """Drops Tune's reports of failed trials (:data:`TRIAL_ERRORS`); its other records pass."""
+
+    REPORTS = ("Trial task failed for trial ", "Trials did not complete")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.REPORTS)
 
 
 class _NoStatsActorRace(logging.Filter):
@@ -66,7 +81,8 @@ class _NoStatsActorRace(logging.Filter):
 
 
 def quiet_ray_loggers() -> None:
-    """Turn Ray Data / Train's per-dataset and per-report INFO lines down, in any Ray process.
+    """Turn Ray Data / Train's per-dataset and per-report INFO lines down and Tune's tracebacks
+    of failed trials off, in any Ray process.
 
     Run at the start of every Ray worker process (``worker_process_setup_hook``) and again by the
     train loop. Ray configures those loggers one by one, so each one is turned down, not just the
@@ -82,6 +98,7 @@ def quiet_ray_loggers() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     for name, noise in (
         *((n, _ErrorsOnly) for n in EXPECTED_NOISE),
+        *((n, _NoTrialErrors) for n in TRIAL_ERRORS),
         (UNHANDLED, _NoStatsActorRace),
     ):
         logger = logging.getLogger(name)

@@ -7,14 +7,15 @@ restarted driver that builds the same TorchTrainer finds the run again and resum
 from __future__ import annotations
 
 import functools
-import json
 import time
 from typing import Any
 
 import ray.data
 import ray.train
+from ray.exceptions import RayActorError
 
-from trainer_core.checkpoint.listing import complete_checkpoints
+from trainer_core.checkpoint.checksums import checksum_problems
+from trainer_core.checkpoint.listing import complete_checkpoints, listed_files
 from trainer_core.config.decode import ConfigError
 from trainer_core.data.token_data import open_token_data
 from trainer_core.errors import RunFailedError
@@ -22,6 +23,7 @@ from trainer_core.io import storage
 from trainer_core.io.run_dir import (
     FINAL_STATUSES,
     mark_failed,
+    metric_records,
     metrics_path,
     read_run_json,
     worker_groups,
@@ -32,6 +34,12 @@ from trainer_core.ray.reader import dataset_name, rank_dataset
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.ray.worker import train_worker
 from trainer_core.train.same_run import check_same_run
+
+
+class RunLostError(RunFailedError):
+    """The run's Ray Train controller died (its process killed, its node lost). Nothing says
+    the run itself is wrong, so a Tune trial retries it (``ray.max_failures``): the retry
+    resumes from the latest checkpoint, as a restarted worker group does."""
 
 
 def build_torch_trainer(
@@ -73,13 +81,8 @@ def build_torch_trainer(
 def run_summary(run_dir: Location) -> dict[str, Any]:
     """run.json plus the last logged metrics: what a finished (or resumed-and-finished) run reports."""
     summary = read_run_json(run_dir) or {}
-    metrics_file = metrics_path(run_dir)
-    if storage.is_file(metrics_file):
-        for line in storage.read_text(metrics_file).splitlines():
-            try:
-                summary.update(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+    for _, record in metric_records(metrics_path(run_dir)):
+        summary.update(record)
     return summary
 
 
@@ -110,36 +113,89 @@ def run_training(
     # Unusable shards fail here, as one line, before any Ray Train process starts (in the
     # controller they would fail too, but under Ray's logged traceback).
     open_token_data(cfg.data, cfg.model.vocab_size)
+    release_orphaned_worker_groups()
     try:
         build_torch_trainer(cfg, tags, callbacks).fit()
     except ray.train.TrainingFailedError as e:
         reason = ray_train_reason(e)
-        if len(worker_groups(run_dir)) > len(done.get("workers", [])):
-            # This launch trained, and rank 0 (run.json's writer) may not have seen the error:
-            # another rank's bad shard, a worker lost with no restart left. A launch refused
-            # before training (a checkpoint that doesn't fit) leaves the record as it was.
-            mark_failed(run_dir, reason)
+        _record_failure(run_dir, done, reason)
         raise RunFailedError(failure_message(run_dir, reason)) from None
+    except RayActorError as e:
+        # Not recorded as failed: Tune itself removes a trial's placement group, and with it the
+        # controller, when it stops the trial (Ctrl+C, SIGTERM, an early stop); the run is then
+        # resumable, which run.json must go on saying.
+        reason = f"its Ray Train controller was lost: {last_line(e)}"
+        raise RunLostError(failure_message(run_dir, reason)) from None
     return run_summary(run_dir)
+
+
+def release_orphaned_worker_groups() -> None:
+    """Remove this job's placement groups whose creator, an actor, is dead: the worker groups
+    of Ray Train controllers lost (killed, or with their Tune trial's process).
+
+    Ray keeps a group that an actor created until the actor's *job* ends too, so a retried
+    trial would wait for good for the CPUs (or GPUs) its lost controller's workers held. Ray
+    Train's own cleaner removes them only where Ray's state API answers (a cluster with its
+    dashboard). A group the driver created (Tune's) has no creator actor; one a live
+    controller created is kept. Ray shows a group's creator only in its GCS table.
+    """
+    from ray._private.state import state
+    from ray.core.generated.gcs_pb2 import PlacementGroupTableData
+    from ray.util.placement_group import PlacementGroup, remove_placement_group
+
+    job = bytes.fromhex(ray.get_runtime_context().get_job_id())
+    no_actor = ray.ActorID.nil().binary()
+    for raw in state._connect_and_get_accessor().get_placement_group_table():
+        group = PlacementGroupTableData.FromString(raw)
+        orphaned = group.creator_actor_dead and group.creator_actor_id != no_actor
+        if (
+            orphaned
+            and group.creator_job_id == job
+            and not group.is_detached
+            and group.state != PlacementGroupTableData.REMOVED
+        ):
+            remove_placement_group(PlacementGroup(ray.PlacementGroupID(group.placement_group_id)))
+
+
+def _record_failure(run_dir: Location, done: dict[str, Any], reason: str) -> None:
+    """Record the run failed when this launch trained: rank 0 (run.json's writer) may not have
+    seen the error (another rank's bad shard, a worker lost with no restart left, its worker
+    group killed with the controller). A launch refused before training (a checkpoint that
+    doesn't fit) leaves the record as it was."""
+    if len(worker_groups(run_dir)) > len(done.get("workers", [])):
+        mark_failed(run_dir, reason)
 
 
 def ray_train_reason(error: Exception) -> str:
     """What stopped a Ray Train run: the user error's message whole, else the last line of
     Ray's report, not its tracebacks."""
     reason = fatal_reason(error)
-    if reason is None:
-        lines = [line for line in str(error).splitlines() if line.strip()]
-        reason = lines[-1].strip() if lines else type(error).__name__
-    return reason
+    return last_line(error) if reason is None else reason
+
+
+def last_line(error: BaseException) -> str:
+    """The last line of Ray's report of ``error`` (its cause, after the tracebacks)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
 
 
 def failure_message(run_dir: Location, reason: str) -> str:
-    """Why the run stopped and, when it saved a checkpoint, that a re-run resumes from it: with
-    none there is nothing to resume, and the hint would promise work that was never kept."""
+    """Why the run stopped and, when it holds a checkpoint to resume from, that a re-run
+    resumes: with none (or none that passes its checksums) there is nothing to resume, and the
+    hint would promise work that was never kept."""
     message = f"run {storage.name(run_dir)} failed: {reason}"
-    if not complete_checkpoints(run_dir, warn=False):
+    if not has_resumable_checkpoint(run_dir):
         return message
     return (
         f"{message}\n  checkpoints and metrics so far are kept in {run_dir}; fix the cause and "
         "re-run the same command to resume"
+    )
+
+
+def has_resumable_checkpoint(run_dir: Location) -> bool:
+    """Whether a complete checkpoint of the run passes its checksums, newest first: what a
+    resume would load. Reads the newest one's files, as that resume would (a failure's cost)."""
+    return any(
+        not checksum_problems(info.path, listed_files(info.path))
+        for info in reversed(complete_checkpoints(run_dir, warn=False))
     )

@@ -13,6 +13,7 @@ Ray Tune and the training path are imported inside the functions that run trials
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from trainer_core.io import storage
 from trainer_core.io.run_dir import FINAL_STATUSES, TUNE, mark_stopped
 from trainer_core.io.storage import Location
 from trainer_core.ray.failures import user_error_in
+from trainer_core.ray.interrupt import sigterm_as_ctrl_c
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.train.same_run import ChangedRunError, check_same_run
 
@@ -96,11 +98,21 @@ def _train(
         from trainer_core.ray.trial_runner import run_in_trial
 
         return run_in_trial(cfg, tags, started_at)
+    from ray import tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from trainer_core.ray.train_driver import run_training
+    from trainer_core.ray.train_driver import RunLostError, run_training
+    from trainer_core.ray.trial_runner import NO_RETRY
 
-    return run_training(cfg, tags, callbacks=[TuneReportCallback()], done=done)
+    try:
+        return run_training(cfg, tags, callbacks=[TuneReportCallback()], done=done)
+    except RunLostError:
+        raise
+    except Exception as e:
+        # bad input, or the worker group out of restarts: a retry would only repeat them
+        if user_error_in(e) is not None:
+            tune.report({NO_RETRY: 1})
+        raise
 
 
 def driver_resources():
@@ -245,7 +257,8 @@ def run_trials(
             ),
         )
     started = time.perf_counter()
-    grid = tuner.fit()
+    with sigterm_as_ctrl_c():  # here: after ray.init, which sets a SIGTERM handler of its own
+        grid = tuner.fit()
     wall_s = time.perf_counter() - started
     # Tune returns from a Ctrl+C as from a finished experiment (its running trials marked
     # terminated): only a trial's last result says whether it ended (``done``, set too when a
@@ -299,30 +312,52 @@ def _trial_setup(specs: list[TrialSpec]):
     trials reuse a finished trial's process, by the trials' runner (one for all: they come from
     one job).
 
-    A Ray Train trial is only its driver and its run restarts its own workers, so Tune never
-    retries it. A trial-runner trial is the worker, and Tune's restarts are the run's. Its
-    process (torch imported, about 5 s a trial on 2 cores) goes to the next trial: a finished
-    trial's thread has returned, and a trial stopped early is parked in its last report until
-    Tune releases it to exit (a Ray Train trial's thread is in ``fit()`` and would not end).
+    Tune retries a failed trial up to ``ray.max_failures`` times, except one that failed on
+    bad input (:class:`~trainer_core.ray.trial_runner.NoRetryOnUserError`); a retry resumes the
+    run from its latest checkpoint (:func:`trial_driver` is idempotent). A trial-runner trial
+    is the worker, so Tune's restarts are the run's. A Ray Train trial restarts its own lost
+    workers; Tune retries it when its driver or Ray Train controller is lost, but not once its
+    worker group is out of restarts (``RayConfig.max_failures`` says how the two budgets add
+    up). A trial-runner trial's process (torch imported, about 5 s a trial on 2 cores) goes to
+    the next trial: a finished trial's thread has returned, and a trial stopped early is
+    parked in its last report until Tune releases it to exit (a Ray Train trial's thread is in
+    ``fit()`` and would not end).
     """
     from ray import tune
 
-    (rc,) = {s.config.ray.runner: s.config.ray for s in specs}.values()
-    if rc.runner == "trial":
-        from trainer_core.ray.trial_runner import NoRetryOnUserError, trial_resources
+    from trainer_core.ray.trial_runner import NoRetryOnUserError, trial_resources
 
-        return (
-            tune.with_resources(trial_driver, trial_resources(rc)),
-            tune.FailureConfig(max_failures=rc.max_failures),
-            [NoRetryOnUserError()],
-            True,
-        )
+    (rc,) = {s.config.ray.runner: s.config.ray for s in specs}.values()
+    in_trial = rc.runner == "trial"
+    resources = trial_resources(rc) if in_trial else driver_resources()
     return (
-        tune.with_resources(trial_driver, driver_resources()),
-        tune.FailureConfig(max_failures=0),
-        [],
-        False,
+        tune.with_resources(trial_driver, resources),
+        tune.FailureConfig(max_failures=rc.max_failures),
+        [NoRetryOnUserError(), retry_line()],
+        in_trial,
     )
+
+
+def retry_line():
+    """A Tune callback that prints one line when Tune retries a failed trial: Tune's own report
+    of the failure, a traceback, is filtered out (:data:`trainer_core.ray.runtime.TRIAL_ERRORS`)."""
+    from ray import cloudpickle, tune
+
+    class RetryLine(tune.Callback):
+        def on_trial_recover(self, iteration, trials, trial, **info) -> None:
+            # the local copy: the one in the experiment's storage is synced later
+            path = trial.pickled_error_file
+            why = f"see {trial.error_file}"
+            if path and os.path.exists(path):
+                with open(path, "rb") as f:
+                    why = error_line(cloudpickle.load(f))
+            print(
+                f"[{_trial_name(trial)}] trial failed ({why}); retrying it from its latest "
+                f"checkpoint (retry {trial.num_failures} of {trial.max_failures})",
+                flush=True,
+            )
+
+    return RetryLine()
 
 
 def trial_failures(grid) -> dict[str, str]:
@@ -332,14 +367,19 @@ def trial_failures(grid) -> dict[str, str]:
     for result in grid:
         if result.error is None:
             continue
-        cause = getattr(result.error, "cause", None) or result.error
-        found = user_error_in(cause)
-        text = str(found if found is not None else cause)
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
-        reason = (lines[0] if found is not None else lines[-1]) if lines else type(cause).__name__
         # Named by its trial dir (the run's name): a trial that never reported has no config.
-        failed[storage.name(result.path)] = reason
+        failed[storage.name(result.path)] = error_line(result.error)
     return failed
+
+
+def error_line(error: BaseException) -> str:
+    """A trial's error in one line: the user error's first line when there is one, else the
+    last line of Ray's report."""
+    cause = getattr(error, "cause", None) or error
+    found = user_error_in(cause)
+    text = str(found if found is not None else cause)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines[0] if found is not None else lines[-1]) if lines else type(cause).__name__
 
 
 def _trial_name(trial) -> str:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray.train
 
+from trainer_core.io import storage
 from trainer_core.io.storage import Location
 from trainer_core.parallel.process_group import teardown
 from trainer_core.ray import runtime
@@ -197,7 +198,14 @@ def fit_and_report(
     except NonFiniteLossError as e:
         # Divergence is a result (an LR too high), not a failure to retry: every rank sees the
         # same global grad norm, so all ranks get here and report together.
-        print(f"[rank {rank}] {e}")
+        print(divergence_line(cfg, rank, e))
         report({"step": e.step, "diverged": 1, "diverged_step": e.step})
     finally:
         teardown()
+
+
+def divergence_line(cfg: RayTrainConfig, rank: int, error: Exception) -> str:
+    """A rank's line on its run's divergence, prefixed by the run as the run's other lines are
+    (trials of a ladder or sweep print side by side)."""
+    name = cfg.tracking.name or storage.name(cfg.trainer.run_dir)
+    return f"[{name}] rank {rank}: {error}"

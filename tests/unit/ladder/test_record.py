@@ -5,6 +5,7 @@ launch whose runs' dirs hold runs trained otherwise."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import yaml
@@ -109,3 +110,25 @@ def test_resume_with_other_sizes_is_refused_and_the_plan_kept(tmp_path):
         write_experiment_record(job, plan_ladder(job, None), tmp_path, resume=True)
     assert (tmp_path / "plan.json").read_text() == before
     write_experiment_record(job, plan_ladder(job, ["15K"]), tmp_path, resume=True)
+
+
+def test_resume_names_one_changed_key_in_the_singular(tmp_path):
+    record(tmp_path, BASE, resume=False)
+    with pytest.raises(ConfigError) as err:
+        record(tmp_path, {**BASE, "lr": {"coef": 1e-3}}, resume=True)
+    assert str(err.value).startswith(
+        f"--resume: lr.coef differs from {tmp_path / 'experiment.yaml'}; "
+    )
+
+
+def test_resume_takes_a_copied_experiment_where_it_now_is(tmp_path):
+    """The record names the dir it was launched in; a copy resumed in its new dir was refused
+    ("dir differ"), while the same command without --resume went on from its checkpoints."""
+    first, moved = tmp_path / "first", tmp_path / "moved"
+    first.mkdir()
+    record(first, BASE, resume=False)
+    shutil.copytree(first, moved)
+    record(moved, BASE, resume=True)
+    assert yaml.safe_load((moved / "experiment.yaml").read_text())["dir"] == str(moved)
+    with pytest.raises(ConfigError, match=r"^--resume: lr\.coef differs from "):
+        record(moved, {**BASE, "lr": {"coef": 1e-3}}, resume=True)

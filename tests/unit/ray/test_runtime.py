@@ -10,6 +10,7 @@ import pytest
 
 from trainer_core.config.loader import ConfigError
 from trainer_core.ray.runtime import (
+    TRIAL_ERRORS,
     UNHANDLED,
     check_reachable,
     drop_exit_during_teardown,
@@ -42,6 +43,17 @@ def test_expected_warnings_are_dropped_and_errors_kept():
     name = "ray.train.v2._internal.callbacks.backend_setup"
     assert not _passes(name, "could not shut down workers", logging.WARNING)
     assert _passes(name, "worker group failed", logging.ERROR)
+
+
+def test_tunes_reports_of_failed_trials_are_dropped_and_its_other_errors_kept():
+    """Tune logged each failed trial with its traceback (~35 lines) and then the trials that did
+    not complete, before the driver's own one-line summary of the same failures."""
+    quiet_ray_loggers()
+    controller, tune = TRIAL_ERRORS
+    assert not _passes(controller, "Trial task failed for trial 25K")
+    assert not _passes(tune, "Trials did not complete: [25K]")
+    assert _passes(controller, "Could not re-use actor for trial 25K: ...")
+    assert _passes(tune, "Trial 25K: something else went wrong")
 
 
 def _unraisable(exc: BaseException):

@@ -1,7 +1,9 @@
-"""What the processes around a Ray Train worker import when they unpickle its train function."""
+"""What the processes around a Ray Train worker import when they unpickle its train function;
+what a worker prints."""
 
 from __future__ import annotations
 
+import math
 import pickle
 
 
@@ -24,3 +26,15 @@ def test_the_controller_and_trial_driver_leave_the_training_stack_unimported(pro
     out = processes.python("-c", code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_a_diverged_runs_line_names_the_run(tiny_config, tmp_path):
+    """Trials print side by side, each line prefixed by its run: so is the divergence's."""
+    from trainer_core.ray.run_config import RayTrainConfig
+    from trainer_core.ray.worker import divergence_line
+    from trainer_core.train.trainer import NonFiniteLossError
+
+    cfg = tiny_config(tmp_path / "25K", cls=RayTrainConfig)
+    error = NonFiniteLossError(step=5, loss=5.5, grad_norm=math.inf)
+    assert divergence_line(cfg, 1, error) == f"[25K] rank 1: {error}"
+    assert str(error).startswith("non-finite gradient norm at step 5 (")
