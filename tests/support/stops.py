@@ -1,6 +1,9 @@
-"""A callback that ends a run like a kill at a chosen step (its record out, nothing after)."""
+"""Ending a run like a kill at a chosen step: a callback (its record out, nothing after), or a
+batch feed that runs dry."""
 
 from __future__ import annotations
+
+import pytest
 
 from trainer_core.train.callbacks import BaseCallback
 
@@ -15,3 +18,18 @@ class StopAfter(BaseCallback):
     def on_step_end(self, step: int) -> None:
         if step == self.step:
             raise KeyboardInterrupt
+
+
+def crash_after(trainer, steps: int) -> None:
+    """Run ``trainer`` and stop it like a crash once ``steps`` batches were used."""
+    batches = trainer.train_batches
+
+    def stop(start):
+        it = batches(start)
+        for _ in range(steps - start):
+            yield next(it)
+        raise KeyboardInterrupt
+
+    trainer.train_batches = stop
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()

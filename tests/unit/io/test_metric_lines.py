@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from stops import crash_after
 from synthetic_experiments import write_run
 
 from trainer_core.analysis import AnalysisError, load
@@ -16,7 +17,6 @@ from trainer_core.io.run_dir import last_logged_step
 from trainer_core.ray.train_driver import run_summary
 from trainer_core.train.build import build_trainer
 from trainer_core.train.callbacks import JsonlMetrics
-from trainer_core.train.trainer import Trainer
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 
@@ -75,28 +75,13 @@ def test_the_analysis_skips_damage_but_refuses_an_edited_line(tmp_path: Path):
         load(tmp_path)
 
 
-def crash_at(trainer: Trainer, step: int) -> None:
-    """Run ``trainer`` and stop it like a kill once ``step`` batches were used."""
-    batches = trainer.train_batches
-
-    def stop(start: int):
-        it = batches(start)
-        for _ in range(step - start):
-            yield next(it)
-        raise KeyboardInterrupt
-
-    trainer.train_batches = stop
-    with pytest.raises(KeyboardInterrupt):
-        trainer.fit()
-
-
 @pytest.mark.slow
 def test_a_run_resumes_over_damaged_metrics_and_keeps_them(tmp_path: Path, tiny_config):
     """The report's case: a byte that is not UTF-8 in the first line stopped the resume with a
     UnicodeDecodeError traceback; the note below it was deleted."""
     run = tmp_path / "run"
     cfg = tiny_config(run, "--trainer.max_steps=10", "--checkpoint.save_interval_steps=5")
-    crash_at(build_trainer(cfg), 5)
+    crash_after(build_trainer(cfg), 5)
     path = run / "metrics.jsonl"
     first, *rest = path.read_bytes().splitlines()
     damaged = first.replace(b'"train/loss"', b'"train/lo\xffss"', 1)

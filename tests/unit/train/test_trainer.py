@@ -10,6 +10,7 @@ import warnings
 from dataclasses import replace
 
 import pytest
+from stops import crash_after
 
 from trainer_core.checkpoint.listing import CheckpointError
 from trainer_core.config.loader import ConfigError, load_config
@@ -259,21 +260,6 @@ def snapshot(root) -> dict[str, bytes]:
     return {
         str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
     }
-
-
-def crash_after(trainer, steps: int) -> None:
-    """Run ``trainer`` and stop it like a crash once ``steps`` batches were used."""
-    batches = trainer.train_batches
-
-    def stop(start):
-        it = batches(start)
-        for _ in range(steps - start):
-            yield next(it)
-        raise KeyboardInterrupt
-
-    trainer.train_batches = stop
-    with pytest.raises(KeyboardInterrupt):
-        trainer.fit()
 
 
 def test_a_refused_resume_changes_nothing_on_disk(tmp_path, tiny_config):
