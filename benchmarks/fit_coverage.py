@@ -44,18 +44,20 @@ def replicate(args: tuple[SyntheticLadder, int, int]) -> dict[str, tuple[float, 
     )
     front = fit_frontier(pts, n_bootstrap, seed, smoother=chin)
     iso = fit_isoflop(pts, n_bootstrap, seed, smoother=chin)
-    held = extrapolation_check(pts, n_bootstrap, seed)
-    pred = held.prediction(LAW_CHINCHILLA)
-    law_there = float(LAW.predict(held.held_out_N, held.tokens))
-    return {
+    scored = {
         "E": (LAW.E, chin.E, *chin.ci["E"]),
         "alpha": (LAW.alpha, chin.alpha, *chin.ci["alpha"]),
         "beta": (LAW.beta, chin.beta, *chin.ci["beta"]),
         "frontier alpha_C": (ALPHA_C, front.alpha, *front.ci["alpha"]),
         "isoFLOP a": (LAW.a, iso.a, *iso.ci["a"]),
-        "held-out measured": (held.actual, pred.predicted, *pred.interval),
-        "held-out law": (law_there, pred.predicted, *pred.interval),
     }
+    held = extrapolation_check(pts, n_bootstrap, seed)
+    pred = held.prediction(LAW_CHINCHILLA)  # None with 3 sizes: L(N, D) needs 3 without it
+    if pred is not None:
+        law_there = float(LAW.predict(held.held_out_N, held.tokens))
+        scored["held-out measured"] = (held.actual, pred.predicted, *pred.interval)
+        scored["held-out law"] = (law_there, pred.predicted, *pred.interval)
+    return scored
 
 
 def main() -> None:

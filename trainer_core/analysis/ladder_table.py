@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from trainer_core.analysis.errors import AnalysisError
+from trainer_core.analysis.labels import compact
 from trainer_core.analysis.load import analysis_flops
 
 TASK_LOSS_SUFFIX = "/bpb"
@@ -148,7 +149,4 @@ def _positive(table: pd.DataFrame, column: str, path: Path) -> np.ndarray:
 
 def _size_label(n: float) -> str:
     """190354176 -> '190M': sizes are told apart by N, labelled as a ladder names them."""
-    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= scale:
-            return f"{n / scale:.3g}{unit}"
-    return f"{n:.0f}" if math.isfinite(n) else str(n)
+    return compact(n) if math.isfinite(n) else str(n)

@@ -15,6 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter
 
+from trainer_core.analysis.labels import compact
 from trainer_core.analysis.load import ExperimentResults
 from trainer_core.analysis.lr import (
     COMPARED,
@@ -67,15 +68,6 @@ def beside(x: float, lo: float, hi: float, side: int) -> float:
     """``x`` on a log axis spanning ``lo``..``hi``, moved ``side`` steps of BESIDE (negative:
     left): a step in decades of the span is visible on any axis, a fixed % of x is not."""
     return float(x * (hi / lo) ** (BESIDE * side))
-
-
-def compact(x: float) -> str:
-    """200000 -> '200K', 4.4e6 -> '4.4M': counts as a ladder names its sizes, and a third of the
-    width of '2x10^5', whose tick labels ran together on an axis spanning about a decade."""
-    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if abs(x) >= scale * 0.9995:  # 999,999 is '1M', not '1e+03K'
-            return f"{x / scale:.3g}{suffix}"
-    return f"{x:.3g}"
 
 
 class CompactLogFormatter(LogFormatter):

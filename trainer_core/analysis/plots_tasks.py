@@ -18,12 +18,12 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from trainer_core.analysis.bootstrap import CI_LEVEL
+from trainer_core.analysis.labels import compact
 from trainer_core.analysis.ladder_table import TASK_LOSS_SUFFIX
 from trainer_core.analysis.plots import (
     COMPUTE_LABEL,
     beside,
     colors,
-    compact,
     interval_bars,
     save,
 )
@@ -104,7 +104,8 @@ def _draw_prediction(
     c = 6 * pred.N * pred.D
     curve = (6 * pred.N * d, [law.predict_loss(pred.N, x) for x in d])
     left.plot(*curve, color="red", lw=1, ls="--", label=f"{name}: step-1 law, extrapolated")
-    at = beside(c, *span, side=2)  # clear of the star's width, as the end of its law shows C
+    # clear of the star's width where there is one; the end of its law shows C
+    at = beside(c, *span, side=2) if math.isfinite(pred.measured_acc) else c
     interval_bars(left, at, *pred.loss_interval, color="red")
     left.plot([at], [pred.loss], "o", color="red", mec="k", zorder=6, label=predicted)
     interval_bars(right, pred.acc, *pred.loss_interval, axis="x", color="red")

@@ -94,8 +94,8 @@ def sweep_section(report: Report, console: Console) -> None:
     )
     if report.lr_law is not None:
         console.print(str(report.lr_law))
-        if report.lr_law.left_out:
-            report.skipped.append(report.lr_law.left_out_note)
+        if note := report.lr_law.left_out_note:
+            report.skipped.append(note)
     report.plots.append(plot_lr_sweep(table, report.optima, report.out_dir / "lr_sweep.png"))
     if len(report.optima) >= 2:
         report.plots.append(_lr_vs_size(report, order))

@@ -264,7 +264,7 @@ def resumed_metric_lines(path: Location, step: int) -> list[bytes]:
     only a line after the last checkpoint can be cut; kept, it would stop being the last."""
     kept = []
     for line in metric_lines(path):
-        if line.record is None:
+        if line.record is None and not line.cut:  # a cut line is a kill's, dropped unsaid
             line.warn(path)
         past = line.cut or (line.record is not None and (_step(line.record) or 0) > step)
         if not past:

@@ -63,12 +63,20 @@ class _ErrorsOnly(logging.Filter):
 
 
 class _NoTrialErrors(logging.Filter):
-    """Drops Tune's reports of failed trials (:data:`TRIAL_ERRORS`); its other records pass."""
-
-    REPORTS = ("Trial task failed for trial ", "Trials did not complete")
+    """Drops Tune's reports of failed trials (:data:`TRIAL_ERRORS`) that the driver's one line
+    explains: a user error's (bad input, a run that failed or was lost, each already one line).
+    A bug's traceback stays: its one line alone would not say where it happened."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(self.REPORTS)
+        message = record.getMessage()
+        if message.startswith("Trials did not complete"):
+            return False
+        if not message.startswith("Trial task failed for trial ") or not record.exc_info:
+            return True
+        from trainer_core.ray.failures import user_error_in
+
+        error = record.exc_info[1]
+        return user_error_in(getattr(error, "cause", None) or error) is None
 
 
 class _NoStatsActorRace(logging.Filter):

@@ -125,7 +125,7 @@ def run_training(
         # controller, when it stops the trial (Ctrl+C, SIGTERM, an early stop); the run is then
         # resumable, which run.json must go on saying.
         reason = f"its Ray Train controller was lost: {last_line(e)}"
-        raise RunLostError(failure_message(run_dir, reason)) from None
+        raise RunLostError(failure_message(run_dir, reason, verify=False)) from None
     return run_summary(run_dir)
 
 
@@ -179,12 +179,14 @@ def last_line(error: BaseException) -> str:
     return lines[-1] if lines else type(error).__name__
 
 
-def failure_message(run_dir: Location, reason: str) -> str:
+def failure_message(run_dir: Location, reason: str, verify: bool = True) -> str:
     """Why the run stopped and, when it holds a checkpoint to resume from, that a re-run
-    resumes: with none (or none that passes its checksums) there is nothing to resume, and the
-    hint would promise work that was never kept."""
+    resumes: with none (or, where ``verify``, none that passes its checksums) there is nothing
+    to resume, and the hint would promise work that was never kept. ``verify=False`` for a lost
+    controller: Tune stops trials that way too (Ctrl+C), and a stop is no time to read every
+    checkpoint's bytes; the retry's resume checks them anyway."""
     message = f"run {storage.name(run_dir)} failed: {reason}"
-    if not has_resumable_checkpoint(run_dir):
+    if not has_resumable_checkpoint(run_dir, verify):
         return message
     return (
         f"{message}\n  checkpoints and metrics so far are kept in {run_dir}; fix the cause and "
@@ -192,10 +194,11 @@ def failure_message(run_dir: Location, reason: str) -> str:
     )
 
 
-def has_resumable_checkpoint(run_dir: Location) -> bool:
-    """Whether a complete checkpoint of the run passes its checksums, newest first: what a
-    resume would load. Reads the newest one's files, as that resume would (a failure's cost)."""
+def has_resumable_checkpoint(run_dir: Location, verify: bool = True) -> bool:
+    """Whether the run has a complete checkpoint that (where ``verify``) passes its checksums,
+    newest first: what a resume would load. Verifying reads the newest one's files, as that
+    resume would (a failure's cost)."""
     return any(
-        not checksum_problems(info.path, listed_files(info.path))
+        not verify or not checksum_problems(info.path, listed_files(info.path))
         for info in reversed(complete_checkpoints(run_dir, warn=False))
     )

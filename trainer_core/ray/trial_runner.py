@@ -7,9 +7,10 @@ process is the worker: it holds the run's CPUs (and GPU), reads its own rows as 
 does and reports straight to Tune. Fault tolerance moves up one level: Tune restarts a failed
 trial (``ray.max_failures`` times) and the restarted trial resumes from the run dir's latest
 complete checkpoint, as a restarted worker group would. Bad input is not retried: the trial
-reports :data:`NO_RETRY` before it raises, and :class:`NoRetryOnUserError` tells Tune. A
-trial's process goes on to the next trial of the same shape (Tune's actor reuse), so only the
-first trial per slot pays for the process and its imports.
+driver (:func:`trainer_core.ray.tune_run.trial_driver`) reports :data:`NO_RETRY` before it
+raises, and :class:`NoRetryOnUserError` tells Tune. A trial's process goes on to the next trial
+of the same shape (Tune's actor reuse), so only the first trial per slot pays for the process
+and its imports.
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ def run_in_trial(cfg: RayTrainConfig, tags: dict[str, Any], started_at: float) -
         cause = user_error_in(e)
         if cause is None:
             raise
-        tune.report({NO_RETRY: 1})
         raise RunFailedError(failure_message(run_dir, str(cause))) from None
     return run_summary(run_dir)
 

@@ -93,26 +93,36 @@ def trial_driver(config: dict[str, Any]) -> None:
 def _train(
     cfg: RayTrainConfig, tags: dict[str, Any], started_at: float, done: dict[str, Any]
 ) -> dict[str, Any]:
-    """Run (or resume) ``cfg`` by its runner; its summary (``done``: the one read before)."""
+    """Run (or resume) ``cfg`` by its runner; its summary (``done``: the one read before). A
+    user error (bad input, a Ray Train worker group out of restarts) tells Tune not to retry:
+    a retry would only repeat it; a lost controller is the one run failure a retry resumes."""
+    from ray import tune
+
+    from trainer_core.ray.train_driver import RunLostError
+    from trainer_core.ray.trial_runner import NO_RETRY
+
+    try:
+        return _run(cfg, tags, started_at, done)
+    except RunLostError:
+        raise
+    except Exception as e:
+        if user_error_in(e) is not None:
+            tune.report({NO_RETRY: 1})
+        raise
+
+
+def _run(
+    cfg: RayTrainConfig, tags: dict[str, Any], started_at: float, done: dict[str, Any]
+) -> dict[str, Any]:
     if cfg.ray.runner == "trial":
         from trainer_core.ray.trial_runner import run_in_trial
 
         return run_in_trial(cfg, tags, started_at)
-    from ray import tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from trainer_core.ray.train_driver import RunLostError, run_training
-    from trainer_core.ray.trial_runner import NO_RETRY
+    from trainer_core.ray.train_driver import run_training
 
-    try:
-        return run_training(cfg, tags, callbacks=[TuneReportCallback()], done=done)
-    except RunLostError:
-        raise
-    except Exception as e:
-        # bad input, or the worker group out of restarts: a retry would only repeat them
-        if user_error_in(e) is not None:
-            tune.report({NO_RETRY: 1})
-        raise
+    return run_training(cfg, tags, callbacks=[TuneReportCallback()], done=done)
 
 
 def driver_resources():

@@ -317,8 +317,7 @@ class Trainer:
         """The loop. A step that neither logs, evaluates nor saves never waits for the device:
         the non-finite check is read (:meth:`_check_finite`) only on steps that do."""
         batches = self.train_batches(start_step)
-        window = self.window
-        window.start_time = self.clock()
+        self.window.start_time = self.clock()
         while self.step < total:
             stats = self.module.train_batch(next(batches))
             lr = self.module.lr  # this update's LR; optim_step moves it to the next one's
@@ -326,22 +325,22 @@ class Trainer:
             self.module.zero_grads()
             self.step += 1
             self.tokens += self.info.global_batch_tokens
-            window.add(self.step, stats, norm)
+            self.window.add(self.step, stats, norm)
             log = self.step % self.cfg.trainer.log_interval == 0 or self.step == total
             evaluate = self.has_evals and (
                 self.step % self.cfg.trainer.eval_interval == 0 or self.step == total
             )
             save = self._save_decision(clock=log)
             if log or evaluate or save != "none":
-                self._check_finite(window)
+                self._check_finite()
             metrics: dict[str, float] = {}
             if evaluate or (save == "permanent" and self.has_evals):
-                metrics.update(self._run_evals(window))
+                metrics.update(self._run_evals())
             if log:
                 # after this step's eval (its time is on this line), before its checkpoint,
                 # which follows the record and so is counted on the next line
-                metrics.update(self._log_metrics(window, stats, norm, lr))
-                window = self.window = _Window.on(self.module.device, self.clock())
+                metrics.update(self._log_metrics(stats, norm, lr))
+                self.window = _Window.on(self.module.device, self.clock())
             if metrics or save != "none":
                 # The step's record goes out before its checkpoint commits: a kill after the
                 # commit cannot lose it, a kill before resumes earlier and drops it with the
@@ -353,23 +352,21 @@ class Trainer:
                 if save != "none":
                     # what callbacks send out before a checkpoint (a bucket's uploads) is
                     # checkpoint time, not step time
-                    self._timed(window, "checkpoint_s", self._emit, "flush")
-                    self._timed(
-                        window, "checkpoint_s", self._checkpoint, save == "permanent", metrics, lr
-                    )
+                    self._timed("checkpoint_s", self._emit, "flush")
+                    self._timed("checkpoint_s", self._checkpoint, save == "permanent", metrics, lr)
                 self._emit("on_step_end", self.step)
 
     @property
     def has_evals(self) -> bool:
         return bool(self.eval_batches_data) or self.task_evaluator is not None
 
-    def _run_evals(self, window: _Window) -> dict[str, float]:
+    def _run_evals(self) -> dict[str, float]:
         """The held-out loss and the tasks, each timed on its own: neither is step time."""
         metrics: dict[str, float] = {}
         if self.eval_batches_data:
-            metrics["eval/loss"] = self._timed(window, "eval_s", self.evaluate)
+            metrics["eval/loss"] = self._timed("eval_s", self.evaluate)
         if self.task_evaluator is not None:
-            metrics.update(self._timed(window, "task_eval_s", self.evaluate_tasks))
+            metrics.update(self._timed("task_eval_s", self.evaluate_tasks))
         return metrics
 
     def evaluate_tasks(self) -> dict[str, float]:
@@ -401,19 +398,19 @@ class Trainer:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _timed(self, window: _Window, field_name: str, fn: Callable[..., Any], *args: Any) -> Any:
+    def _timed(self, field_name: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, its seconds added to the window's ``field_name``."""
         start = self.clock()
         try:
             return fn(*args)
         finally:
             elapsed = self.clock() - start
-            setattr(window, field_name, getattr(window, field_name) + elapsed)
+            setattr(self.window, field_name, getattr(self.window, field_name) + elapsed)
 
-    def _check_finite(self, window: _Window) -> None:
+    def _check_finite(self) -> None:
         """Stop the run if a step since the last check had a non-finite loss or gradient norm
         (one host sync). The run's record then ends at the step before that one."""
-        bad_step, ce, tokens, norm = window.first_bad.tolist()
+        bad_step, ce, tokens, norm = self.window.first_bad.tolist()
         if not bad_step:
             return
         undone = self.step - (int(bad_step) - 1)
@@ -422,11 +419,10 @@ class Trainer:
         self._write_run_json("diverged", diverged_step=self.step + 1)
         raise NonFiniteLossError(self.step + 1, ce / max(tokens, 1), norm)
 
-    def _log_metrics(
-        self, window: _Window, last: BatchStats, norm: torch.Tensor, lr: float
-    ) -> dict[str, float]:
+    def _log_metrics(self, last: BatchStats, norm: torch.Tensor, lr: float) -> dict[str, float]:
         """The log line's figures: the window's sums made global over the DP group on the
         device :func:`collective_device` names, then read on the host at once."""
+        window = self.window
         group = self.module.dp_group
         where = collective_device(group, self.module.device)
         ce, z, tokens, norms = window.sums

@@ -120,3 +120,16 @@ def test_other_formats_and_absent_files_are_refused(tmp_path):
     path.write_text("{}")
     with pytest.raises(AnalysisError, match=r"\.csv or \.parquet"):
         read_ladder_table(path)
+
+
+def test_sizes_are_named_as_a_ladder_names_them():
+    """One rule for tables and plots; 999,999 rounds up to the next unit, not to '1e+03K'."""
+    from trainer_core.analysis.labels import compact
+
+    assert [compact(n) for n in (512, 21_672, 999_999, 190_354_176, 7e9)] == [
+        "512",
+        "21.7K",
+        "1M",
+        "190M",
+        "7B",
+    ]

@@ -11,8 +11,9 @@ from matplotlib.axes import Axes
 from matplotlib.collections import Collection
 
 from trainer_core.analysis.errors import AnalysisError
+from trainer_core.analysis.labels import compact
 from trainer_core.analysis.ladder_table import read_ladder_table
-from trainer_core.analysis.plots import COMPUTE_LABEL, compact
+from trainer_core.analysis.plots import COMPUTE_LABEL
 from trainer_core.analysis.plots_tasks import task_prediction_figure
 from trainer_core.analysis.synthetic_tasks import TaskTruth, task_ladder
 from trainer_core.analysis.task_sigmoid import fit_sigmoid, sigmoid_flags

@@ -9,6 +9,7 @@ import weakref
 import pytest
 
 from trainer_core.config.loader import ConfigError
+from trainer_core.errors import RunFailedError
 from trainer_core.ray.runtime import (
     TRIAL_ERRORS,
     UNHANDLED,
@@ -25,8 +26,11 @@ STATS_RACE = (
 )
 
 
-def _passes(name: str, message: str, level: int = logging.ERROR) -> bool:
-    record = logging.LogRecord(name, level, "worker.py", 439, message, None, None)
+def _passes(
+    name: str, message: str, level: int = logging.ERROR, error: BaseException | None = None
+) -> bool:
+    exc_info = (type(error), error, None) if error is not None else None
+    record = logging.LogRecord(name, level, "worker.py", 439, message, None, exc_info)
     return bool(logging.getLogger(name).filter(record))
 
 
@@ -47,10 +51,13 @@ def test_expected_warnings_are_dropped_and_errors_kept():
 
 def test_tunes_reports_of_failed_trials_are_dropped_and_its_other_errors_kept():
     """Tune logged each failed trial with its traceback (~35 lines) and then the trials that did
-    not complete, before the driver's own one-line summary of the same failures."""
+    not complete, before the driver's own one-line summary of the same failures. A bug's
+    traceback is kept: the summary's one line would not say where it happened."""
     quiet_ray_loggers()
     controller, tune = TRIAL_ERRORS
-    assert not _passes(controller, "Trial task failed for trial 25K")
+    failed = RunFailedError("run 25K failed: no checkpoint passes its checksums")
+    assert not _passes(controller, "Trial task failed for trial 25K", error=failed)
+    assert _passes(controller, "Trial task failed for trial 25K", error=AttributeError("x"))
     assert not _passes(tune, "Trials did not complete: [25K]")
     assert _passes(controller, "Could not re-use actor for trial 25K: ...")
     assert _passes(tune, "Trial 25K: something else went wrong")

@@ -65,3 +65,12 @@ def test_a_corrupt_newest_checkpoint_with_a_good_one_before_it_keeps_the_hint(tm
     save(run_dir, 8)
     corrupt(run_dir, 8)
     assert failure_message(run_dir, REASON).endswith("re-run the same command to resume")
+
+
+def test_a_lost_controller_hints_a_resume_without_reading_the_checkpoints(tmp_path):
+    """Tune stops trials by removing their controllers too: the hint then lists, not reads."""
+    run_dir = tmp_path / "run"
+    save(run_dir, 4)
+    corrupt(run_dir, 4)
+    assert failure_message(run_dir, REASON, verify=False).endswith("to resume")
+    assert failure_message(run_dir, REASON) == f"run run failed: {REASON}"
