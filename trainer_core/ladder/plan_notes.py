@@ -74,9 +74,7 @@ def sweep_short_decay_warnings(runs: list[SweepRun]) -> list[str]:
     trials (``<size>-c<multiple>-b<batch>-lr*``) all decay at the same steps."""
     lines = []
     for run in runs:
-        p = run.plan
-        name = f"{p.size}-c{p.chinchilla_multiple:g}-b{p.batch_tokens}-lr*"
-        lines += short_decay_warning(name, p, SWEEP_LONGER)
+        lines += short_decay_warning(f"{run.trial_stem}*", run.plan, SWEEP_LONGER)
     return lines
 
 

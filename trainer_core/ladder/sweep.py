@@ -110,6 +110,12 @@ class SweepRun:
     def total_flops(self) -> float:
         return self.plan.total_flops
 
+    @property
+    def trial_stem(self) -> str:
+        """Its trials' names but the LR: ``<size>-c<multiple>-b<batch>-lr``."""
+        p = self.plan
+        return f"{p.size}-c{p.chinchilla_multiple:g}-b{p.batch_tokens}-lr"
+
 
 def horizon_route(ladder: LadderConfig, sweep: SweepConfig) -> Route:
     """Trials cover the horizons with WSD-S decays unless set otherwise or the schedule is cosine.

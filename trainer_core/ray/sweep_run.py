@@ -65,7 +65,7 @@ def sweep_plans(job: SweepJobConfig, sizes: list[str] | None) -> list[SweepRun]:
 def trial_spec(job: SweepJobConfig, run: SweepRun, lr: float, round_: int = 0) -> TrialSpec:
     """One size x run length x batch x LR trial; ``round_`` > 0: added by widening the grid."""
     plan = run.plan
-    name = f"{plan.size}-c{plan.chinchilla_multiple:g}-b{plan.batch_tokens}-lr{fmt_lr(lr)}"
+    name = f"{run.trial_stem}{fmt_lr(lr)}"
     tags = {
         "sweep": job.name,
         "size": plan.size,

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import ray.train
 
-from trainer_core.io import storage
 from trainer_core.io.storage import Location
 from trainer_core.parallel.process_group import teardown
 from trainer_core.ray import runtime
@@ -207,5 +206,6 @@ def fit_and_report(
 def divergence_line(cfg: RayTrainConfig, rank: int, error: Exception) -> str:
     """A rank's line on its run's divergence, prefixed by the run as the run's other lines are
     (trials of a ladder or sweep print side by side)."""
-    name = cfg.tracking.name or storage.name(cfg.trainer.run_dir)
-    return f"[{name}] rank {rank}: {error}"
+    from trainer_core.train.build import run_name
+
+    return f"[{run_name(cfg)}] rank {rank}: {error}"

@@ -38,9 +38,15 @@ from trainer_core.train.trainer import Trainer
 BatchSource = Callable[[int], Iterator[torch.Tensor]]
 
 
+def run_name(cfg: TrainConfig) -> str:
+    """What the run is called in its record, its lines and W&B: the tracking name, else its
+    dir's."""
+    return cfg.tracking.name or storage.name(cfg.trainer.run_dir)
+
+
 def run_info(cfg: TrainConfig, tags: dict | None = None) -> RunInfo:
     return RunInfo(
-        name=cfg.tracking.name or storage.name(cfg.trainer.run_dir),
+        name=run_name(cfg),
         size=cfg.model.size,
         num_params=count_params(cfg.model)["non_embedding"],
         flops_per_token=num_flops_per_token(cfg.model, cfg.data.seq_len),
