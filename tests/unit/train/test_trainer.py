@@ -155,7 +155,7 @@ def test_a_resume_between_log_steps_logs_the_uninterrupted_runs_figures(
     straight, resumed = window_figures(tmp_path / "a"), window_figures(tmp_path / "b")
     assert list(resumed) == [5, 10, 15]
     for step, figures in straight.items():
-        assert resumed[step] == pytest.approx(figures, abs=1e-6), step
+        assert resumed[step] == pytest.approx(figures, abs=1e-5), step
 
 
 def test_a_checkpoint_saved_without_the_log_window_still_resumes(tmp_path, tiny_config):
@@ -172,9 +172,9 @@ def test_a_checkpoint_saved_without_the_log_window_still_resumes(tmp_path, tiny_
     assert build_trainer(cfg).fit()["steps"] == 15
     straight, resumed = window_figures(tmp_path / "a"), window_figures(tmp_path / "b")
     assert list(resumed) == [5, 10, 15]
-    assert resumed[10][-1] == pytest.approx(straight[10][-1], abs=1e-6)  # loss_last: step 10's
-    assert resumed[10][0] != pytest.approx(straight[10][0], abs=1e-6)  # steps 8-10, not 6-10
-    assert resumed[15] == pytest.approx(straight[15], abs=1e-6)
+    assert resumed[10][-1] == pytest.approx(straight[10][-1], abs=1e-5)  # loss_last: step 10's
+    assert resumed[10][0] != pytest.approx(straight[10][0], abs=1e-5)  # steps 8-10, not 6-10
+    assert resumed[15] == pytest.approx(straight[15], abs=1e-5)
 
 
 @pytest.mark.parametrize("async_save", [False, True])
