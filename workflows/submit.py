@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ from urllib.parse import urlsplit
 
 from trainer_core.config.cli import exit_on_error
 from trainer_core.config.loader import ConfigError
-from trainer_core.ray.runtime import PROBE_TIMEOUT_S
+from trainer_core.ray.probe import probe
 from trainer_core.ray.upload import UploadTooLargeError, check_upload
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +78,7 @@ def check_jobs_api(address: str) -> None:
         {"http": 80, "https": 443}.get(url.scheme, 8265) if "://" in address else 8265
     )
     try:
-        socket.create_connection((url.hostname, port), PROBE_TIMEOUT_S).close()
+        probe(url.hostname, port)
     except OSError as e:
         raise ConfigError(
             f"--address: nothing answers at {url.hostname}:{port} ({e.strerror or e}); "

@@ -133,7 +133,8 @@ class IsoFLOPFit:
         n_opt = np.exp(s["log_k"]) * float(C) ** s["a"]
         return {"N": percentile_interval(n_opt), "D": percentile_interval(float(C) / (6 * n_opt))}
 
-    def _resamples_used(self) -> str:
+    def resamples_used(self) -> str:
+        """How many resamples the interval is of, and of how many where some gave no slope."""
         used = self.n_bootstrap - self.n_failed
         if not self.n_failed:
             return f"{used} bootstrap resamples"
@@ -143,7 +144,7 @@ class IsoFLOPFit:
         lines = [
             f"isoFLOP (Chinchilla approach 2): N_opt ~ C^a, D_opt ~ C^b   ({self.n_budgets} of "
             f"{len(self.parabolas)} budgets with the minimum inside the sizes, "
-            f"{self._resamples_used()})"
+            f"{self.resamples_used()})"
         ]
         for name, value in (("a", self.a), ("b", self.b)):
             line = f"  {name:<6}= {value:.4g}"

@@ -229,8 +229,7 @@ def _n_opt_band(ax: Axes, fit: IsoFLOPFit, grid: np.ndarray) -> None:
     ok = np.isfinite(lo) & np.isfinite(hi)
     if not ok.any():
         return
-    used = fit.n_bootstrap - fit.n_failed
-    of = f" ({used} of {fit.n_bootstrap} resamples gave a slope)" if fit.n_failed else ""
+    of = f" ({fit.resamples_used()})" if fit.n_failed else ""
     ax.fill_between(
         grid[ok],
         lo[ok],

@@ -39,7 +39,6 @@ from trainer_core.analysis.target import (
     sweep_laws,
     target_answer,
 )
-from trainer_core.io.run_dir import FINAL_STATUSES
 
 TARGET_MULTIPLE = 10.0
 """Default target budget: this many times the largest run's compute (the ladder's next rung)."""
@@ -181,11 +180,11 @@ def _print_flags(console: Console, flags: list[str]) -> None:
 
 
 def _why_no_points(runs: pd.DataFrame) -> str:
-    """ "Yet" only while a run may still write one: a ladder whose runs all ended (every one
-    diverged, say) will not gain points by waiting."""
+    """ "Yet" only while a run may still write one (running, or interrupted and resumable): a
+    ladder whose runs all ended (diverged, failed, stopped) will not gain points by waiting."""
     counts = runs["status"].value_counts()
     statuses = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    if set(counts.index) <= set(FINAL_STATUSES):
+    if not set(counts.index) & {"running", "interrupted", "unknown"}:
         return f"no annealed eval points: every run ended without one ({statuses})"
     return f"no annealed eval points yet ({statuses})"
 

@@ -57,8 +57,7 @@ def _trials(table: pd.DataFrame) -> Table:
     batches would read as duplicates)."""
     batches = batches_differ(table)
     shown = Table(
-        title="LR sweep: trials compared at the last eval every trial that early stopping let "
-        "run reached"
+        title="LR sweep: trials compared at the last eval every finished trial reached"
         + (" (in tokens: the batches differ)" if batches else "")
         + "; one stopped before it counts as worse"
     )

@@ -39,6 +39,12 @@ def user_error_in(error: BaseException) -> BaseException | None:
     return None
 
 
+def last_line(error: BaseException) -> str:
+    """The last line of Ray's report of ``error`` (its cause, after the tracebacks)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
+
+
 def _original(error: BaseException) -> BaseException:
     """The exception a worker or the controller raised, out of Ray Train's wrappers.
 

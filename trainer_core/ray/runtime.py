@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import sys
 import time
 import warnings
@@ -16,6 +15,7 @@ import ray
 
 from trainer_core.config.loader import ConfigError
 from trainer_core.errors import RunWarning, print_run_warnings_as_lines
+from trainer_core.ray.probe import probe
 
 # Reports are barriers that wait for a controller poll; a short poll keeps them ~0.1 s instead of ~2 s.
 RAY_ENV = {
@@ -187,8 +187,6 @@ NO_DASHBOARD = (
 through the state API and only exits once it sees the controller dead (measured: a driver
 killed on a cluster with the dashboard, the cleaner gone in seconds; without one, it stays)."""
 
-PROBE_TIMEOUT_S = 5.0
-
 
 def check_reachable(address: str, source: str) -> None:
     """Refuse, in one line naming ``source``, a cluster address where nothing answers: Ray would
@@ -212,7 +210,7 @@ def check_reachable(address: str, source: str) -> None:
             "give the head node's address, e.g. 10.0.0.5:6379"
         )
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S).close()
+        probe(host.strip("[]"), int(port))
     except OSError as e:
         raise ConfigError(
             f"{source}: nothing answers at {host_port} ({e.strerror or e}); start the cluster "

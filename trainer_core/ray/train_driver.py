@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import time
+import warnings
 from typing import Any
 
 import ray.data
@@ -18,7 +19,7 @@ from trainer_core.checkpoint.checksums import checksum_problems
 from trainer_core.checkpoint.listing import complete_checkpoints, listed_files
 from trainer_core.config.decode import ConfigError
 from trainer_core.data.token_data import open_token_data
-from trainer_core.errors import RunFailedError
+from trainer_core.errors import RunFailedError, RunWarning
 from trainer_core.io import storage
 from trainer_core.io.run_dir import (
     FINAL_STATUSES,
@@ -29,7 +30,7 @@ from trainer_core.io.run_dir import (
     worker_groups,
 )
 from trainer_core.io.storage import Location
-from trainer_core.ray.failures import FailFastTorchTrainer, fatal_reason
+from trainer_core.ray.failures import FailFastTorchTrainer, fatal_reason, last_line
 from trainer_core.ray.reader import dataset_name, rank_dataset
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.ray.worker import train_worker
@@ -113,7 +114,8 @@ def run_training(
     # Unusable shards fail here, as one line, before any Ray Train process starts (in the
     # controller they would fail too, but under Ray's logged traceback).
     open_token_data(cfg.data, cfg.model.vocab_size)
-    release_orphaned_worker_groups()
+    if done.get("workers"):  # an earlier launch started: it may have lost its controller
+        release_orphaned_worker_groups()
     try:
         build_torch_trainer(cfg, tags, callbacks).fit()
     except ray.train.TrainingFailedError as e:
@@ -137,15 +139,27 @@ def release_orphaned_worker_groups() -> None:
     trial would wait for good for the CPUs (or GPUs) its lost controller's workers held. Ray
     Train's own cleaner removes them only where Ray's state API answers (a cluster with its
     dashboard). A group the driver created (Tune's) has no creator actor; one a live
-    controller created is kept. Ray shows a group's creator only in its GCS table.
+    controller created is kept. Ray shows a group's creator only in its GCS table, through its
+    internals: where a Ray release moved them, a warning instead of a failed launch.
     """
-    from ray._private.state import state
-    from ray.core.generated.gcs_pb2 import PlacementGroupTableData
     from ray.util.placement_group import PlacementGroup, remove_placement_group
 
+    try:
+        from ray._private.state import state
+        from ray.core.generated.gcs_pb2 import PlacementGroupTableData
+
+        table = state._connect_and_get_accessor().get_placement_group_table()
+    except (ImportError, AttributeError) as e:
+        warnings.warn(
+            f"could not look for a lost controller's worker group ({e}): a retried run may wait "
+            "for the CPUs/GPUs it held until the Ray job ends",
+            RunWarning,
+            stacklevel=2,
+        )
+        return
     job = bytes.fromhex(ray.get_runtime_context().get_job_id())
     no_actor = ray.ActorID.nil().binary()
-    for raw in state._connect_and_get_accessor().get_placement_group_table():
+    for raw in table:
         group = PlacementGroupTableData.FromString(raw)
         orphaned = group.creator_actor_dead and group.creator_actor_id != no_actor
         if (
@@ -171,12 +185,6 @@ def ray_train_reason(error: Exception) -> str:
     Ray's report, not its tracebacks."""
     reason = fatal_reason(error)
     return last_line(error) if reason is None else reason
-
-
-def last_line(error: BaseException) -> str:
-    """The last line of Ray's report of ``error`` (its cause, after the tracebacks)."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[-1] if lines else type(error).__name__
 
 
 def failure_message(run_dir: Location, reason: str, verify: bool = True) -> str:

@@ -25,7 +25,7 @@ from trainer_core.errors import UserError
 from trainer_core.io import storage
 from trainer_core.io.run_dir import FINAL_STATUSES, TUNE, mark_stopped
 from trainer_core.io.storage import Location
-from trainer_core.ray.failures import user_error_in
+from trainer_core.ray.failures import last_line, user_error_in
 from trainer_core.ray.interrupt import sigterm_as_ctrl_c
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.train.same_run import ChangedRunError, check_same_run
@@ -363,7 +363,8 @@ def retry_line():
                     why = error_line(cloudpickle.load(f))
             print(
                 f"[{_trial_name(trial)}] trial failed ({why}); retrying it from its latest "
-                f"checkpoint (retry {trial.num_failures} of {trial.max_failures})",
+                f"checkpoint (retry {trial.num_failures}"
+                f"{f' of {trial.max_failures}' if trial.max_failures >= 0 else ', no limit'})",
                 flush=True,
             )
 
@@ -387,9 +388,11 @@ def error_line(error: BaseException) -> str:
     last line of Ray's report."""
     cause = getattr(error, "cause", None) or error
     found = user_error_in(cause)
-    text = str(found if found is not None else cause)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return (lines[0] if found is not None else lines[-1]) if lines else type(cause).__name__
+    if found is None:
+        return last_line(cause)
+    return next(
+        (line.strip() for line in str(found).splitlines() if line.strip()), type(found).__name__
+    )
 
 
 def _trial_name(trial) -> str:

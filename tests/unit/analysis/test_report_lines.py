@@ -35,7 +35,7 @@ def test_analyze_help_shows_the_bootstrap_default(run_script):
 def test_a_ladder_whose_runs_all_ended_without_a_point_is_not_told_to_wait(tmp_path):
     """Every run diverged before its first annealed eval: the fits are skipped for that reason,
     not "yet"; a ladder still running is."""
-    for size, status in (("a", "diverged"), ("b", "diverged")):
+    for size, status in (("a", "diverged"), ("b", "failed")):
         write_run(
             tmp_path / "runs" / size,
             size=size,
@@ -49,7 +49,7 @@ def test_a_ladder_whose_runs_all_ended_without_a_point_is_not_told_to_wait(tmp_p
         )
     report = report_experiment(tmp_path, n_bootstrap=0, console=Console(file=StringIO()))
     assert report.skipped == [
-        "scaling-law fits: no annealed eval points: every run ended without one (2 diverged)"
+        "scaling-law fits: no annealed eval points: every run ended without one (1 diverged, 1 failed)"
     ]
     record = json.loads((tmp_path / "runs" / "b" / "run.json").read_text())
     record["status"] = "running"

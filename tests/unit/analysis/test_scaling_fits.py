@@ -181,7 +181,7 @@ def test_isoflop_plot_draws_approach_2s_bootstrap_band(decade: IsoFLOPFit):
     fit = replace(decade, samples=samples, n_bootstrap=40, n_failed=4)
     right = isoflops_figure(fit, None).axes[1]
     (band,) = [c for c in right.collections if c.get_label().startswith("approach 2: 95%")]
-    assert band.get_label().endswith("bootstrap band (36 of 40 resamples gave a slope)")
+    assert band.get_label().endswith("bootstrap band (36 of 40 bootstrap resamples gave a slope)")
     corners = band.get_paths()[0].vertices
     x, _ = line(right, "approach 2: N_opt")
     for c in x:
