@@ -41,11 +41,8 @@ from trainer_core.data.text_sources import (
 )
 from trainer_core.data.tokenizer import load_tokenizer, train_bpe
 from trainer_core.io import storage
-from trainer_core.io.output_dir import (
-    check_output_dir,
-    replace_when_complete,
-    sigterm_raises_exit,
-)
+from trainer_core.io.output_dir import check_output_dir, replace_when_complete
+from trainer_core.io.sigterm import sigterm_raises_exit
 
 BPE_SAMPLE_BYTES = 64 << 20
 PLAIN_EVERY_S = 10.0

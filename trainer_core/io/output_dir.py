@@ -14,10 +14,8 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import socket
 import tempfile
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -157,28 +155,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # it exists, and is another user's
         pass
     return True
-
-
-@contextmanager
-def sigterm_raises_exit() -> Iterator[None]:
-    """Within the block, SIGTERM (``ray job stop``, ``kill``) raises SystemExit (status 143) in
-    the main thread, so cleanup such as :func:`replace_when_complete`'s runs; by default the
-    process would die at once and leave its stage behind. A second SIGTERM is ignored until the
-    block ends, so it can't cut that cleanup short; then the previous handler is back. Outside
-    the main thread, where no handler can be set, the block runs unchanged."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _swap_in(stage: Path, final: Path, old: Path) -> None:

@@ -24,9 +24,9 @@ from trainer_core.config.loader import ConfigError
 from trainer_core.errors import UserError
 from trainer_core.io import storage
 from trainer_core.io.run_dir import FINAL_STATUSES, TUNE, mark_stopped
+from trainer_core.io.sigterm import sigterm_as_ctrl_c
 from trainer_core.io.storage import Location
 from trainer_core.ray.failures import last_line, user_error_in
-from trainer_core.ray.interrupt import sigterm_as_ctrl_c
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.train.same_run import ChangedRunError, check_same_run
 

@@ -18,7 +18,8 @@ from scripts import load_script
 from trainer_core.data.shards import read_manifest
 from trainer_core.data.text_sources import ReadOptions, ReadStats, discover_inputs, write_shards
 from trainer_core.data.tokenizer import ByteTokenizer
-from trainer_core.io.output_dir import replace_when_complete, sigterm_raises_exit
+from trainer_core.io.output_dir import replace_when_complete
+from trainer_core.io.sigterm import sigterm_raises_exit
 
 SCRIPT = "datasets/tokenize_corpus.py"
 
