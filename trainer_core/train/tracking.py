@@ -8,7 +8,7 @@ available. Only rank 0 logs. The logged config is the resolved
 TrainConfig, which holds no secrets (W&B reads its key from the environment / netrc).
 ``wandb`` (2 s to import) is imported when a tracked run starts, never by untracked ones.
 
-A resumed run continues its W&B run (the id: the run dir and its first start) and logs only the
+A resumed run continues its W&B run (the id: the run dir's name and its first start) and logs only the
 steps past those it logged before: steps replayed after a resume from a checkpoint keep the
 values first logged (the same losses; ``metrics.jsonl`` holds the replay's throughput), so
 W&B's steps only increase. "Logged before" is the last step handed to W&B (``LOGGED_STEP``),
@@ -156,11 +156,12 @@ def _segment_files(wandb_root: Path, run_dir: Location) -> list[bytes]:
 
 
 def _run_id(run_dir: Location) -> str:
-    """One W&B run per run: a resumed run continues it, while a new run in a reused dir (the
-    old one deleted) starts its own, as its first start's time differs."""
+    """One W&B run per run: a resumed run continues it, also from a copy of its experiment
+    moved elsewhere (the dir's name, not its path), while a new run in a reused dir (the old one
+    deleted) starts its own, as its first start's time differs."""
     groups = worker_groups(run_dir)
     first = f"{groups[0].time!r}" if groups else ""
-    return hashlib.sha1(f"{run_dir}@{first}".encode()).hexdigest()[:16]
+    return hashlib.sha1(f"{storage.name(run_dir)}@{first}".encode()).hexdigest()[:16]
 
 
 def _read_marker(text: str) -> tuple[str, int]:

@@ -59,6 +59,28 @@ def test_a_resumed_run_logs_each_step_to_wandb_once_in_order(tiny_config, tmp_pa
     assert {i for _, i, _ in history(run_dir)} - {first_id}
 
 
+def test_a_run_resumed_from_a_moved_copy_continues_its_wandb_run(tiny_config, tmp_path):
+    """An experiment copied elsewhere (``--resume`` accepts it) resumes into the same W&B run:
+    the id came from the run dir's full path, so the copy opened a second one and logged every
+    step again."""
+    from stops import StopAfter
+    from wandb_history import history
+
+    from trainer_core.train.build import build_trainer
+
+    args = ("--tracking.wandb=true", "--trainer.max_steps=8", "--trainer.log_interval=1")
+    first, moved = tmp_path / "a" / "run", tmp_path / "b" / "run"
+    cfg = tiny_config(first, *args, "--checkpoint.save_interval_steps=4")
+    with pytest.raises(KeyboardInterrupt):
+        build_trainer(cfg, extra_callbacks=[StopAfter(5)]).fit()
+    shutil.move(first.parent, moved.parent)
+    build_trainer(tiny_config(moved, *args, "--checkpoint.save_interval_steps=4")).fit()
+
+    rows = history(moved)
+    assert len({i for _, i, _ in rows}) == 1
+    assert [r["_step"] for _, _, r in rows] == list(range(1, 9))
+
+
 def test_tracking_without_wandb_or_with_a_wandb_file_stops_before_the_run(
     tiny_config, tmp_path, monkeypatch
 ):
