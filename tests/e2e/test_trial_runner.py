@@ -83,6 +83,22 @@ def test_a_trial_killed_mid_run_resumes_from_its_checkpoint_to_the_plain_loops_l
         assert got.keys() == want.keys() and got == pytest.approx(want, abs=1e-5)
 
 
+def test_a_trial_killed_with_no_retry_left_records_its_run_failed(
+    ray_session, tiny_config, tmp_path
+):
+    """Nothing of the run outlives its trial process: the driver records the failure, which
+    run.json went on calling "running" (a status only a live run may have)."""
+    run_dir = tmp_path / "runs" / "run"
+    cfg = tiny_config(run_dir, *IN_TRIAL, "--ray.max_failures=0", cls=RayTrainConfig)
+    kill = KillTrialProcess(tmp_path / "results.jsonl", 8)
+    with pytest.raises(TrialsFailedError) as failed:
+        run_trials([TrialSpec("run", cfg)], tmp_path, TuneSettings(callbacks=[kill]), False)
+    record = json.loads((run_dir / "run.json").read_text())
+    (line,) = [x for x in str(failed.value).splitlines() if x.startswith("  run: ")]
+    assert record["status"] == "failed" and record["last_step"] >= 8
+    assert record["error"] == line.removeprefix("  run: ") and record["error"]
+
+
 def test_bad_input_fails_the_trial_once_in_one_line(ray_session, tiny_config, tmp_path):
     """A retry could not fix missing shards: the trial fails once though restarts are allowed."""
     missing = tmp_path / "no-shards-here"

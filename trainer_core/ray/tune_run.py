@@ -23,7 +23,7 @@ from trainer_core.config.cli import planned_from
 from trainer_core.config.loader import ConfigError
 from trainer_core.errors import UserError
 from trainer_core.io import storage
-from trainer_core.io.run_dir import FINAL_STATUSES, TUNE, mark_stopped
+from trainer_core.io.run_dir import FINAL_STATUSES, TUNE, mark_failed, mark_stopped
 from trainer_core.io.sigterm import sigterm_as_ctrl_c
 from trainer_core.io.storage import Location
 from trainer_core.ray.failures import last_line, user_error_in
@@ -284,7 +284,7 @@ def run_trials(
             "--resume to go on"
         )
     failed = trial_failures(grid)
-    mark_stopped_runs([s for s in specs if s.name not in failed])
+    record_trial_ends(specs, failed)
     if failed:
         lines = "\n".join(f"  {name}: {reason}" for name, reason in failed.items())
         raise TrialsFailedError(
@@ -399,11 +399,15 @@ def _trial_name(trial) -> str:
     return trial.config["trial"]["name"]
 
 
-def mark_stopped_runs(specs: list[TrialSpec]) -> None:
-    """Runs that Tune's scheduler stopped early still say "running": record them as stopped.
-    (A failed Ray Train run records its own failure: ``run_training``.)"""
+def record_trial_ends(specs: list[TrialSpec], failed: Mapping[str, str]) -> None:
+    """Runs whose trials ended but still say "running": stopped by Tune's scheduler, or failed
+    with no retry left where nothing of the run could say so (its trial process killed: a Ray
+    Train run's driver records the failures it sees, ``run_training``)."""
     for spec in specs:
-        mark_stopped(spec.config.trainer.run_dir)
+        if spec.name in failed:
+            mark_failed(spec.config.trainer.run_dir, failed[spec.name])
+        else:
+            mark_stopped(spec.config.trainer.run_dir)
 
 
 def fmt_lr(lr: float) -> str:
