@@ -68,8 +68,7 @@ def main() -> int:
         )
         return 0
     problems, data = preflight(job, dry_run=dry_run)
-    rules = sweep_rules(job)
-    plans = plan_ladder(job, sizes, rules)
+    plans = plan_ladder(job, sizes, sweep_rules(job))
     print(data_line(data, job.run.data))
     print_plan(job, plans)
     for problem in problems + data_repeats(data, [(p.size, p.config) for p in plans]):
@@ -80,7 +79,7 @@ def main() -> int:
 
     from trainer_core.analysis import report_experiment
 
-    run_ladder(job, sizes, resume="--resume" in own, rules=rules)
+    run_ladder(job, plans, resume="--resume" in own)
     report_experiment(job.exp_dir)
     return 0
 

@@ -70,13 +70,12 @@ def ladder_trials(job: LadderJobConfig, plans: list[SizePlan]) -> list[TrialSpec
     ]
 
 
-def run_ladder(job: LadderJobConfig, sizes: list[str] | None, resume: bool, rules=None):
-    """Plan and run every size as a Tune trial (after ``preflight``); returns (plans, ResultGrid).
-    ``rules``: the sweep laws of ``lr.from_sweep`` / ``batch.from_sweep`` (``sweep_rules``)."""
+def run_ladder(job: LadderJobConfig, plans: list[SizePlan], resume: bool):
+    """Run every planned size (``plan_ladder``, after ``preflight``) as a Tune trial; returns
+    the ResultGrid."""
     from trainer_core.ray.runtime import init_ray
     from trainer_core.ray.tune_run import check_unchanged_runs, run_trials
 
-    plans = plan_ladder(job, sizes, rules)
     specs = ladder_trials(job, plans)
     check_unchanged_runs(specs, job.planned())
     exp_dir = job.exp_dir
@@ -86,8 +85,7 @@ def run_ladder(job: LadderJobConfig, sizes: list[str] | None, resume: bool, rule
         f"LR schedule plot: {plot_ladder_schedule(job, plans, storage.join(exp_dir, LR_SCHEDULE))}"
     )
     init_ray(job.ray.address)
-    run = run_trials(specs, exp_dir, tune_settings(job), resume)
-    return plans, run.grid
+    return run_trials(specs, exp_dir, tune_settings(job), resume).grid
 
 
 def tune_settings(job: LadderJobConfig):

@@ -78,7 +78,7 @@ def test_a_relaunch_into_the_dir_with_other_run_settings_is_refused_before_anyth
     before = (tmp_path / "experiment.yaml").read_text()
     changed = from_dict(LadderJobConfig, {**BASE, "dir": str(tmp_path), "lr": {"coef": 1e-3}})
     with pytest.raises(ConfigError) as e:
-        run_ladder(changed, None, resume=False)
+        run_ladder(changed, plan_ladder(changed, None), resume=False)
     # in the ladder's keys, with its remedy (was the run's optim.lr, and a new run dir)
     assert str(e.value) == (
         f"dir: {tmp_path / 'runs' / '15K' / 'config.yaml'} records run 15K trained with other lr; "
