@@ -188,16 +188,16 @@ def early_stopper(job: SweepJobConfig, specs: list[TrialSpec]):
     return GroupedScheduler({g: for_group(members) for g, members in groups.items()})
 
 
-def run_sweep(job: SweepJobConfig, sizes: list[str] | None, resume: bool) -> list[TrialsRun]:
-    """Plan, check and run every trial of ``job`` (already :func:`as_sweep`, and after
-    ``preflight``), then the widening rounds; one TrialsRun per round that ran.
+def run_sweep(job: SweepJobConfig, runs: list[SweepRun], resume: bool) -> list[TrialsRun]:
+    """Check and run every planned trial (:func:`sweep_plans` of ``job``, already
+    :func:`as_sweep`, after ``preflight``), then the widening rounds; one TrialsRun per round
+    that ran.
 
     Round k's Tune state is ``tune-widen<k>/``; a resumed sweep recomputes each round's trials
     from the results on disk, so it restores the same rounds.
     """
     from trainer_core.ray.runtime import init_ray
 
-    runs = sweep_plans(job, sizes)
     specs = sweep_trials(job, runs)
     check_unchanged_runs(specs, job.planned(), "sweep.dir")
     exp_dir = job.exp_dir
