@@ -24,6 +24,7 @@ from trainer_core.ladder.record import (
     plot_ladder_schedule,
     preflight,
 )
+from trainer_core.ladder.sweep_match import sweep_mismatches
 from trainer_core.ray.ladder_run import (
     SIZES_HELP,
     LadderJobConfig,
@@ -71,7 +72,8 @@ def main() -> int:
     plans = plan_ladder(job, sizes, sweep_rules(job))
     print(data_line(data, job.run.data))
     print_plan(job, plans)
-    for problem in problems + data_repeats(data, [(p.size, p.config) for p in plans]):
+    repeats = data_repeats(data, [(p.size, p.config) for p in plans])
+    for problem in problems + sweep_mismatches(job) + repeats:
         print(f"warning: {problem}")
     if dry_run:
         print(f"LR schedule plot: {plot_ladder_schedule(job, plans, dry_run_plot_path(job))}")

@@ -1,0 +1,76 @@
+"""Whether a sweep's optimum was found under the settings a ladder reuses it with.
+
+An LR optimum belongs to its schedule, optimizer and batch: a sweep under WSD-S with 20%
+decays, or at 4x the batch, says little about the peak LR of a cosine run, yet
+``lr.from_sweep`` would plan with it unasked. The settings that move the optimum are compared
+with the sweep's ``experiment.yaml``; each difference is one warning in the plan, so the user
+either matches them or sweeps again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer_core.config.loader import to_dict
+from trainer_core.io import storage
+from trainer_core.io.records import read_yaml_record
+from trainer_core.io.run_dir import EXPERIMENT
+from trainer_core.ladder.config import LadderConfig
+from trainer_core.ladder.lr_feedback import BATCH_KEY, LR_KEY
+
+SHAPING = (
+    "seq_len",
+    "duration.schedule",
+    "duration.decay_fraction",
+    "duration.min_lr_ratio",
+    "duration.warmup_tokens_per_param",
+    "beta2.large_batch",
+    "beta2.small_batch",
+    "beta2.large_batch_tokens",
+    "run.optim.beta1",
+    "run.optim.eps",
+    "run.optim.weight_decay",
+    "run.optim.decay_norms_and_biases",
+    "run.optim.decay_embeddings",
+)
+"""The settings an LR or batch optimum depends on, beside N and D."""
+BATCH_RULE = ("batch.coef", "batch.ref_params", "batch.exponent")
+"""The batch an LR optimum was found at, where the sweep did not vary it."""
+
+
+def sweep_mismatches(ladder: LadderConfig) -> list[str]:
+    """One warning per sweep the ladder takes a law from, naming each setting in which the two
+    differ (a setting the sweep's record lacks is not compared: it can't say)."""
+    ours = to_dict(ladder)
+    warnings = []
+    for key, sweep_dir in ((LR_KEY, ladder.lr.from_sweep), (BATCH_KEY, ladder.batch.from_sweep)):
+        if not sweep_dir:
+            continue
+        theirs = read_yaml_record(storage.join(storage.as_location(sweep_dir), EXPERIMENT))
+        compared = SHAPING
+        if key == LR_KEY and not ladder.batch.from_sweep and not _swept_batch(theirs):
+            compared += BATCH_RULE
+        differ = [
+            f"{name} {_get(theirs, name)!r} (here {_get(ours, name)!r})"
+            for name in compared
+            if _get(theirs, name) is not None and _get(theirs, name) != _get(ours, name)
+        ]
+        if differ:
+            warnings.append(
+                f"{key}: {sweep_dir} was swept with {', '.join(differ)}: its optimum may not "
+                "hold under this ladder's settings; set them as the sweep had them, or sweep "
+                "again with this ladder's"
+            )
+    return warnings
+
+
+def _swept_batch(record: dict[str, Any]) -> bool:
+    return len(set(_get(record, "sweep.batch_factors") or [1.0])) > 1
+
+
+def _get(record: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(record, dict):
+            return None
+        record = record.get(part)
+    return record
