@@ -265,17 +265,30 @@ class HparamLawFit:
         ]
         if self.notes:
             lines.append(format_flags(self.notes, "UNRESOLVED"))
-        if self.scatter > MISFIT_SCATTER:
-            lines.append(
-                f"  MISFIT: the cells stray {self.scatter:.1f}x their intervals from the law "
-                "(its intervals are widened by that); a missing term or a bend?"
-            )
+        if self.misfit:
+            lines.append(f"  {self.misfit}")
         if self.excluded:
             names = "; ".join(c.label for c in self.excluded)
             lines.append(f"  EXCLUDED (optimum at the grid's edge, not bracketed): {names}")
         if self.conditional:
             lines.append(f"  {self.conditional}")
         return "\n".join(lines)
+
+    @property
+    def misfit(self) -> str:
+        """One line when the cells stray from the law by more than :data:`MISFIT_SCATTER` times
+        their intervals, else empty."""
+        if self.scatter <= MISFIT_SCATTER:
+            return ""
+        return (
+            f"MISFIT: the cells stray {self.scatter:.1f}x their intervals from the law "
+            "(its intervals are widened by that); a missing term or a bend?"
+        )
+
+    @property
+    def flags(self) -> list[str]:
+        """The MISFIT and CONDITIONAL lines: what a value read off the law must be shown with."""
+        return [line for line in (self.misfit, self.conditional) if line]
 
     @property
     def conditional(self) -> str:
@@ -441,10 +454,14 @@ def fit_hparam_laws(
     B* defaults to a law of D alone (Power Lines, Step Law: it does not depend on N). No B* law
     (``batch`` None, said in the text) when no cell varies the batch or none brackets its
     optimum: a small sweep's best batch can sit at the grid's edge in every cell, and the LR law
-    still stands."""
+    still stands.
+
+    One ``seed`` for every cell and law, as the ladder's plan and the sweep's report use
+    (:class:`~trainer_core.analysis.hparam_table.SweepCells`, :func:`fit_hparam_law`'s
+    default): the same sweep then gives every caller the same law."""
     lr_cells = cell_optima(df, "lr", n_bootstrap, seed)
-    batch_cells = cell_optima(df, "batch", n_bootstrap, seed + 1)
+    batch_cells = cell_optima(df, "batch", n_bootstrap, seed)
     lr = fit_hparam_law(lr_cells, lr_terms, n_bootstrap, seed)
     bracketed = any(not c.at_edge and math.isfinite(c.log_sigma) for c in batch_cells)
-    batch = fit_hparam_law(batch_cells, batch_terms, n_bootstrap, seed + 1) if bracketed else None
+    batch = fit_hparam_law(batch_cells, batch_terms, n_bootstrap, seed) if bracketed else None
     return HparamLaws(lr_cells, batch_cells, lr, batch)

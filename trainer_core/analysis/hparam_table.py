@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from trainer_core.analysis.load import ExperimentResults
+from trainer_core.analysis.optimum import ENDED_WORSE
 
 HORIZON_TOLERANCE = 0.05
 """Annealed points of one size within 5% in tokens are one horizon: a WSD-S decay ends on a whole
@@ -36,18 +37,19 @@ class SweepCells:
 
 
 def hparam_table(results: ExperimentResults) -> pd.DataFrame:
-    """An experiment's sweep table: one row per annealed eval of a trial that did not diverge.
+    """An experiment's sweep table: one row per annealed eval of a trial.
 
     Annealed points only: each WSD-S decay gives a finished-schedule loss, so one trial fills a
     cell at each of its horizons; a point at peak LR (before a decay) answers no horizon. A
-    trial stopped early counts at the decays it finished, as those losses are final, and at
-    its group's later horizons with an infinite loss: early stopping judged it worse than the
-    trials that went on, so it brackets those cells' optima (as in the sweep report's, lr.py).
+    trial stopped early or diverged (:data:`~trainer_core.analysis.optimum.ENDED_WORSE`)
+    counts at the decays it finished, as those losses are final (a diverged run's record ends
+    before its first non-finite step), and at its group's later horizons with an infinite loss:
+    it is worse than the trials that went on, so it brackets those cells' optima (as in the
+    sweep report's, lr.py).
     """
     runs = results.runs.set_index("name")
-    ok = runs.index[runs["status"] != "diverged"]
     points = results.points
-    pts = points[points["annealed"].astype(bool) & points["name"].isin(ok)]
+    pts = points[points["annealed"].astype(bool) & points["name"].isin(runs.index)]
     pts = pts.dropna(subset=["eval_loss"])
     table = pd.DataFrame(
         {
@@ -60,16 +62,17 @@ def hparam_table(results: ExperimentResults) -> pd.DataFrame:
         }
     )
     table["D"] = _snapped_horizons(table)
-    return pd.concat([table, _stopped_before(runs, table)], ignore_index=True)
+    return pd.concat([table, _ended_before(runs, table)], ignore_index=True)
 
 
-def _stopped_before(runs: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
-    """Rows of infinite loss for each early-stopped trial at the horizons its group's other
-    trials reached past its last annealed point (group: a size and run length)."""
+def _ended_before(runs: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """Rows of infinite loss for each trial that ended worse (stopped early or diverged) at the
+    horizons its group's other trials reached past its last annealed point (group: a size and
+    run length)."""
     groups = run_groups(runs)
     horizons = table.assign(group=table["name"].map(groups)).groupby("group")["D"].unique()
     rows = []
-    for name in runs.index[runs["status"] == "stopped"]:
+    for name in runs.index[runs["status"].isin(ENDED_WORSE)]:
         reached = table.loc[table["name"] == name, "D"].max()  # NaN: before any decay
         run = runs.loc[name]
         rows += [

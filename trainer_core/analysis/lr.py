@@ -5,11 +5,12 @@ trains with is exactly the one the sweep report prints.
 
 Trials of a group (a size and run length) are compared at common tokens: the last eval every
 finished trial reached, the end of the runs (a trial that failed short of it is not compared,
-and does not pull the others back to where it stopped). A trial stopped before
-then counts as worse than all of them, as early stopping judged it at the rung where it was
-stopped; its early, un-annealed loss is never set beside the others' (it would read as "this LR
-is bad" whatever the LR), nor are theirs read back to its rung (that discards the annealed
-losses the run is for: LR* moves with the horizon).
+and does not pull the others back to where it stopped). A trial stopped before then counts as
+worse than all of them, as early stopping judged it at the rung where it was stopped, and so
+does one that diverged (:data:`~trainer_core.analysis.optimum.ENDED_WORSE`); its early,
+un-annealed loss is never set beside the others' (it would read as "this LR is bad" whatever
+the LR), nor are theirs read back to its rung (that discards the annealed losses the run is
+for: LR* moves with the horizon).
 """
 
 from __future__ import annotations
@@ -24,14 +25,22 @@ import pandas as pd
 from scipy.stats import t as student_t
 
 from trainer_core.analysis.errors import AnalysisError
+from trainer_core.analysis.hparam_laws import SIGMA_FLOOR, CellOptimum
 from trainer_core.analysis.hparam_table import run_groups
 from trainer_core.analysis.load import ExperimentResults, load
-from trainer_core.analysis.optimum import N_BOOTSTRAP, grid_optimum, not_bracketed, pooled_noise
+from trainer_core.analysis.optimum import (
+    ENDED_WORSE,
+    N_BOOTSTRAP,
+    grid_optimum,
+    not_bracketed,
+    pooled_noise,
+)
 from trainer_core.ladder.formulas import LADDER_LR_EXPONENT
 
 COMPARED = "compared_loss"
 """The loss column optima use: each trial's eval loss at its group's common tokens; inf for a
-trial early stopping ended before them."""
+trial early stopping ended before them; NaN for a diverged one, which the optima judge worse too
+(:func:`optimal_lr`)."""
 
 
 def _eval_history(results: ExperimentResults) -> pd.DataFrame:
@@ -76,7 +85,7 @@ def _compare_at_common_tokens(table: pd.DataFrame, evals: pd.DataFrame) -> pd.Da
             losses.append(math.nan)
         elif upto["tokens"].iloc[-1] < row.compared_tokens - slack:
             steps.append(None)
-            losses.append(math.inf if row.stopped_early else math.nan)
+            losses.append(math.inf if row.status in ENDED_WORSE else math.nan)
         else:
             steps.append(int(upto["step"].iloc[-1]))
             losses.append(float(upto["eval_loss"].iloc[-1]))
@@ -154,9 +163,12 @@ class OptimalLR:
 
 def _curve(table: pd.DataFrame, loss: str) -> tuple[np.ndarray, np.ndarray]:
     """log LR ascending and the lowest loss at each (inf: only trials judged worse), over the
-    trials that did not diverge and have a compared loss."""
-    ok = table[~table["diverged"].astype(bool) & table[loss].astype(float).notna()]
-    best = ok.groupby("lr")[loss].min().sort_index()
+    trials with a compared loss or that ended worse (:data:`ENDED_WORSE`). A diverged trial is
+    inf whatever it logged: it never reached the common point, and its last loss, from before
+    it blew up, is no loss there (it can be low), so above the best it brackets the optimum."""
+    losses = table[loss].astype(float).mask(table["diverged"].astype(bool), math.inf)
+    ok = losses.notna()
+    best = losses[ok].groupby(table.loc[ok, "lr"]).min().sort_index()
     return np.log(best.index.to_numpy(float)), best.to_numpy(float)
 
 
@@ -168,8 +180,9 @@ def optimal_lr(
     seed: int = 0,
 ) -> OptimalLR:
     """One size's optimum: :func:`~trainer_core.analysis.optimum.grid_optimum` of its loss
-    against log LR (diverged trials excluded). ``noise``: the sweep's loss noise for the
-    interval (:func:`optimal_lrs` pools it over the sizes); NaN: the neighbouring grid LRs."""
+    against log LR (a diverged trial judged worse, as a stopped one). ``noise``: the sweep's
+    loss noise for the interval (:func:`optimal_lrs` pools it over the sizes); NaN: the
+    neighbouring grid LRs."""
     if table["size"].nunique() > 1:
         raise AnalysisError(
             f"optimal_lr: pass one size's rows, got sizes {sorted(table['size'].unique())}"
@@ -205,11 +218,15 @@ def optimal_lrs(table: pd.DataFrame, loss: str = COMPARED) -> dict[str, OptimalL
 
 @dataclass
 class LRPowerLawFit:
-    """lr*(N) = a * N^b from a log-log least-squares fit, compared to the ladder's exponent.
+    """lr*(N) = a * N^b, a log-log least-squares fit weighted by each size's own LR* interval,
+    compared to the ladder's exponent.
 
-    A sweep has few sizes (3 is usual): its residual error has n - 2 degrees of freedom, so
-    intervals and the comparison use Student's t, not the normal (with 1 degree of freedom a
-    "2 sigma" gap arises by chance 30% of the time, not 5%)."""
+    Its intervals are the wider of two: the sizes' own intervals carried through the fit
+    (normal), and the scatter about the law (Student's t on its n - 2 degrees of freedom: a
+    sweep has few sizes, and with 1 degree of freedom a "2 sigma" gap arises by chance 30% of
+    the time, not 5%). Never narrower than the sizes' intervals allow: optima that lie exactly
+    on a line (each the grid's centre) do not make the law exact, and two sizes still get one.
+    """
 
     a: float
     b: float
@@ -217,12 +234,21 @@ class LRPowerLawFit:
     log_a_stderr: float
     n_points: int
     cov: np.ndarray = field(repr=False)
-    """Covariance of (log a, b); NaN with two sizes (no residual to estimate it)."""
+    """Covariance of (log a, b), on the scale :attr:`t_dof` names."""
     n_range: tuple[float, float] = (math.nan, math.nan)
     """The smallest and largest N fitted: outside them a prediction extrapolates."""
     reference_exponent: float = LADDER_LR_EXPONENT
     left_out: tuple[str, ...] = ()
     """The sizes swept but not fitted: their best LR is at their grid's edge, a bound."""
+    scatter: float = math.nan
+    """The optima's spread about the law in units of their own intervals (chi^2 per degree of
+    freedom, square-rooted; NaN with two sizes: none is spare)."""
+    t_dof: float = math.inf
+    """Degrees of freedom of the intervals' and the comparison's t: :attr:`dof` where the
+    scatter sets the scale, inf (the normal) where the sizes' own intervals do."""
+    grid_picks: bool = False
+    """Every fitted optimum is a grid point, no parabola's vertex: the law then echoes how the
+    grid was centred (on the ladder's rule, in a sweep planned from it)."""
 
     @property
     def dof(self) -> int:
@@ -230,25 +256,22 @@ class LRPowerLawFit:
 
     @property
     def sigmas_from_reference(self) -> float:
-        """(b - reference) in standard errors of b: a t statistic (NaN with only two sizes)."""
-        return (self.b - self.reference_exponent) / self.b_stderr if self.b_stderr > 0 else math.nan
+        """(b - reference) in standard errors of b: a t statistic on :attr:`t_dof`."""
+        return (self.b - self.reference_exponent) / self.b_stderr
 
     @property
     def p_from_reference(self) -> float:
-        """Two-sided p of b equal to the reference, on t with :attr:`dof` (NaN with two sizes)."""
-        t = self.sigmas_from_reference
-        return float(2 * student_t.sf(abs(t), self.dof)) if math.isfinite(t) else math.nan
+        """Two-sided p of b equal to the reference, on t with :attr:`t_dof`."""
+        return float(2 * student_t.sf(abs(self.sigmas_from_reference), self.t_dof))
 
     def predict(self, N: float | np.ndarray) -> float | np.ndarray:
         out = self.a * np.asarray(N, dtype=float) ** self.b
         return float(out) if out.ndim == 0 else out
 
     def interval(self, N: float) -> tuple[float, float]:
-        """The fitted line's 95% interval at N (t with :attr:`dof`); NaN with two sizes."""
-        if self.dof < 1:
-            return math.nan, math.nan
+        """The fitted line's 95% interval at N (t with :attr:`t_dof`)."""
         row = np.array([1.0, math.log(N)])
-        half = float(student_t.ppf(0.975, self.dof)) * math.sqrt(float(row @ self.cov @ row))
+        half = float(student_t.ppf(0.975, self.t_dof)) * math.sqrt(float(row @ self.cov @ row))
         centre = math.log(self.predict(N))
         return math.exp(centre - half), math.exp(centre + half)
 
@@ -263,21 +286,39 @@ class LRPowerLawFit:
             return ""
         return f"lr*(N) leaves out {', '.join(self.left_out)}: {_at_edge(self.left_out)}"
 
+    @property
+    def scale(self) -> str:
+        """What sets the intervals: the scatter about the law, or the sizes' own intervals."""
+        if math.isfinite(self.t_dof):
+            return f"scale: the scatter about the law, {self.scatter:.2f}x the sizes' intervals"
+        if math.isfinite(self.scatter):
+            return f"scale: the sizes' own intervals (scatter {self.scatter:.2f}x them)"
+        return "scale: the sizes' own intervals (2 sizes: no scatter to check them)"
+
     def __str__(self) -> str:
-        line = f"lr*(N) = {self.a:.4g} * N^{self.b:.4f}"
-        if math.isfinite(self.b_stderr):
+        stat = "t" if math.isfinite(self.t_dof) else "z"
+        line = (
+            f"lr*(N) = {self.a:.4g} * N^{self.b:.4f}   (b = {self.b:.3f} ± {self.b_stderr:.3f}, "
+            f"{self.dof} dof, {self.scale}; against OLMo's {self.reference_exponent:.3f}, the "
+            f"ladder's default rule: {stat} = {self.sigmas_from_reference:+.1f}, "
+            f"p = {self.p_from_reference:.2g})   [{self.n_points} sizes]"
+        )
+        if self.grid_picks:
             line += (
-                f"   (b = {self.b:.3f} ± {self.b_stderr:.3f}, {self.dof} dof; against OLMo's "
-                f"{self.reference_exponent:.3f}, the ladder's default rule: "
-                f"t = {self.sigmas_from_reference:+.1f}, p = {self.p_from_reference:.2g})"
+                "   GRID PICKS: every size's LR* is a grid point, no parabola's vertex, so the "
+                "law echoes the grid's own centring: refine the grid around it (more LRs per size)"
             )
-        return line + f"   [{self.n_points} sizes]"
+        return line
 
 
 def fit_lr_power_law(
-    N: np.ndarray | list[float], lr_opt: np.ndarray | list[float]
+    N: np.ndarray | list[float],
+    lr_opt: np.ndarray | list[float],
+    log_sigma: np.ndarray | list[float] | None = None,
 ) -> LRPowerLawFit:
-    """Least squares of log lr* on log N; std errors need >= 3 sizes."""
+    """Weighted least squares of log lr* on log N. ``log_sigma``: each optimum's interval as a
+    normal sigma in log units, floored at SIGMA_FLOOR as a law's cells are
+    (:func:`~trainer_core.analysis.hparam_laws.fit_hparam_law`); None: each at the floor."""
     n, lr = np.asarray(N, dtype=float), np.asarray(lr_opt, dtype=float)
     if n.size != lr.size or np.unique(n).size < 2:
         raise AnalysisError(
@@ -285,17 +326,50 @@ def fit_lr_power_law(
         )
     if np.any(n <= 0) or np.any(lr <= 0):
         raise AnalysisError("fit_lr_power_law: N and lr_opt must be positive")
+    sigma = np.maximum(SIGMA_FLOOR if log_sigma is None else np.asarray(log_sigma), SIGMA_FLOOR)
+    if sigma.shape not in ((), n.shape) or not np.all(np.isfinite(sigma)):
+        raise AnalysisError(
+            "fit_lr_power_law: log_sigma needs one finite value per size (an optimum with an "
+            "open interval is a bound: leave it out)"
+        )
     x, y = np.log(n), np.log(lr)
-    X = np.stack([np.ones_like(x), x], axis=1)
-    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    X = np.stack([np.ones_like(x), x], axis=1) / np.broadcast_to(sigma, x.shape)[:, None]
+    coef, *_ = np.linalg.lstsq(X, y / sigma, rcond=None)
+    unscaled = np.linalg.inv(X.T @ X)
     dof = len(x) - 2
-    cov = np.full((2, 2), math.nan)
-    if dof > 0:
-        resid = y - X @ coef
-        cov = (resid @ resid / dof) * np.linalg.inv(X.T @ X)
+    scatter = math.sqrt(float(np.sum((y / sigma - X @ coef) ** 2)) / dof) if dof else math.nan
+    by_scatter = dof > 0 and student_t.ppf(0.975, dof) * scatter > student_t.ppf(0.975, math.inf)
+    cov = unscaled * scatter**2 if by_scatter else unscaled
     log_a_se, b_se = (float(v) for v in np.sqrt(np.diag(cov)))
     return LRPowerLawFit(
-        math.exp(coef[0]), float(coef[1]), b_se, log_a_se, len(x), cov, (n.min(), n.max())
+        math.exp(coef[0]),
+        float(coef[1]),
+        b_se,
+        log_a_se,
+        len(x),
+        cov,
+        (n.min(), n.max()),
+        scatter=scatter,
+        t_dof=dof if by_scatter else math.inf,
+    )
+
+
+def fit_lr_optima(n_of: dict[str, float], optima: dict[str, OptimalLR]) -> LRPowerLawFit:
+    """lr*(N) through bracketed per-size optima, each weighted by its own interval (read as a
+    law's cell reads its own), and saying when every one is a grid pick."""
+    sigma = {size: _as_cell(n_of[size], o).log_sigma for size, o in optima.items()}
+    if open_ := [size for size, s in sigma.items() if not math.isfinite(s)]:
+        raise AnalysisError(f"fit_lr_optima: {_at_edge(open_)}, or leave them out")
+    fit = fit_lr_power_law(
+        [n_of[s] for s in optima], [o.lr for o in optima.values()], list(sigma.values())
+    )
+    return replace(fit, grid_picks=all(o.method == "grid" for o in optima.values()))
+
+
+def _as_cell(N: float, o: OptimalLR) -> CellOptimum:
+    """A size's optimum as a law's (N, D) cell at its one horizon (D unused here)."""
+    return CellOptimum(
+        N, math.nan, "lr", o.lr, o.lr_low, o.lr_high, o.loss, o.method, o.at_edge, o.n_trials
     )
 
 
@@ -334,5 +408,5 @@ def fit_sweep_lr(
             f"{_at_edge(edge)}"
         )
     sizes_n = results.runs.groupby("size")["num_params"].first()
-    fit = fit_lr_power_law([sizes_n[s] for s in bracketed], [o.lr for o in bracketed.values()])
+    fit = fit_lr_optima({size: float(sizes_n[size]) for size in bracketed}, bracketed)
     return replace(fit, left_out=edge)

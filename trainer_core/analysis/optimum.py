@@ -12,7 +12,7 @@ below every measured point). A parabola over the whole curve is worse still (the
 wall: 40% low on an asymmetric test curve).
 
 A point of infinite loss is a value tried and judged worse without a loss at this horizon (a
-trial early stopping ended before it): it brackets the optimum but is never fitted.
+trial that ended before it, :data:`ENDED_WORSE`): it brackets the optimum but is never fitted.
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ WINDOW_FACTOR = 2.0
 REACH = math.log(WINDOW_FACTOR) * (1 + 1e-6)
 """In log units, with room for grids whose factor is WINDOW_FACTOR up to rounding."""
 NOISE_HALF_WINDOW = 2
+ENDED_WORSE = ("stopped", "diverged")
+"""Run statuses of a trial that ended on its loss's account: early stopping judged it worse, or
+its loss diverged. At a horizon it did not reach with a loss, either counts as worse than every
+trial that did (+inf), so a diverged LR above the best brackets the optimum as a stopped one
+does, in the sweep report's per-size LR* and in the laws' cells alike."""
 
 
 def not_bracketed(what: str, low: float) -> str:

@@ -64,7 +64,7 @@ BESIDE = 0.025
 another, so that neither hides the other's marker or interval."""
 
 
-def beside(x: float, lo: float, hi: float, side: int) -> float:
+def beside(x: float, lo: float, hi: float, side: float) -> float:
     """``x`` on a log axis spanning ``lo``..``hi``, moved ``side`` steps of BESIDE (negative:
     left): a step in decades of the span is visible on any axis, a fixed % of x is not."""
     return float(x * (hi / lo) ** (BESIDE * side))
@@ -202,9 +202,9 @@ def lr_sweep_figure(
     what = f"eval loss at the common {common}" if loss == COMPARED else loss.replace("_", " ")
     ax.set_ylabel(what)
     ax.set_title(
-        "LR sweep: star the optimum (hollow: at the grid's edge, a bound), hollow markers "
-        "stopped early, x diverged\n"
-        "(on the top line: no loss at the common point, judged worse)",
+        "LR sweep: star the optimum (hollow: at the grid's edge, a bound)\n"
+        "hollow markers: stopped early; x: diverged\n"
+        "on the top line: no loss at the common point, judged worse",
         fontsize=10,
     )
     ax.legend(title="size, batch (tokens)" if by_batch else "size", fontsize=8)
@@ -255,9 +255,21 @@ def plot_lr_vs_size(
     path: str | Path,
     lr_err: tuple[list[float], list[float]] | None = None,
     at_edge: list[bool] | None = None,
+    centre: np.ndarray | list[float] | None = None,
 ) -> Path:
     """Write :func:`lr_vs_size_figure` to a PNG at ``path``."""
-    return save(lr_vs_size_figure(N, lr_opt, fit, lr_err, at_edge), path)
+    return save(lr_vs_size_figure(N, lr_opt, fit, lr_err, at_edge, centre), path)
+
+
+def grid_centres(runs: pd.DataFrame) -> dict[str, float]:
+    """Each size's grid centre, the LR its factor 1 had (the config's LR rule), from a sweep's
+    runs (``ExperimentResults.runs``): a trial's peak LR over its ``lr_factor`` tag. Sizes
+    whose trials carry no factor (older sweeps) are left out."""
+    if "tag_lr_factor" not in runs.columns:
+        return {}
+    tagged = runs[runs["tag_lr_factor"].notna()]
+    centre = tagged["peak_lr"].astype(float) / tagged["tag_lr_factor"].astype(float)
+    return {str(size): float(v) for size, v in centre.groupby(tagged["size"]).median().items()}
 
 
 def lr_vs_size_figure(
@@ -266,11 +278,15 @@ def lr_vs_size_figure(
     fit: LRPowerLawFit | None,
     lr_err: tuple[list[float], list[float]] | None = None,
     at_edge: list[bool] | None = None,
+    centre: np.ndarray | list[float] | None = None,
 ) -> Figure:
-    """Optimal LR vs N (log-log) with the fitted power law and the ladder's N^-1/3 reference.
+    """Optimal LR vs N (log-log) with the fitted power law, the sweep's grid centre per size and
+    the reference exponent's slope.
 
     ``lr_err``: optional (lows, highs) drawn as error bars; ``at_edge``: which optima sit at
-    their grid's edge, drawn hollow without a bar (:func:`draw_optimum`).
+    their grid's edge, drawn hollow without a bar (:func:`draw_optimum`); ``centre``: the LR
+    each size's grid was centred on (:func:`grid_centres`), drawn so that a fit which only
+    returns the grid's own rule (optima at the grid's centre) shows as that, not as a finding.
     """
     n, lr = np.asarray(N, dtype=float), np.asarray(lr_opt, dtype=float)
     fig = Figure(figsize=(6, 4.5))
@@ -281,15 +297,9 @@ def lr_vs_size_figure(
     grid = np.logspace(np.log10(n.min()) - 0.2, np.log10(n.max()) + 0.5, 100)
     if fit is not None:
         ax.plot(grid, fit.predict(grid), "C0--", label=f"fit: N^{fit.b:.3f}")
-    # The reference goes through the data's geometric centre so only the slopes are compared.
-    n0, lr0 = np.exp(np.log(n).mean()), np.exp(np.log(lr).mean())
-    ax.plot(
-        grid,
-        lr0 * (grid / n0) ** LADDER_LR_EXPONENT,
-        ":",
-        color="gray",
-        label="ladder default N^-1/3",
-    )
+    if centre is not None:
+        _grid_centre(ax, n, np.asarray(centre, dtype=float))
+    _reference(ax, n, lr, grid, fit.reference_exponent if fit is not None else LADDER_LR_EXPONENT)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("non-embedding parameters N")
@@ -297,3 +307,31 @@ def lr_vs_size_figure(
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
     return fig
+
+
+def _grid_centre(ax: Axes, n: np.ndarray, centre: np.ndarray) -> None:
+    """The LR each size's grid was centred on (NaN: not known, not drawn), labelled with its
+    slope in N: a fit of the same slope through optima on these points measured the grid, not
+    the optimum."""
+    known = np.isfinite(centre)
+    n, centre = n[known], centre[known]
+    if not n.size:
+        return
+    order = np.argsort(n)
+    label = "sweep grid's centre (factor 1)"
+    if np.unique(n).size >= 2:
+        label += f": N^{np.polyfit(np.log(n), np.log(centre), 1)[0]:.3f}"
+    ax.plot(n[order], centre[order], "s-", ms=10, lw=1, color="C1", mfc="none", label=label)
+
+
+def _reference(ax: Axes, n: np.ndarray, lr: np.ndarray, grid: np.ndarray, exponent: float) -> None:
+    """A line of the reference exponent's slope (OLMo's, the ladder's default rule) through the
+    optima's geometric centre: it compares slopes only, its height is the data's."""
+    n0, lr0 = np.exp(np.log(n).mean()), np.exp(np.log(lr).mean())
+    ax.plot(
+        grid,
+        lr0 * (grid / n0) ** exponent,
+        ":",
+        color="gray",
+        label=f"N^{exponent:.3f} slope (OLMo's rule), for comparison",
+    )

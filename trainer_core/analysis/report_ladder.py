@@ -225,9 +225,11 @@ def _final_table(report: Report, console: Console) -> None:
 def _target_table(report: Report, settings: TargetSettings, least_flops: float) -> Table:
     """The whole answer at the target compute (:func:`target_answer`), kept on the report;
     a target below every annealed point (``least_flops``) is said to be extrapolated back."""
-    cost, sweep = settings.resolve(report.results.path)
+    cost, sweep, batch_law = settings.resolve(report.results.path)
     cost = replace(cost, per_token=FlopsPerToken.of_runs(report.results.runs))
-    laws = report.attempt(f"lr*, B* laws of {sweep}", lambda: sweep_laws(sweep)) if sweep else None
+    laws = None
+    if sweep:
+        laws = report.attempt(f"lr*, B* laws of {sweep}", lambda: sweep_laws(sweep, batch_law))
     answer = target_answer(
         report.target_flops,
         cost,

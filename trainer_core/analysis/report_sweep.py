@@ -4,6 +4,7 @@ them, found by the ladder's own calls (:mod:`trainer_core.ladder.lr_feedback`)."
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -23,9 +24,10 @@ from trainer_core.analysis.lr import (
     lr_sweep_table,
     optimal_lrs,
 )
-from trainer_core.analysis.plots import plot_lr_sweep, plot_lr_vs_size
+from trainer_core.analysis.plots import grid_centres, plot_lr_sweep, plot_lr_vs_size
 from trainer_core.analysis.plots_hparams import plot_hparam_laws
 from trainer_core.analysis.report_data import Report, fmt_loss
+from trainer_core.analysis.target import recorded_batch_law
 from trainer_core.config.loader import ConfigError
 from trainer_core.ladder.formulas import BATCH_SWEEP_LAWS, BatchFormula
 from trainer_core.ladder.lr_feedback import (
@@ -102,8 +104,10 @@ def sweep_section(report: Report, console: Console) -> None:
 
 
 def _lr_vs_size(report: Report, n_of: pd.Series) -> Path:
-    """Every size's optimum against N with the fitted LR*(N): those it left out drawn as bounds."""
+    """Every size's optimum against N with the fitted LR*(N) and the LRs the grid was centred
+    on: those it left out drawn as bounds."""
     optima = list(report.optima.values())
+    centres = grid_centres(report.results.runs)
     return plot_lr_vs_size(
         [n_of[size] for size in report.optima],
         [o.lr for o in optima],
@@ -111,14 +115,16 @@ def _lr_vs_size(report: Report, n_of: pd.Series) -> Path:
         report.out_dir / "lr_vs_size.png",
         ([o.lr_low for o in optima], [o.lr_high for o in optima]),
         [o.at_edge for o in optima],
+        [centres.get(size, math.nan) for size in report.optima],
     )
 
 
 def _ladder_laws(report: Report, console: Console) -> None:
     """What a ladder fed from this sweep plans with: the (N, D) cells' optima, then the LR law
     ``lr.from_sweep`` uses (LR*(N, D), or LR*(N) with why) and, the batch swept, the B* law
-    ``batch.from_sweep`` uses, each with its flags, or the one line that stops the plan; the
-    laws' figures beside the others."""
+    ``batch.from_sweep`` uses (with the ``batch.sweep_law`` the sweep's own record names, as a
+    ladder of the same config fits it), each with its flags, or the one line that stops the
+    plan; the laws' figures beside the others."""
     sweep, sweep_dir = SweepCells(report.results), str(report.results.path)
     console.print(f"What a ladder fed from this sweep plans with ({LR_KEY}, {BATCH_KEY}):")
     one_horizon = horizons_swept(sweep.table) < 2
@@ -128,10 +134,11 @@ def _ladder_laws(report: Report, console: Console) -> None:
     batch = None
     if sweep.cells("batch"):
         _print_cells(console, "batch", sweep.cells("batch"))
-        terms = BATCH_SWEEP_LAWS[BatchFormula.sweep_law]
+        law = recorded_batch_law(report.results.path) or BatchFormula.sweep_law
+        terms = BATCH_SWEEP_LAWS[law]
         batch = _or_refusal(console, lambda: batch_law(sweep, sweep_dir, terms))
         if batch is not None:
-            console.print(f"{BATCH_KEY} (batch.sweep_law: {BatchFormula.sweep_law}): {batch}")
+            console.print(f"{BATCH_KEY} (batch.sweep_law: {law}): {batch}")
     cells = {"lr": sweep.cells("lr"), "batch": sweep.cells("batch")}
     report.plots += plot_hparam_laws(sweep.table, lr, batch, Path(report.out_dir), cells)
 

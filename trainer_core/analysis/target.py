@@ -8,23 +8,31 @@ times an assumed MFU, both stated in the table: pricing 6 N D at an MFU measured
 count came out 20-40% cheap at seq 4096. The device and MFU default to the experiment's
 ``device_type`` and ``assumed_mfu``; the laws to the sweep its ladder took ``lr.from_sweep`` /
 ``batch.from_sweep`` from.
+
+LR* and B* are the plan's own: the laws :mod:`trainer_core.ladder.lr_feedback` fits (its cells,
+seed, refusals, LR*(N) for a one-horizon sweep), B* with the ladder's recorded
+``batch.sweep_law``. Where the plan would stop, the row says so instead of giving numbers, so
+the table never answers with a law the ladder refuses.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
 
 from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit
-from trainer_core.analysis.hparam_laws import HparamLaws, fit_hparam_laws
-from trainer_core.analysis.hparam_table import hparam_table
+from trainer_core.analysis.hparam_laws import SYMBOL
+from trainer_core.analysis.hparam_table import SweepCells
 from trainer_core.analysis.isoflop import IsoFLOPFit
 from trainer_core.analysis.load import load
 from trainer_core.analysis.predict import require_positive
+from trainer_core.config.loader import ConfigError
 from trainer_core.devices import (
     CPU_NOMINAL_FLOPS,
     PEAK_BF16_FLOPS,
@@ -35,12 +43,25 @@ from trainer_core.io import storage
 from trainer_core.io.records import read_yaml_record
 from trainer_core.io.run_dir import EXPERIMENT, recorded_experiment_kind
 from trainer_core.io.storage import Location
+from trainer_core.ladder.formulas import BATCH_SWEEP_LAWS, BatchFormula
+from trainer_core.ladder.lr_feedback import (
+    BATCH_KEY,
+    LR_KEY,
+    ONE_HORIZON,
+    SweepChoice,
+    SweepRules,
+    batch_law,
+    lr_laws,
+)
 
 DEFAULT_MFU = 0.4
 """The ladder's own default ``assumed_mfu``."""
 Estimate = tuple[float, float, float]
 """(value, 95% low, 95% high); NaN bounds where there is no interval."""
 NO_CI = (math.nan, math.nan)
+T = TypeVar("T")
+REFUSED = "refused (see below)"
+"""An LR* or B* cell whose law a ladder's plan refuses: the footer gives the plan's line."""
 
 
 @dataclass(frozen=True)
@@ -138,13 +159,14 @@ class TargetSettings:
                     "(python workflows/lr_sweep.py writes <dir>-lr-sweep)"
                 )
 
-    def resolve(self, exp_dir: Location) -> tuple[DeviceCost, Location]:
-        """(the cost model, the sweep dir or "") with the experiment's record filling the gaps."""
+    def resolve(self, exp_dir: Location) -> tuple[DeviceCost, Location, str]:
+        """(the cost model, the sweep dir or "", the ``batch.sweep_law`` the ladder recorded or
+        "") with the experiment's record filling the gaps: B* is then fitted as its plan did."""
         record = _experiment_record(exp_dir)
         device = self.device or str(record.get("device_type") or "cpu")
         mfu = self.mfu if self.mfu is not None else record.get("assumed_mfu", DEFAULT_MFU)
-        sweep = self.hparam_sweep or _from_sweep(record)
-        return device_cost(device, float(mfu)), sweep
+        law = _batch_law(record, storage.join(exp_dir, EXPERIMENT))
+        return device_cost(device, float(mfu)), self.hparam_sweep or _from_sweep(record), law
 
 
 def _experiment_record(exp_dir: Location) -> dict:
@@ -161,9 +183,80 @@ def _from_sweep(record: dict) -> str:
     return ""
 
 
-def sweep_laws(sweep_dir: Location) -> HparamLaws:
-    """LR*(N, D) and B*(D) of a sweep dir's annealed points."""
-    return fit_hparam_laws(hparam_table(load(sweep_dir)))
+def recorded_batch_law(exp_dir: Location) -> str:
+    """The ``batch.sweep_law`` ``exp_dir``'s record names, "" where it names none."""
+    return _batch_law(_experiment_record(exp_dir), storage.join(exp_dir, EXPERIMENT))
+
+
+def _batch_law(record: dict, path: Location) -> str:
+    section = record.get("batch")
+    law = str(section.get("sweep_law") or "") if isinstance(section, dict) else ""
+    return _checked_batch_law(law, str(path))
+
+
+def _checked_batch_law(law: str, where: str) -> str:
+    """``law`` if a ladder takes it ("" too: none named); else a one-line AnalysisError."""
+    if law and law not in BATCH_SWEEP_LAWS:
+        known = ", ".join(repr(k) for k in BATCH_SWEEP_LAWS)
+        raise AnalysisError(f"{where}: batch.sweep_law {law!r} is no B* law: use one of {known}")
+    return law
+
+
+@dataclass
+class SweepLaws:
+    """The LR* and B* laws a ladder fed from a sweep plans with, and in place of each law the
+    plan refuses, the line that stops it."""
+
+    rules: SweepRules
+    batch_law: str = BatchFormula.sweep_law
+    """The ``batch.sweep_law`` B* was fitted with."""
+    refused: dict[str, str] = field(default_factory=dict)
+    """"lr" or "batch": the plan's refusal of that law."""
+
+    def attempt(self, param: str, fit: Callable[[], T]) -> T | None:
+        """``fit()``, or None with the plan's refusal kept under ``param``."""
+        try:
+            return fit()
+        except ConfigError as e:
+            self.refused[param] = str(e)
+            return None
+
+    def choices(self, N: float, D: float) -> dict[str, SweepChoice | None]:
+        """The plan's LR* and B* at (N, D), None where it has no law."""
+        return {"lr": self.rules.lr(N, D), "batch": self.rules.batch(N, D)}
+
+    @property
+    def notes(self) -> list[str]:
+        """The refusals, then what the laws that stand rest on: MISFIT, CONDITIONAL, LR*(N)."""
+        lines = [
+            f"{SYMBOL[param]}: a ladder's plan stops here: {why}"
+            for param, why in self.refused.items()
+        ]
+        for law in (self.rules.lr_law, self.rules.batch_law):
+            if law is not None:
+                lines += [f"{law.name}: {flag}" for flag in law.flags]
+        if self.rules.lr_of_n is not None:
+            lines.append(f"lr*: from LR*(N), {ONE_HORIZON}")
+        return lines
+
+
+def sweep_laws(sweep_dir: Location, sweep_law: str = "") -> SweepLaws:
+    """The laws a ladder fed from ``sweep_dir`` plans with, found by the plan's own calls, so
+    the table and the plan give one LR* and B* for a size; a law the plan refuses is kept as its
+    refusal. B* by ``sweep_law`` (the ladder's ``batch.sweep_law``); "": the one the sweep's
+    own record names, else the default."""
+    where = str(sweep_dir)
+    law = _checked_batch_law(sweep_law, f"the sweep {where}")
+    law = law or recorded_batch_law(sweep_dir) or BatchFormula.sweep_law
+    cells = SweepCells(load(sweep_dir))
+    laws = SweepLaws(SweepRules(lr_dir=where, batch_dir=where), law)
+    lr = laws.attempt("lr", lambda: lr_laws(cells, where))
+    if lr is not None:
+        laws.rules.lr_law, laws.rules.lr_of_n = lr
+    if cells.cells("batch"):
+        terms = BATCH_SWEEP_LAWS[law]
+        laws.rules.batch_law = laws.attempt("batch", lambda: batch_law(cells, where, terms))
+    return laws
 
 
 @dataclass
@@ -176,8 +269,9 @@ class TargetColumn:
     N: Estimate | None = None
     D: Estimate | None = None
     loss: Estimate | None = None
-    lr: Estimate | None = None
-    batch: Estimate | None = None
+    lr: Estimate | str | None = None
+    """LR* from the sweep's law, or :data:`REFUSED` where a ladder's plan refuses the law."""
+    batch: Estimate | str | None = None
     flops: float | None = None
     device_hours: float | None = None
 
@@ -212,6 +306,8 @@ class TargetAnswer:
     """Where the LR* and B* laws came from (a sweep dir)."""
     laws_fitted: bool = False
     """The laws of ``hparam_source`` were fitted (else they were asked for and failed)."""
+    batch_law: str = ""
+    """The ``batch.sweep_law`` B* was fitted with."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -235,11 +331,12 @@ class TargetAnswer:
 
     def footer(self) -> list[str]:
         """What the table assumes: the device and MFU, where LR* and B* come from."""
-        if any(col.lr is not None for col in self.columns):
+        if self.laws_fitted and any(c.N is not None and c.D is not None for c in self.columns):
             source = (
                 f"lr*, B*: the laws of {self.hparam_source or 'the sweep'}, read at each "
-                "column's N_opt, D_opt (their intervals: the laws' bootstrap there; N_opt's own "
-                "spread not carried)"
+                f"column's N_opt, D_opt, as a ladder's plan fits them ({LR_KEY}, {BATCH_KEY} "
+                f"with batch.sweep_law: {self.batch_law}; their intervals: the laws' bootstrap "
+                "there; N_opt's own spread not carried)"
             )
         elif self.hparam_source and self.laws_fitted:
             source = (
@@ -271,9 +368,11 @@ class TargetAnswer:
         return "\n".join(lines + self.footer())
 
 
-def _cell(value: Estimate | float | None, fmt: str) -> str:
+def _cell(value: Estimate | float | str | None, fmt: str) -> str:
     if value is None:
         return "-"
+    if isinstance(value, str):
+        return value
     if not isinstance(value, tuple):
         return format(value, fmt) if math.isfinite(value) else "-"
     v, lo, hi = value
@@ -328,11 +427,11 @@ def target_answer(
     isoflop: IsoFLOPFit | None = None,
     chinchilla: ChinchillaFit | None = None,
     frontier: PowerLawFit | None = None,
-    laws: HparamLaws | None = None,
+    laws: SweepLaws | None = None,
     hparam_source: str = "",
 ) -> TargetAnswer:
     """The table at C from whichever fits there are; each column with an N_opt and D_opt gets
-    LR* and B* from ``laws`` there and its cost on ``cost``'s device."""
+    LR* and B* from ``laws`` there (:func:`sweep_laws`) and its cost on ``cost``'s device."""
     require_positive("target compute C", C)
     built = [
         (fit, build(fit, C))
@@ -344,7 +443,8 @@ def target_answer(
         if fit is not None
     ]
     columns = [col for _, col in built]
-    answer = TargetAnswer(C, columns, cost, hparam_source, laws is not None)
+    batch = laws.batch_law if laws is not None else ""
+    answer = TargetAnswer(C, columns, cost, hparam_source, laws is not None, batch)
     answer.notes += [
         f"{col.approach}: no 95% intervals (why: the UNRESOLVED line of its fit above)"
         for fit, col in built
@@ -358,25 +458,32 @@ def target_answer(
             "and D (the isoFLOP fit's DEGENERATE line)"
         )
     if laws is not None:
-        fitted = [law for law in (laws.lr, laws.batch) if law is not None]
-        answer.notes += [f"UNRESOLVED {law.name}: {note}" for law in fitted for note in law.notes]
+        answer.notes += laws.notes
     for col in columns:
         if col.N is not None and col.D is not None:
             _price_and_tune(col, cost, laws, answer.notes)
     return answer
 
 
-def _price_and_tune(col: TargetColumn, cost: DeviceCost, laws, notes: list[str]) -> None:
+def _price_and_tune(
+    col: TargetColumn, cost: DeviceCost, laws: SweepLaws | None, notes: list[str]
+) -> None:
     N, D = col.N[0], col.D[0]
     col.flops = cost.flops(N, D)
     col.device_hours = cost.hours(N, D)
     if laws is None:
         return
-    prediction = laws.predict(N, D)
-    col.lr = prediction.lr
-    col.batch = prediction.batch
-    if prediction.extrapolated:
+    choices = laws.choices(N, D)
+    col.lr, col.batch = (_tuned(choices[p], p in laws.refused) for p in ("lr", "batch"))
+    outside = dict.fromkeys(t for c in choices.values() if c is not None for t in c.extrapolated)
+    if outside:
         notes.append(
-            f"{col.approach}: lr*, B* extrapolated ({', '.join(prediction.extrapolated)} "
-            "outside the sweep's cells)"
+            f"{col.approach}: lr*, B* extrapolated ({', '.join(outside)} outside the sweep's cells)"
         )
+
+
+def _tuned(choice: SweepChoice | None, refused: bool) -> Estimate | str | None:
+    """A cell's LR* or B*: the plan's value and interval, its refusal, or none (no law)."""
+    if choice is None:
+        return REFUSED if refused else None
+    return (choice.value, choice.low, choice.high)

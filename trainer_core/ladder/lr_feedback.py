@@ -167,8 +167,9 @@ def horizons_swept(table: pd.DataFrame) -> int:
 
 
 def lr_laws(sweep: SweepCells, sweep_dir: str) -> tuple[HparamLawFit | None, LRPowerLawFit | None]:
-    """The LR law ``lr.from_sweep`` plans with, shared with the sweep's report so both show one
-    law: (LR*(N, D), None) where some size was swept at two horizons, else (None, LR*(N)).
+    """The LR law ``lr.from_sweep`` plans with, shared with the sweep's report and the analysis's
+    target table so all show one law: (LR*(N, D), None) where some size was swept at two
+    horizons, else (None, LR*(N)).
 
     Decided by the horizons swept, not those whose cells bracket their optimum: a sweep of
     several horizons whose grids miss the optima is refused (widen them), never read as one
@@ -192,7 +193,8 @@ def lr_laws(sweep: SweepCells, sweep_dir: str) -> tuple[HparamLawFit | None, LRP
 
 
 def batch_law(sweep: SweepCells, sweep_dir: str, terms: tuple[str, ...]) -> HparamLawFit:
-    """The B* law ``batch.from_sweep`` plans with (``terms``: ``batch.sweep_law``'s factors)."""
+    """The B* law ``batch.from_sweep`` plans with (``terms``: ``batch.sweep_law``'s factors),
+    shared like :func:`lr_laws`."""
     cells = sweep.cells("batch")
     if not cells:
         raise ConfigError(

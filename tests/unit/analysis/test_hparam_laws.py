@@ -12,6 +12,7 @@ import pytest
 from drawn import bars, close, marker, through
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgba
+from matplotlib.lines import Line2D
 
 from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.hparam_heldout import held_out_check, leave_one_out
@@ -24,6 +25,7 @@ from trainer_core.analysis.hparam_laws import (
 from trainer_core.analysis.plots_hparams import (
     cell_sweeps_figure,
     hparam_law_figure,
+    law_groups,
     plot_hparam_laws,
 )
 from trainer_core.analysis.synthetic_sweep import (
@@ -272,50 +274,70 @@ def test_cell_sweeps_draw_each_cells_lowest_losses_and_optimum(small_sweep, para
     assert any(c.at_edge for c in cells) == (param == "lr"), "a hollow star is checked for LR"
 
 
+def placed(ax, cells: list, x: str) -> Line2D:
+    """The one marker line drawing ``cells``' optima: at their values, each within 10% of its
+    cell's ``x`` (set beside the others sharing it)."""
+    at = np.array([getattr(c, x) for c in cells])
+    found = [
+        ln
+        for ln in ax.lines
+        if ln.get_linestyle() == "None"
+        and close(ln.get_ydata(), [c.value for c in cells])
+        and np.allclose(ln.get_xdata(), at, rtol=0.1)
+    ]
+    assert len(found) == 1, f"{len(found)} markers at {[c.label for c in cells]}"
+    return found[0]
+
+
 @pytest.mark.parametrize(
     "param, x, per_value", [("lr", "N", True), ("lr", "D", True), ("batch", "D", False)]
 )
 def test_law_plot_draws_the_optima_and_the_laws_predictions(small_sweep, param, x, per_value):
-    """Optima with their intervals per value of the other variable, hollow where excluded, and
-    the law's prediction along ``x``: a line per value of the other variable where the law
-    depends on it (LR*), else one line with its 95% band (B*, a law of D alone)."""
+    """Optima with their intervals per group (:func:`law_groups`: a value of the other variable,
+    or a D/N), hollow where excluded, and the law's prediction along ``x``: a line per group
+    where the law depends on what the group fixes (LR*), else one line with its 95% band (B*,
+    a law of D alone); every group and style named in the legend."""
     law = getattr(small_sweep[1], param)
-    other = "D" if x == "N" else "N"
-    assert (other in law.terms) == per_value
-
-    def predict(along: np.ndarray, fixed: float) -> np.ndarray:
-        """(value, low, high) per point along ``x`` at ``fixed`` of the other variable."""
-        return np.array([law.predict(*((v, fixed) if x == "N" else (fixed, v))) for v in along])
-
     ax = hparam_law_figure(law, x).axes[0]
     assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
     cells = law.cells + law.excluded
-    groups = sorted({getattr(c, other) for c in cells})
+    groups = law_groups(cells, x)
+    assert all(g.varies(law) == per_value for g in groups)
+    assert sorted(c.label for g in groups for c in g.cells) == sorted(c.label for c in cells)
+
+    def predict(along: np.ndarray, group) -> np.ndarray:
+        """(value, low, high) per point along ``x`` in ``group``."""
+        return np.array([law.predict(*group.at(x, v)) for v in along])
+
     dashed = [ln for ln in ax.lines if ln.get_linestyle() == "--"]
     assert len(dashed) == (len(groups) if per_value else 1)
-    named = []
-    for value in groups:
-        fitted = [c for c in law.cells if getattr(c, other) == value]
-        edge = [c for c in law.excluded if getattr(c, other) == value]
+    for group in groups:
+        fitted = [c for c in group.cells if c not in law.excluded]
+        edge = [c for c in group.cells if c in law.excluded]
         if fitted:
-            named.append(f"{other}={value:.3g}")
-            optima = marker(ax, [[getattr(c, x), c.value] for c in fitted])
-            assert optima.get_label() == named[-1]
-            bars(ax, [[[getattr(c, x), c.low], [getattr(c, x), c.high]] for c in fitted])
+            optima = placed(ax, fitted, x)
+            assert optima.get_label() == group.label
+            lows, highs = [c.low for c in fitted], [c.high for c in fitted]
+            drawn_at = zip(optima.get_xdata(), lows, highs, strict=True)
+            bars(ax, [[[at, lo], [at, hi]] for at, lo, hi in drawn_at])
             colour = optima.get_color()
         if edge:
-            hollow = marker(ax, [[getattr(c, x), c.value] for c in edge])
+            hollow = placed(ax, edge, x)
             assert to_rgba(hollow.get_markerfacecolor()) == to_rgba("white")
+            assert fitted or hollow.get_label() == group.label
             colour = hollow.get_color()
         if per_value:
-            span = [getattr(c, x) for c in cells if getattr(c, other) == value]
+            span = [getattr(c, x) for c in group.cells]
             (law_line,) = [
-                ln for ln in dashed if close(ln.get_ydata(), predict(ln.get_xdata(), value)[:, 0])
+                ln for ln in dashed if close(ln.get_ydata(), predict(ln.get_xdata(), group)[:, 0])
             ]
             assert close(to_rgba(law_line.get_color()), to_rgba(colour))
             along = law_line.get_xdata()
             assert along.min() < min(span) and along.max() > max(span)
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == named
+    edge_key = ["optimum at the grid's edge (not fitted)"] if law.excluded else []
+    law_key = f"{law.name} at each {groups[0].by}" if per_value else f"{law.name}, 95% band shaded"
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == [g.label for g in groups] + edge_key + [law_key]
     assert n_bars(ax) == len(law.cells), "the excluded cells are drawn without a bar"
     if not per_value:
         (law_line,) = dashed
@@ -343,7 +365,8 @@ def test_a_sweep_dir_reads_as_annealed_points_one_horizon_per_decay(tmp_path):
     run = json.loads(record.read_text())
     record.write_text(json.dumps({**run, "status": "diverged"}))
     table = hparam_table(load(root))
-    assert len(table) == (2 * 7 * 3 - 1) * len(DIR_RATIOS), "no peak-LR point, no diverged run"
+    # no peak-LR point; the diverged run's decays count (its record ends before it diverged)
+    assert len(table) == 2 * 7 * 3 * len(DIR_RATIOS)
     assert table["loss"].max() < 50, "the eval at peak LR before a decay is left out"
     for n, rows in table.groupby("N"):
         horizons = sorted(rows["D"].unique())
@@ -433,5 +456,36 @@ def test_a_trial_stopped_before_a_horizon_brackets_that_cell_as_worse():
     worse = table[table["loss"] == math.inf]
     assert list(worse["name"]) == ["a"] and list(worse["D"]) == [pytest.approx(2e7)]
     late = next(c for c in cell_optima(table, "lr") if c.D > 1.5e7)
+    assert not late.at_edge and late.value == pytest.approx(2e-3)
+    assert (late.low, late.high) == pytest.approx((1e-3, 4e-3))
+
+
+def test_a_trial_diverged_before_a_horizon_brackets_that_cell_as_worse():
+    """lr 4e-3 finished the first decay and diverged before the second, where the best
+    finished LR is the largest that finished: the cell was NOT BRACKETED and left out of the
+    law. A diverged trial counts as a stopped one does: its decay's loss where it has one, worse
+    than every finished trial past it, so the upper bound is its LR."""
+    from types import SimpleNamespace
+
+    from trainer_core.analysis.hparam_table import hparam_table
+
+    lrs = {"a": 1e-3, "b": 2e-3, "c": 4e-3}
+    runs = pd.DataFrame(
+        {
+            "name": list(lrs),
+            "size": "s",
+            "num_params": 1e6,
+            "peak_lr": list(lrs.values()),
+            "global_batch_tokens": 2048,
+            "status": ["finished", "finished", "diverged"],
+        }
+    )
+    decays = [("a", 1e7, 3.3), ("b", 1e7, 3.1), ("c", 1e7, 3.2), ("a", 2e7, 3.0), ("b", 2e7, 2.9)]
+    points = pd.DataFrame(decays, columns=["name", "tokens", "eval_loss"])
+    points = points.assign(annealed=True, N=1e6, peak_lr=points["name"].map(lrs))
+    table = hparam_table(SimpleNamespace(runs=runs, points=points))
+    assert table.loc[table["name"] == "c", "loss"].tolist() == [3.2, math.inf]
+    early, late = cell_optima(table, "lr")
+    assert not early.at_edge and early.method == "quadratic"  # c's decay counts there
     assert not late.at_edge and late.value == pytest.approx(2e-3)
     assert (late.low, late.high) == pytest.approx((1e-3, 4e-3))

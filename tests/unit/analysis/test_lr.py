@@ -214,3 +214,59 @@ def test_a_trial_stopped_one_eval_short_of_the_end_is_judged_worse(tmp_path):
     table = lr_sweep_table(load(tmp_path)).sort_values("lr")
     assert table["compared_step"].tolist() == [100, 100, pd.NA]
     assert table["compared_loss"].tolist()[2] == math.inf
+
+
+def _centred_sweep(root: Path, sizes: dict[str, int]) -> Path:
+    """ASHA's usual outcome on a grid centred on a rule: per size the rule's LR finishes and
+    its neighbours (x0.5, x2) are stopped, so each size's LR* is the rule's own LR."""
+    from synthetic_experiments import BATCH, write_jsonl, write_run
+
+    (root / "experiment.yaml").write_text("name: sweep\nsweep: {search: grid}\n")
+    for size, n in sizes.items():
+        for factor in (0.5, 1.0, 2.0):
+            lr = 6.9e-4 * (n / 1e6) ** -0.67 * factor
+            finished = factor == 1.0
+            last = 100 if finished else 50
+            run = root / "runs" / f"{size}-lr{lr:.3e}"
+            status = "finished" if finished else "stopped"
+            write_run(run, size=size, n=n, lr=lr, total_steps=100, status=status, last_step=last)
+            evals = [{"step": s, "tokens": s * BATCH, "eval/loss": 2.0} for s in (50, last)]
+            write_jsonl(run / "metrics.jsonl", evals)
+    return root
+
+
+CENTRED_N = {"25K": 37_088, "50K": 70_000, "100K": 140_000}
+
+
+def test_lr_of_n_through_grid_picks_keeps_their_intervals_and_says_so(tmp_path: Path):
+    """Every optimum the grid's centre: the three lie exactly on the rule's line, and the law
+    was printed as b = -0.670 ± 0.000 (t = -3.6e14) with a plan interval of zero width. Each
+    size's own interval (its neighbouring LRs) now carries through to the law."""
+    from trainer_core.analysis.hparam_laws import Z_CI
+
+    fit = fit_sweep_lr(_centred_sweep(tmp_path, CENTRED_N))
+    assert fit.b == pytest.approx(-0.67, abs=1e-9)
+    sigma = math.log(4) / (2 * Z_CI)  # each size's 95% interval: x0.5 .. x2 about its LR*
+    x = np.log(list(CENTRED_N.values()))
+    sxx = float(np.sum((x - x.mean()) ** 2))
+    assert fit.b_stderr >= sigma / math.sqrt(sxx) * (1 - 1e-9)
+    low, high = fit.interval(1e6)
+    implied = Z_CI * sigma * math.sqrt(1 / 3 + (math.log(1e6) - x.mean()) ** 2 / sxx)
+    assert math.log(high / low) / 2 >= implied * (1 - 1e-9)
+    assert low < fit.predict(1e6) < high
+    text = str(fit)
+    assert "± 0.000" not in text and "scale: the sizes' own intervals" in text
+    assert "GRID PICKS: every size's LR* is a grid point" in text
+    assert "refine the grid around it (more LRs per size)" in text
+
+
+def test_lr_of_n_from_two_sizes_has_the_interval_their_optima_give(tmp_path: Path):
+    """Two sizes leave no residual to scale by: the law had no interval, and the plan printed
+    'no interval' without a word why. The sizes' own intervals give it one."""
+    two = {size: CENTRED_N[size] for size in ("25K", "100K")}
+    fit = fit_sweep_lr(_centred_sweep(tmp_path, two))
+    assert fit.n_points == 2 and fit.dof == 0
+    low, high = fit.interval(1e6)
+    assert 0 < low < fit.predict(1e6) < high < math.inf
+    assert math.isfinite(fit.b_stderr) and fit.b_stderr > 0.1
+    assert "2 sizes: no scatter to check them" in str(fit)

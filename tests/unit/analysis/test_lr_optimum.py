@@ -167,3 +167,20 @@ def test_widening_stops_below_divergence_and_skips_tried_lrs():
     assert widen_lrs(dead) == {"s": [pytest.approx(5e-4)]}
     single = _table([("s", 1e-3, 3.0, False)])
     assert widen_lrs(single) == {"s": [pytest.approx(5e-4), pytest.approx(2e-3)]}
+
+
+def test_a_diverged_lr_above_the_best_brackets_it(tmp_path: Path):
+    """LRs x0.25..x1 finished, the best the largest, and x2 diverged: the optimum was 'NOT
+    BRACKETED ... widen it' with an open interval (the widening added nothing, stopped below
+    the diverged LR) and the size left out of LR*(N). A diverged trial is worse than any
+    finished one: the upper bound is its LR."""
+    for factor in (0.25, 0.5, 1.0):
+        write_trial(tmp_path, lr_star(TOTAL) * factor, TOTAL, "finished")
+    write_trial(tmp_path, lr_star(TOTAL) * 2, 30, "diverged")  # its last loss, at step 20, is low
+    table = lr_sweep_table(load(tmp_path))
+    best = optimal_lr(table)
+    assert not best.at_edge and "NOT BRACKETED" not in str(best)
+    assert best.lr == pytest.approx(lr_star(TOTAL))
+    assert (best.lr_low, best.lr_high) == pytest.approx((lr_star(TOTAL) / 2, lr_star(TOTAL) * 2))
+    assert best.n_trials == 4
+    assert widen_lrs(table) == {}

@@ -6,9 +6,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from drawn import bars, close, line, marker, scatter, through
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgba
 from synthetic_experiments import (
     SWEEP_N,
@@ -30,6 +32,7 @@ from trainer_core.analysis import (
 )
 from trainer_core.analysis.plots import (
     COMPUTE_LABEL,
+    grid_centres,
     loss_curves_figure,
     lr_sweep_figure,
     lr_vs_size_figure,
@@ -232,6 +235,52 @@ def test_lr_vs_size_draws_optima_fit_and_reference(sweep_dir: Path):
     x, y = line(ax, "fit: N^")
     assert x.min() < n.min() and x.max() > n.max()
     assert close(y, fit.predict(x))
-    x, y = line(ax, "ladder default N^-1/3")
+    x, y = line(ax, "N^-0.333 slope (OLMo's rule), for comparison")
     n0, lr0 = np.exp(np.log(n).mean()), np.exp(np.log(lrs).mean())
     assert close(y, lr0 * (x / n0) ** (-1 / 3))
+
+
+def test_lr_vs_size_draws_the_grids_centre_not_a_ladder_default():
+    """A sweep centred on its config's own rule (N^-0.67 in the demo) whose optima sit at the
+    grid's centre fits that rule back: the centre is drawn, its slope named beside the fit's,
+    and the N^-1/3 line is named as the comparison it is, not as the grid's default."""
+    n = np.array([21672.0, 37088.0])
+    centre = 0.00069 * (n / 1e6) ** -0.67
+    fit = fit_lr_power_law(n, centre)
+    ax = lr_vs_size_figure(n, centre, fit, centre=centre).axes[0]
+    x, y = line(ax, "sweep grid's centre (factor 1): N^-0.670")
+    assert close(x, n) and close(y, centre)
+    line(ax, "fit: N^-0.670")
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert not [t for t in texts if "default" in t], texts
+    unknown = np.array([centre[0], np.nan])  # a size of an older sweep, without its factor
+    ax = lr_vs_size_figure(n, centre, fit, centre=unknown).axes[0]
+    x, y = line(ax, "sweep grid's centre")
+    assert close(x, n[:1]) and close(y, centre[:1])
+
+
+def test_grid_centres_are_each_sizes_lr_at_factor_one():
+    """The centre is a trial's LR over its factor, whichever trials a size ran (factor 1 or
+    not, as a random search has none); trials without the tag (older sweeps) give none."""
+    runs = pd.DataFrame(
+        {
+            "size": ["15K", "15K", "25K", "old"],
+            "peak_lr": [0.0045, 0.018, 0.0125, 0.003],
+            "tag_lr_factor": [0.5, 2.0, 2.0, None],
+        }
+    )
+    assert grid_centres(runs) == pytest.approx({"15K": 0.009, "25K": 0.00625})
+    assert grid_centres(runs.drop(columns="tag_lr_factor")) == {}
+
+
+def test_the_lr_sweeps_title_fits_in_its_figure(sweep_dir: Path):
+    """Its key to the markers ran past the figure's right edge ("x dive..."): every line of it
+    inside the figure as saved (after ``tight_layout``, as ``save`` does)."""
+    table = lr_sweep_table(load(sweep_dir))
+    fig = lr_sweep_figure(table, optimal_lrs(table))
+    FigureCanvasAgg(fig)
+    fig.tight_layout()
+    title = fig.axes[0].title
+    box = title.get_window_extent(fig.canvas.get_renderer())
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height
+    assert "x: diverged" in title.get_text()

@@ -27,7 +27,8 @@ from trainer_core.analysis.isoflop import IsoFLOPFit
 from trainer_core.analysis.predict import chinchilla_from_points
 from trainer_core.analysis.synthetic import SyntheticLadder
 from trainer_core.analysis.synthetic_sweep import PlantedLaw, SyntheticSweep
-from trainer_core.analysis.target import FlopsPerToken
+from trainer_core.analysis.target import FlopsPerToken, SweepLaws
+from trainer_core.ladder.lr_feedback import SweepRules
 
 C = 6e20
 """With A = B and alpha = beta, N* = D* = sqrt(C / 6) = 1e10."""
@@ -43,7 +44,8 @@ def symmetric_law() -> ChinchillaFit:
 
 def test_target_table_by_hand():
     sweep = SyntheticSweep(lr_law=LR_AT_TARGET, batch_law=BATCH_AT_TARGET, noise=0.0)
-    laws = fit_hparam_laws(sweep.table(), n_bootstrap=200)
+    fitted = fit_hparam_laws(sweep.table(), n_bootstrap=200)
+    laws = SweepLaws(SweepRules(lr_law=fitted.lr, batch_law=fitted.batch))
     answer = target_answer(C, device_cost("H100", 0.5), chinchilla=symmetric_law(), laws=laws)
     (col,) = answer.columns
     assert col.N[0] == pytest.approx(1e10) and col.D[0] == pytest.approx(1e10)
@@ -60,7 +62,10 @@ def test_target_table_by_hand():
     text = str(answer)
     assert text.startswith("compute-optimal at C = 6e+20 FLOPs")
     assert "H100, 9.89e+14 FLOP/s peak, 50% MFU (assumed), FLOPs = 6 N D" in text
-    assert "lr*, B*: the laws of the sweep, read at each column's N_opt, D_opt" in text
+    assert (
+        "lr*, B*: the laws of the sweep, read at each column's N_opt, D_opt, as a ladder's plan "
+        "fits them (lr.from_sweep, batch.from_sweep with batch.sweep_law: D;"
+    ) in text
     assert "extrapolated (N, D/N outside the sweep's cells)" in text  # 1 token a parameter
     assert [c.approach for c in answer.columns] == ["approach 3 (L(N, D))"]
     rows = dict(answer.rows())
@@ -165,12 +170,13 @@ def test_settings_default_to_the_experiment_record(tmp_path: Path):
     (tmp_path / "experiment.yaml").write_text(
         "device_type: A100\nassumed_mfu: 0.3\nlr: {from_sweep: /sweeps/one}\n"
     )
-    cost, sweep = TargetSettings().resolve(tmp_path)
+    cost, sweep, law = TargetSettings().resolve(tmp_path)
     assert (cost.device, cost.peak_flops, cost.mfu, sweep) == ("A100", 312e12, 0.3, "/sweeps/one")
+    assert law == ""
     other = tmp_path / "other"
     other.mkdir()
     (other / "experiment.yaml").write_text("sizes: [15K]\nsweep: {factors: [1.0]}\n")
-    cost, sweep = TargetSettings("H100", 0.5, str(other)).resolve(tmp_path)
+    cost, sweep, _ = TargetSettings("H100", 0.5, str(other)).resolve(tmp_path)
     assert (cost.device, cost.mfu, sweep) == ("H100", 0.5, str(other))
 
 
