@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +30,9 @@ from trainer_core.data.shards import (
     DEFAULT_SHARD_TOKENS,
     DEFAULT_VAL_FRACTION,
     MANIFEST,
+    TRAIN_PREFIX,
+    VAL_PREFIX,
+    is_shard_dir,
     read_manifest,
     verify_shards,
 )
@@ -39,18 +43,28 @@ from trainer_core.data.text_sources import (
     discover_inputs,
     sample_texts,
 )
-from trainer_core.data.tokenizer import load_tokenizer, train_bpe
+from trainer_core.data.tokenizer import BYTE_FILE, HF_CONFIG, HF_FILE, load_tokenizer, train_bpe
 from trainer_core.io import storage
 from trainer_core.io.output_dir import check_output_dir, replace_when_complete
 from trainer_core.io.sigterm import sigterm_raises_exit
 
 BPE_SAMPLE_BYTES = 64 << 20
+OWN_FILES = {MANIFEST, HF_FILE, HF_CONFIG, BYTE_FILE}
+SHARD_FILE = re.compile(rf"({TRAIN_PREFIX}|{VAL_PREFIX})-\d{{5,}}\.parquet")
+"""The names this command writes in ``--out``: a shard dir holding any other is not replaced."""
+NAMED_AT_MOST = 5
 PLAIN_EVERY_S = 10.0
 """Longest gap between progress lines when stdout is no terminal (a log)."""
 
 
 class HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The module docstring as written, and each flag's default."""
+    """The module docstring as written, and each flag's default but ``None``: a flag without one
+    is required, or its help says what leaving it out does."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -116,12 +130,38 @@ def check_out(out: str) -> Path:
         )
     target = check_output_dir(out, "--out")
     check_output_dir(target.parent, "--out")
-    if target.is_dir() and any(target.iterdir()) and not (target / MANIFEST).is_file():
+    if target.is_dir() and any(target.iterdir()):
+        check_replaceable(target)
+    return target
+
+
+def check_replaceable(target: Path) -> None:
+    """Refuse a non-empty ``--out`` unless it is a shard dir (a ``manifest.json`` of the shard
+    format, not any file of that name) holding only files this command writes: replacing it
+    deletes every file in it."""
+    if not (target / MANIFEST).is_file():
         raise ConfigError(
             f"--out: {target} holds files but no {MANIFEST}, and only a shard dir is replaced; "
             "choose a new or empty dir"
         )
-    return target
+    if not is_shard_dir(target):
+        raise ConfigError(
+            f"--out: {target / MANIFEST} is not a shard manifest, and only a shard dir is "
+            "replaced; choose a new or empty dir"
+        )
+    foreign = sorted(p.name for p in target.iterdir() if not written_here(p))
+    if foreign:
+        more = len(foreign) - NAMED_AT_MOST
+        names = ", ".join(foreign[:NAMED_AT_MOST]) + (f" and {more} more" if more > 0 else "")
+        raise ConfigError(
+            f"--out: {target} is a shard dir but also holds {names}, which replacing it would "
+            "delete; move them out or choose another --out"
+        )
+
+
+def written_here(path: Path) -> bool:
+    """Whether ``path`` is a file of a name this command writes in a shard dir."""
+    return path.is_file() and (path.name in OWN_FILES or bool(SHARD_FILE.fullmatch(path.name)))
 
 
 class PlainProgress:

@@ -22,6 +22,7 @@ import gzip
 import io
 import json
 import os
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -43,6 +44,7 @@ from trainer_core.data.shards import (
     is_shard_dir,
     split_key,
 )
+from trainer_core.data.tokenizer import RUN_START
 
 TEXT, JSONL, PARQUET = "text", "jsonl", "parquet"
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
@@ -125,9 +127,13 @@ def _size(path: str) -> int:
         raise DataError(f"{path}: can't read it ({why}); remove it or fix it") from None
 
 
+def _local_path(pattern: str) -> str:
+    return os.path.expanduser(pattern.removeprefix("file://"))
+
+
 def _expand_local(pattern: str) -> tuple[list[tuple[str, int]], list[str]]:
     """The files ``pattern`` names, with their sizes, and the shard dirs it reached, left out."""
-    pattern = os.path.expanduser(pattern.removeprefix("file://"))
+    pattern = _local_path(pattern)
     globbed = bool(GLOB_CHARS & set(pattern))
     matches = sorted(glob.glob(pattern, recursive=True)) if globbed else [pattern]
     shard_dir = functools.cache(is_shard_dir)
@@ -185,6 +191,11 @@ def discover_inputs(
             raise DataError(
                 f"--input {pattern!r} holds only shard dirs ({', '.join(left_out)}), the output of "
                 "tokenizing, not text; pass the text files"
+            )
+        if not paths and not _is_url(pattern) and os.path.isdir(_local_path(pattern)):
+            raise DataError(
+                f"--input {pattern!r} is an empty directory (no visible files; names starting "
+                "with '.' are skipped); put the text files in it or pass the dir that holds them"
             )
         if not paths:
             raise DataError(
@@ -333,7 +344,7 @@ def read_documents(f: InputFile, opts: ReadOptions, stats: ReadStats) -> Iterato
                     stats.empty_documents += 1
                     continue
                 stats.documents += 1
-                stats.text_bytes += len(text) if text.isascii() else len(text.encode("utf-8"))
+                stats.text_bytes += _utf8_len(text)
                 yield text
     except DataError:
         raise
@@ -346,6 +357,10 @@ def read_documents(f: InputFile, opts: ReadOptions, stats: ReadStats) -> Iterato
                 "--on-decode-error skip to skip unreadable files"
             ) from None
         stats.skipped_files += 1
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
 def _is_read_failure(e: Exception) -> bool:
@@ -397,22 +412,43 @@ def tokenize_file(
 
 
 def sample_texts(files: list[InputFile], opts: ReadOptions, max_bytes: int) -> list[str]:
-    """Up to ``max_bytes`` of text for training a BPE: an equal share from each file, in order,
-    at least one document per file, so the sample spans the whole input deterministically."""
-    share = max(max_bytes // max(len(files), 1), 1)
+    """Up to ``max_bytes`` of UTF-8 text for training a BPE, from every file in order: each
+    takes at most an equal share of the budget still left, so no file's large documents crowd
+    out the files after it, and what a small file leaves goes to those after it."""
     sample: list[str] = []
-    total = 0
-    for f in files:
-        taken = 0
-        for text in read_documents(f, opts, ReadStats()):
-            sample.append(text)
-            taken += len(text)
-            if taken >= share:
-                break
-        total += taken
-        if total >= max_bytes:
-            break
+    left = max_bytes
+    for i, f in enumerate(files):
+        share = left // (len(files) - i)
+        if share == 0:
+            continue
+        texts, taken = _head(read_documents(f, opts, ReadStats()), share)
+        sample += texts
+        left -= taken
     return sample
+
+
+def _head(texts: Iterator[str], limit: int) -> tuple[list[str], int]:
+    """The documents of ``texts`` up to ``limit`` UTF-8 bytes in all, and their bytes; the one
+    that crosses the limit is cut (:func:`_cut`)."""
+    taken: list[str] = []
+    size = 0
+    for text in texts:
+        whole = _utf8_len(text) <= limit - size
+        piece = text if whole else _cut(text, limit - size)
+        taken.append(piece)
+        size += _utf8_len(piece)
+        if not whole:
+            break
+    return [t for t in taken if t], size
+
+
+def _cut(text: str, limit: int) -> str:
+    """The longest start of ``text`` within ``limit`` UTF-8 bytes that ends where a run of
+    whitespace starts, where the BPE's pre-tokenizer splits too (cut at the limit in text with
+    no such place)."""
+    head = text[:limit].encode("utf-8")[:limit].decode("utf-8", errors="ignore")
+    last = deque(RUN_START.finditer(head), maxlen=1)
+    return head[: last[0].start()] if last else head
 
 
 def new_writer(out_dir, tokenizer, val_fraction: float, shard_tokens: int) -> DatasetWriter:

@@ -15,6 +15,7 @@ import fsspec
 import pytest
 from scripts import load_script
 
+from trainer_core.config.loader import ConfigError
 from trainer_core.data.shards import read_manifest
 from trainer_core.data.text_sources import ReadOptions, ReadStats, discover_inputs, write_shards
 from trainer_core.data.tokenizer import ByteTokenizer
@@ -127,3 +128,49 @@ def test_a_stage_left_by_a_killed_run_is_removed_by_the_next(tmp_path):
     with replace_when_complete(tmp_path / "out") as stage:
         (stage / "new").write_text("y")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*kept, "out"])
+
+
+def test_a_dir_with_another_kind_of_manifest_is_refused_and_kept(run_script, tmp_path):
+    """Any file named manifest.json once passed as proof of a shard dir, and the replace deleted
+    the project around it."""
+    (tmp_path / "doc.txt").write_text("text")
+    project = tmp_path / "myproject"
+    project.mkdir()
+    (project / "manifest.json").write_text('{"name": "my web app"}')
+    (project / "notes.txt").write_text("notes")
+    code, out, err = run_script(SCRIPT, "--input", str(tmp_path / "doc.txt"), "--out", str(project))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"error: --out: {project / 'manifest.json'} is not a shard manifest, and only a shard "
+        "dir is replaced; choose a new or empty dir\n"
+    )
+    assert sorted(p.name for p in project.iterdir()) == ["manifest.json", "notes.txt"]
+
+
+def test_a_shard_dir_holding_other_files_is_refused_naming_them(tmp_path):
+    """Replacing a shard dir deletes all of it: only one holding nothing but this command's files
+    (shards, manifest, tokenizer) is replaced."""
+    tokenize = load_script(SCRIPT)
+    (tmp_path / "doc.txt").write_text("some text to tokenize")
+    shards = tmp_path / "shards"
+    write_shards(
+        discover_inputs([str(tmp_path / "doc.txt")]), ByteTokenizer(), shards, ReadOptions()
+    )
+    ByteTokenizer().save(shards)
+    assert tokenize.check_out(str(shards)) == shards
+    (shards / "notes.txt").write_text("mine")
+    (shards / "eval").mkdir()
+    with pytest.raises(ConfigError) as refused:
+        tokenize.check_out(str(shards))
+    assert str(refused.value) == (
+        f"--out: {shards} is a shard dir but also holds eval, notes.txt, which replacing it "
+        "would delete; move them out or choose another --out"
+    )
+    assert (shards / "notes.txt").read_text() == "mine"
+
+
+def test_help_shows_each_default_once(run_script):
+    code, out, _ = run_script(SCRIPT, "--help")
+    assert code == 0
+    assert "  --num-cpus NUM_CPUS   CPUs of the local Ray (default: all)\n" in out
+    assert "(default: None)" not in out
