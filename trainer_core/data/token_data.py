@@ -170,12 +170,21 @@ class Split:
         """First window index of each file, plus the total at the end."""
         starts = self._starts.get(seq_len)
         if starts is None:
-            per_file = np.maximum((self.tokens - 1) // seq_len, 0)
+            per_file = _windows_per_file(self.tokens, seq_len)
             starts = self._starts[seq_len] = np.concatenate([[0], np.cumsum(per_file)])
         return starts
 
     def num_windows(self, seq_len: int) -> int:
         return int(self.window_starts(seq_len)[-1])
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.tokens.sum())
+
+    def left_out(self, seq_len: int) -> int:
+        """Tokens no window trains on: windows never cross a file, so each file's tail past its
+        last full stride (a whole file shorter than a window) is never read."""
+        return self.num_tokens - self.num_windows(seq_len) * seq_len
 
     def locate(self, windows: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
         """(file index, token offset in that file) of each window."""
@@ -357,10 +366,7 @@ class TokenData:
             counts = [s.num_windows(seq_len) for s in self.train]
             for split, n in zip(self.train, counts, strict=True):
                 if n == 0:
-                    raise DataError(
-                        f"{split.manifest.path}: no shard file holds seq_len+1 = {seq_len + 1} tokens; "
-                        "use a shorter data.seq_len or more text"
-                    )
+                    raise _no_window(split, seq_len, "training")
             self._orders[key] = WindowOrder(counts, self.weights, seed)
         return self._orders[key]
 
@@ -421,28 +427,28 @@ class TokenData:
         """What a run of ``train_seqs`` training and ``eval_seqs`` eval windows would read twice,
         one line per source. Epochs past the first flatten the loss curve a scaling law is read
         from, and an eval window counted twice weighs double in every eval loss; both are silent
-        otherwise (training wraps into the next epoch, evaluation wraps around its split). A
-        validation split with no window to give: DataError, as the run would raise."""
+        otherwise (training wraps into the next epoch, evaluation wraps around its split). Where
+        files too short for their windows leave tokens out, the line says so: the repeat is then
+        the sharding's doing, not the corpus's size. A split with no window to give the windows
+        asked of it: DataError, as the run would raise."""
         lines = []
         for split, val, weight, quota in zip(
             self.train, self.val, self.weights, apportion(eval_seqs, self.weights), strict=True
         ):
             where = split.manifest.dir
             windows = split.num_windows(seq_len)
-            epochs = train_seqs * weight / sum(self.weights) / max(windows, 1)
-            if epochs > 1:
-                lines.append(
-                    f"{where}: the run reads its {windows:,} training windows {epochs:.2g} times "
-                    "over; repeated data bends the loss curve a scaling law is fitted to (use "
-                    "more text, or train fewer tokens)"
-                )
+            if train_seqs and windows == 0:
+                raise _no_window(split, seq_len, "training")
+            needed = train_seqs * weight / sum(self.weights)
+            if needed > windows:
+                lines.append(_train_repeats(split, seq_len, needed))
             n = _eval_windows(val, quota, seq_len)
             if n < quota:
                 lines.append(
                     f"{where}: {quota:,} eval windows asked of a validation split of {n:,}, so "
                     f"{_counted_again(quota, n)}; eval at most {n * seq_len:,} tokens "
                     "(trainer.eval_batches, or a ladder's eval_tokens) or re-tokenize with a "
-                    "larger --val-fraction"
+                    f"larger --val-fraction{_left_out_note(val, seq_len, 'validation')}"
                 )
         return lines
 
@@ -475,17 +481,79 @@ class TokenData:
         ]
 
 
+def _windows_per_file(tokens: np.ndarray, seq_len: int) -> np.ndarray:
+    """Windows of ``seq_len + 1`` tokens at stride ``seq_len`` in files of ``tokens`` tokens."""
+    return np.maximum((tokens - 1) // seq_len, 0)
+
+
 def _eval_windows(split: Split, quota: int, seq_len: int) -> int:
     """The windows of a validation ``split``, refused when ``quota`` are asked of none: the
     planning (:meth:`TokenData.repeats`) and the run say it alike, before any training."""
     n = split.num_windows(seq_len)
     if quota and n == 0:
-        raise DataError(
-            f"{split.manifest.path}: the validation split ({split.tokens.sum()} tokens) has no "
-            f"window of seq_len+1 = {seq_len + 1} tokens; re-tokenize with a larger --val-fraction "
-            "or set trainer.eval_batches=0 (a ladder's eval_tokens=0)"
-        )
+        raise _no_window(split, seq_len, "validation")
     return n
+
+
+def _no_window(split: Split, seq_len: int, which: str) -> DataError:
+    """Why a ``which`` ("training"/"validation") split gives no window, and the fix: files
+    shorter than a window (a small ``--shard-tokens``) want other shards, not more text."""
+    total, need, path = split.num_tokens, seq_len + 1, split.manifest.path
+    if total < need and which == "validation":
+        return DataError(
+            f"{path}: the validation split ({total} tokens) has no window of seq_len+1 = {need} "
+            "tokens; re-tokenize with a larger --val-fraction or set trainer.eval_batches=0 "
+            "(a ladder's eval_tokens=0)"
+        )
+    if total < need:
+        return DataError(
+            f"{path}: the training split holds {total} tokens, fewer than seq_len+1 = {need}; "
+            "use a shorter data.seq_len or more text"
+        )
+    longest = int(split.tokens.max())
+    shorter = f", or set data.seq_len <= {longest - 1}" if longest > 1 else ""
+    return DataError(
+        f"{path}: the {which} split holds {total:,} tokens, but none of its {len(split.tokens):,} "
+        f"files holds a window of seq_len+1 = {need} (the longest has {longest:,}; windows never "
+        f"cross a file); re-tokenize with --shard-tokens >= {need} "
+        f"({_shard_tokens(seq_len)} or more leaves under 1% of the tokens out){shorter}"
+    )
+
+
+def _shard_tokens(seq_len: int) -> int:
+    """The least ``--shard-tokens`` whose files' tails leave out under 1% of a split whatever
+    their alignment: a tail is at most ``seq_len`` tokens."""
+    return 100 * seq_len
+
+
+def _left_out_note(split: Split, seq_len: int, which: str) -> str:
+    """``"; <how many tokens the windows leave out, why, and the fix>"`` where short files
+    leave out over 1% of a ``which`` split more than one file of it would, else ``""``."""
+    left_out, total = split.left_out(seq_len), split.num_tokens
+    one_file = total - int(_windows_per_file(np.array(total), seq_len)) * seq_len
+    if (left_out - one_file) * 100 <= total:
+        return ""
+    return (
+        f"; windows of seq_len+1 = {seq_len + 1} tokens never cross a file, so the tails of the "
+        f"{which} split's {len(split.tokens):,} files ({int(split.tokens.max()):,} tokens at most) "
+        f"leave {left_out:,} of its {total:,} tokens ({100 * left_out / total:.2g}%) out: "
+        f"re-tokenize with --shard-tokens >= {_shard_tokens(seq_len)} to leave out under 1%"
+    )
+
+
+def _train_repeats(split: Split, seq_len: int, needed: float) -> str:
+    """The line for a run reading ``needed`` windows of a training split holding fewer: more
+    text or fewer tokens is the fix unless short files are what left the windows short."""
+    windows = split.num_windows(seq_len)
+    said = (
+        f"{split.manifest.dir}: the run reads its {windows:,} training windows "
+        f"{needed / windows:.2g} times over; repeated data bends the loss curve a scaling law is "
+        "fitted to"
+    )
+    note = _left_out_note(split, seq_len, "training")
+    if note and needed * seq_len <= 0.99 * split.num_tokens:
+        return f"{said}{note}"
+    return f"{said} (use more text, or train fewer tokens){note}"
 
 
 def _counted_again(asked: int, windows: int) -> str:

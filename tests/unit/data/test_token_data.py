@@ -230,9 +230,15 @@ def test_data_read_twice_is_said_per_source(data, shards, tmp_path, make_shards,
     val = data.val[0].num_windows(SEQ)
     assert data.repeats(SEQ, train, val) == []
     over = data.repeats(SEQ, 3 * train, val + 5)
+    tokens = int(data.train[0].tokens.sum())
+    left = tokens - train * SEQ  # the fixture's files of 700 tokens: 12 left out of each
     assert over == [
         f"{shards}: the run reads its {train:,} training windows 3 times over; repeated data "
-        "bends the loss curve a scaling law is fitted to (use more text, or train fewer tokens)",
+        "bends the loss curve a scaling law is fitted to (use more text, or train fewer tokens); "
+        "windows of seq_len+1 = 17 tokens never cross a file, so the tails of the training "
+        f"split's {len(data.train[0].tokens)} files (700 tokens at most) leave {left} of its "
+        f"{tokens:,} tokens ({100 * left / tokens:.2g}%) out: re-tokenize with --shard-tokens "
+        ">= 1600 to leave out under 1%",
         f"{shards}: {val + 5:,} eval windows asked of a validation split of {val:,}, so 5 count "
         f"twice; eval at most {val * SEQ:,} tokens (trainer.eval_batches, or a ladder's "
         "eval_tokens) or re-tokenize with a larger --val-fraction",
@@ -290,7 +296,9 @@ def test_tokenizer_setting_must_match_shards(shards, tmp_path):
 
 
 def test_sequence_longer_than_every_file(data):
-    with pytest.raises(DataError, match=r"no shard file holds seq_len\+1 = 1001 tokens"):
+    with pytest.raises(
+        DataError, match=r"none of its \d+ files holds a window of seq_len\+1 = 1001"
+    ):
         data.train_batches(1000, 8, 0)
 
 
