@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import re
 import signal
@@ -15,6 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
+from test_ray_train import Records, console
 
 from trainer_core.config.sections import DataConfig
 from trainer_core.data.shards import DataError, ShardError, read_manifest, verify_shards
@@ -26,6 +28,20 @@ from trainer_core.ray.reader import batches_from_shard, ray_train_dataset
 from trainer_core.ray.tokenization import tokenize_to_shards
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+@pytest.fixture
+def ray_log():
+    """The records Ray's console handlers get during the test (test_ray_train's ``ray_log``, and
+    Ray Data's: "ray.data" does not propagate to "ray"; its handler skips records marked hide)."""
+    handler = Records()
+    handler.addFilter(lambda record: not getattr(record, "hide", False))
+    loggers = [logging.getLogger(name) for name in ("ray", "ray.data")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    yield handler.records
+    for logger in loggers:
+        logger.removeHandler(handler)
 
 
 def test_ray_reader_rows_equal_local_batches_per_rank(
@@ -59,7 +75,11 @@ def test_ray_reader_rows_equal_local_batches_per_rank(
         )
 
 
-def test_corrupt_shard_stops_the_ray_reader_in_one_line(ray_session, make_shards, random_texts):
+def test_corrupt_shard_stops_the_ray_reader_in_one_line(
+    ray_session, make_shards, random_texts, capfd, ray_log
+):
+    """The consumer gets the ShardError itself, in one line, and the console shows nothing
+    more: Ray Data logged it as an internal error (with "open an issue" and two tracebacks)."""
     shards = make_shards(random_texts(60))
     data = open_token_data(DataConfig(shards=str(shards)), 320)
     part = shards / "part-00002.parquet"
@@ -73,6 +93,8 @@ def test_corrupt_shard_stops_the_ray_reader_in_one_line(ray_session, make_shards
     assert type(caught.value) is ShardError
     assert str(caught.value).startswith(f"{part}: row group 0 is corrupt (could not verify page")
     assert "\n" not in str(caught.value)
+    shown = console(capfd, ray_log)
+    assert "Traceback" not in shown and "open an issue on the Ray project" not in shown, shown
 
 
 def test_blocks_are_regrouped_into_whole_steps():

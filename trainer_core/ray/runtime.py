@@ -53,6 +53,14 @@ of trials that did not complete. The driver says it in one line instead: a retry
 ``tune_run.retry_line``, a failed experiment's from ``tune_run.trial_failures``."""
 
 
+DATA_ERRORS = ("ray.data.exceptions", "ray.data._internal.execution.streaming_executor_state")
+"""Ray Data's loggers of a failed dataset: the failed task's error with its traceback, then, as
+the error leaves the dataset's iterator, "internal code ... open an issue" and the traceback
+again (~160 lines). A read task's user error (a corrupt shard) is no UserCodeException once
+``raise_original_map_exception`` keeps its type (``reader.ray_train_dataset``), so Ray Data
+takes it for its own bug; the driver's one line says what it is."""
+
+
 UNHANDLED = "ray._private.worker"
 """The logger that prints errors of tasks whose result nobody read."""
 
@@ -79,6 +87,18 @@ class _NoTrialErrors(logging.Filter):
         return user_error_in(getattr(error, "cause", None) or error) is None
 
 
+class _NoDataUserErrors(logging.Filter):
+    """Drops Ray Data's reports (:data:`DATA_ERRORS`) of a user error raised in a read task.
+    Its "open an issue" line carries no exception: it is logged while handling it, hence the
+    fallback to the one being handled. Every other Ray Data error stays, traceback and all."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from trainer_core.ray.failures import user_error_in
+
+        error = record.exc_info[1] if record.exc_info else sys.exc_info()[1]
+        return error is None or user_error_in(getattr(error, "cause", None) or error) is None
+
+
 class _NoStatsActorRace(logging.Filter):
     """Ray Data's metrics actor can receive a dataset's execution metrics before its registration
     (or after evicting it); the KeyError then surfaces as an "Unhandled error" with a traceback
@@ -89,8 +109,8 @@ class _NoStatsActorRace(logging.Filter):
 
 
 def quiet_ray_loggers() -> None:
-    """Turn Ray Data / Train's per-dataset and per-report INFO lines down and Tune's tracebacks
-    of failed trials off, in any Ray process.
+    """Turn Ray Data / Train's per-dataset and per-report INFO lines down and Tune's and Ray
+    Data's tracebacks of user errors off, in any Ray process.
 
     Run at the start of every Ray worker process (``worker_process_setup_hook``) and again by the
     train loop. Ray configures those loggers one by one, so each one is turned down, not just the
@@ -107,6 +127,7 @@ def quiet_ray_loggers() -> None:
     for name, noise in (
         *((n, _ErrorsOnly) for n in EXPECTED_NOISE),
         *((n, _NoTrialErrors) for n in TRIAL_ERRORS),
+        *((n, _NoDataUserErrors) for n in DATA_ERRORS),
         (UNHANDLED, _NoStatsActorRace),
     ):
         logger = logging.getLogger(name)

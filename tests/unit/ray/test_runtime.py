@@ -7,10 +7,13 @@ import sys
 import weakref
 
 import pytest
+from ray.exceptions import RayTaskError
 
 from trainer_core.config.loader import ConfigError
+from trainer_core.data.shards import ShardError
 from trainer_core.errors import RunFailedError
 from trainer_core.ray.runtime import (
+    DATA_ERRORS,
     TRIAL_ERRORS,
     UNHANDLED,
     check_reachable,
@@ -61,6 +64,34 @@ def test_tunes_reports_of_failed_trials_are_dropped_and_its_other_errors_kept():
     assert not _passes(tune, "Trials did not complete: [25K]")
     assert _passes(controller, "Could not re-use actor for trial 25K: ...")
     assert _passes(tune, "Trial 25K: something else went wrong")
+
+
+def test_ray_datas_reports_of_a_corrupt_shard_are_dropped_and_its_other_errors_kept():
+    """A read task's ShardError reached the console as a Ray Data internal error: its traceback
+    twice and "please open an issue" (~160 lines) above the driver's one line. Ray hands the
+    error over as a RayTaskError that is (or holds) the ShardError; the "open an issue" line is
+    logged without it, while handling it."""
+    quiet_ray_loggers()
+    exceptions, executor = DATA_ERRORS
+    corrupt = ShardError("part-00002.parquet: row group 0 is corrupt")
+    task_error = RayTaskError("MapBatches(_read_windows)", "Traceback ...", corrupt)
+    failed = 'An exception was raised from a task of operator "MapBatches(_read_windows)".'
+    assert not _passes(executor, failed, error=task_error.as_instanceof_cause())
+    assert not _passes(executor, failed, error=task_error)
+    assert not _passes(exceptions, "Full stack trace:", error=task_error.as_instanceof_cause())
+    internal = "Exception occurred in Ray Data or Ray Core internal code. ... open an issue"
+    try:
+        raise task_error.as_instanceof_cause()
+    except RayTaskError:
+        assert not _passes(exceptions, internal)
+    bug = RayTaskError("MapBatches(_read_windows)", "Traceback ...", KeyError("tokens"))
+    assert _passes(executor, failed, error=bug.as_instanceof_cause())
+    assert _passes(exceptions, "Full stack trace:", error=RuntimeError("a Ray Data bug"))
+    try:
+        raise bug.as_instanceof_cause()
+    except RayTaskError:
+        assert _passes(exceptions, internal)
+    assert _passes(exceptions, internal)
 
 
 def _unraisable(exc: BaseException):
