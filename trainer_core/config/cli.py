@@ -8,9 +8,13 @@ override that works for one works for all. ``--help`` is draccus's, adjusted (a 
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
+import functools
 import inspect
 import re
 import sys
+import textwrap
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NoReturn, TypeVar
@@ -18,6 +22,7 @@ from typing import NoReturn, TypeVar
 from draccus.argparsing import ArgumentParser
 from draccus.utils import CONFIG_ARG
 
+from trainer_core.config.decode import field_type
 from trainer_core.config.loader import ConfigError, load_config
 from trainer_core.errors import UserError, print_run_warnings_as_lines
 
@@ -28,27 +33,30 @@ DEMO_LADDER = Path(__file__).resolve().parents[2] / "workflows" / "configs" / "l
 
 
 def split_args(argv: list[str], flags: dict[str, bool]) -> tuple[dict[str, str | bool], list[str]]:
-    """Separate the entry point's own flags (``flags``: name -> takes a value) from overrides."""
+    """Separate the entry point's own flags (``flags``: name -> takes a value) from overrides.
+    A key given twice is refused, flag or override: one of the two values would be dropped."""
     own: dict[str, str | bool] = {}
-    overrides: list[str] = []
+    overrides: dict[str, str] = {}
     args = list(argv)
     while args:
         arg = args.pop(0)
         name, equals, inline = arg.partition("=")
+        if name in own or name in overrides:
+            raise ConfigError(f"{name} is given twice: give it once")
         if name in flags:
-            if name in own:
-                raise ConfigError(f"{name} is given twice: give it once")
             own[name] = _flag_value(name, flags[name], equals, inline, args)
         elif arg.startswith("--") and "=" in arg:
-            overrides.append(arg)
+            overrides[name] = arg
         elif arg.startswith("--") and args and not args[0].startswith("--"):
-            overrides.append(f"{arg}={args.pop(0)}")
+            overrides[name] = f"{arg}={args.pop(0)}"
+        elif arg.startswith("--") and "." in arg:
+            raise ConfigError(f"{arg} needs a value: write {arg}=VALUE")
         else:
             raise ConfigError(
                 f"unknown argument {arg!r}: use --config FILE and overrides like --optim.lr=3e-4 "
                 "(see --help)"
             )
-    return own, overrides
+    return own, list(overrides.values())
 
 
 def _flag_value(
@@ -79,7 +87,8 @@ def help_text(
     planned: Mapping[str, str] | None = None,
 ) -> str:
     """draccus's help for ``cls``: the fields by section with types and docstrings. Adjusted: every
-    field shows its default (draccus shows it only beside a docstring), and draccus's own
+    field shows its default (draccus shows it only beside a docstring) and its docstring (read
+    from the source where draccus misses it, :func:`field_doc`), and draccus's own
     ``--config_path`` and "Config file for <section>" rows are hidden, as our command line takes
     neither. ``--config`` and the script's own ``flags`` are listed with their ``flag_help``,
     replacing a field of the same name (``--sizes``), which the command line can't set; a field
@@ -93,7 +102,8 @@ def help_text(
         if group.description:
             group.description = plain_text(inspect.cleandoc(group.description))
         for action in group._group_actions:
-            text = action.help = plain_text(action.help or "")
+            doc = (action.help or "").strip() or field_doc(cls, action.dest)
+            text = action.help = plain_text(doc).replace("%", "%%")  # argparse %-formats help
             owner = planned_from(action.dest, planned or {})
             if (
                 action.dest == CONFIG_ARG
@@ -138,6 +148,42 @@ def _class_doc(cls: type) -> str:
         if doc and not doc.startswith(f"{c.__name__}("):
             return doc
     return ""
+
+
+def field_doc(cls: type, dest: str) -> str:
+    """The docstring of field ``dest`` (dotted, below ``cls``), for a field draccus shows none
+    for: it finds them with a regex that misses an annotation holding quotes
+    (``Literal["auto", "flash"]``), which left every choice field with only its default."""
+    *section, name = dest.split(".")
+    owner = field_type(cls, section)
+    return attribute_docs(owner).get(name, "") if dataclasses.is_dataclass(owner) else ""
+
+
+@functools.cache
+def attribute_docs(cls: type) -> dict[str, str]:
+    """Each field's docstring (the string right after it in the class body) by field name,
+    read from the source of ``cls`` and its bases, a subclass's winning."""
+    docs: dict[str, str] = {}
+    for c in reversed(cls.__mro__[:-1]):  # not object's
+        docs.update(_own_attribute_docs(c))
+    return docs
+
+
+def _own_attribute_docs(cls: type) -> dict[str, str]:
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):  # no source: a class made at run time
+        return {}
+    body = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef)).body
+    return {
+        field.target.id: inspect.cleandoc(doc.value.value)
+        for field, doc in zip(body, body[1:], strict=False)
+        if isinstance(field, ast.AnnAssign)
+        and isinstance(field.target, ast.Name)
+        and isinstance(doc, ast.Expr)
+        and isinstance(doc.value, ast.Constant)
+        and isinstance(doc.value.value, str)
+    }
 
 
 def planned_from(dest: str, planned: Mapping[str, str]) -> str | None:

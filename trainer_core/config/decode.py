@@ -17,7 +17,6 @@ import math
 import re
 import types
 import typing
-from functools import reduce
 from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -215,16 +214,19 @@ def _explain(cls: type, data: dict[str, Any], error: DecodingError) -> str:
     """Our line for a draccus error: its key path, and the type and value found there."""
     keys = tuple(str(k) for k in error.key_path)
     where = _dotted(keys)
+    unknown = _UNKNOWN.match(error.message)
+    if no_value := _no_space_after_colon(data, (*keys, unknown[1]) if unknown else keys):
+        return no_value
     if isinstance(error, _Explained):
         return f"{where}: {error.message}"
-    if unknown := _UNKNOWN.match(error.message):
+    if unknown:
         if not keys and (other := _other_kind(cls, data)):
             return f"{unknown[1]}: unknown key; {other}"
-        return _unknown_key(field_type(cls, keys), where, unknown[1])
+        return _unknown_key(cls, keys, unknown[1], _value_at(data, (*keys, unknown[1])))
     if missing := _MISSING.match(error.message):
         return f"{_dotted((*keys, missing[1]))}: required (there is no default)"
     tp = field_type(cls, keys)
-    raw = reduce(lambda node, k: node[int(k)] if isinstance(node, list) else node[k], keys, data)
+    raw = _value_at(data, keys)
     if get_origin(tp) is list and isinstance(raw, list):  # draccus names the list, not the item
         i = next(i for i, item in enumerate(raw) if not isinstance(item, dict))
         where, tp, raw = f"{where}[{i}]", get_args(tp)[0], raw[i]
@@ -237,16 +239,98 @@ def _explain(cls: type, data: dict[str, Any], error: DecodingError) -> str:
     return f"{where}: expected a {_type_name(tp)}, got {raw!r}"
 
 
-def _unknown_key(section: type, where: str, key: str) -> str:
-    dotted = f"{where}.{key}" if where else key
+def _value_at(data: Any, keys: tuple[str, ...]) -> Any:
+    """The raw value at draccus's key path ``keys``, which names list indices and every mapping
+    key (``5``, ``true``) as text."""
+    for key in keys:
+        if isinstance(data, list):
+            data = data[int(key)]
+        else:
+            data = next(v for k, v in data.items() if str(k) == key)
+    return data
+
+
+def _no_space_after_colon(data: Any, keys: tuple[str, ...]) -> str | None:
+    """YAML reads ``{15K:2}`` as the key ``15K:2`` with no value (a flow mapping's colon needs a
+    space after it): say so, rather than "expected a number, got None" under that key."""
+    if not keys or ":" not in keys[-1] or _value_at(data, keys) is not None:
+        return None
+    key, value = keys[-1].split(":", 1)
+    return (
+        f"{_dotted(keys[:-1]) or 'config'}: {keys[-1]!r} has no value; write {{{key}: {value}}} "
+        "(a space after the colon, quoted in the shell)"
+    )
+
+
+def _unknown_key(cls: type, keys: tuple[str, ...], key: str, value: Any) -> str:
+    """The line for ``key``, unknown in the section at ``keys``: where it moved, where it
+    belongs elsewhere in ``cls`` (a key written at the wrong level), or the closest sibling."""
+    section = field_type(cls, keys)
+    dotted = _dotted((*keys, key))
     moved = getattr(section, "MOVED_KEYS", {}).get(key)
     if moved:
         return f"{dotted}: this key moved; set {moved} instead"
     foreign = getattr(section, "FOREIGN_KEYS", {}).get(key)
     if foreign:
         return f"{dotted}: {foreign}"
+    if elsewhere := _elsewhere(cls, key, value):
+        return f"{dotted}: unknown key here; {elsewhere}"
     fields = [f.name for f in dataclasses.fields(section) if f.init]
     return f"{dotted}: unknown key{suggest(key, fields)}; allowed keys: {', '.join(fields)}"
+
+
+def _paths_of(cls: type, key: str, at: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """Every (key path, annotation) in ``cls``'s tree of sections whose last key is ``key``."""
+    found = []
+    settable = {f.name for f in dataclasses.fields(cls) if f.init}
+    for name, tp in get_type_hints(cls).items():
+        if name not in settable:
+            continue
+        if name == key:
+            found.append(((*at, name), tp))
+        if dataclasses.is_dataclass(tp):
+            found += _paths_of(tp, key, (*at, name))
+    return found
+
+
+def _elsewhere(cls: type, key: str, value: Any) -> str | None:
+    """Where ``key`` is a section or field of ``cls``'s tree, as the full path to write: the
+    places whose kind fits ``value`` best (a mapping: a section holding its keys; anything else:
+    a field), all of them when several fit as well."""
+
+    def misfit(tp: Any) -> tuple[bool, bool]:
+        if not dataclasses.is_dataclass(tp):
+            return isinstance(value, dict), isinstance(value, dict)
+        return not isinstance(value, dict), not _holds(tp, value)
+
+    places = _paths_of(cls, key)
+    if not places:
+        return None
+    best = min(misfit(tp) for _, tp in places)
+    places = [(path, tp) for path, tp in places if misfit(tp) == best]
+    kind = "section" if dataclasses.is_dataclass(places[0][1]) else "field"
+    owners = " and ".join(
+        f"of {_dotted(path[:-1])}" if path[:-1] else "at the top level" for path, _ in places
+    )
+    writes = " or ".join(_dotted(path + _keys_below(tp, value)) for path, tp in places)
+    return f"{key} is a {kind} {owners}: write {writes}"
+
+
+def _holds(section: type, value: Any) -> bool:
+    """Whether mapping ``value``'s keys are all fields of ``section``."""
+    return isinstance(value, dict) and value.keys() <= {f.name for f in dataclasses.fields(section)}
+
+
+def _keys_below(tp: Any, value: Any) -> tuple[str, ...]:
+    """The fields down a mapping of section ``tp`` that holds one key at each level
+    (``{log_interval: 5}``), which the path to write can then name in full."""
+    keys: tuple[str, ...] = ()
+    while dataclasses.is_dataclass(tp) and isinstance(value, dict) and len(value) == 1:
+        ((key, value),) = value.items()
+        if not _holds(tp, {key: value}):
+            break
+        keys, tp = (*keys, key), field_type(tp, [key])
+    return keys
 
 
 def _other_kind(cls: type, data: dict[str, Any]) -> str | None:

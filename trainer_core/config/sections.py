@@ -35,17 +35,30 @@ class ModelConfig:
     """
 
     size: str = "1M"
+    """A size-table name that sets every dim left 0; "" = no table (set the dims yourself)."""
     d_model: int = 0
+    """Residual stream width; 0 = the size table's."""
     n_layers: int = 0
+    """Transformer blocks; 0 = the size table's."""
     n_heads: int = 0
+    """Query heads (head dim d_model / n_heads, even for RoPE); 0 = the size table's."""
     n_kv_heads: int = 0
+    """Key/value heads, dividing n_heads (fewer: grouped-query attention); 0 = the size
+    table's, or n_heads without a size."""
     mlp_hidden: int = 0
+    """SwiGLU MLP hidden width; 0 = the size table's."""
     vocab_size: int = 320
+    """Embedding rows: at least the tokenizer's vocabulary (the byte tokenizer's is 259)."""
     qk_norm: bool = True
+    """RMSNorm each head's queries and keys before attention (OLMo-2)."""
     tie_embeddings: bool = False
+    """Share one matrix between the input embedding and the output head."""
     rope_theta: float = 10_000.0
+    """RoPE base frequency; larger suits longer sequences."""
     norm_eps: float = 1e-6
+    """Epsilon of every RMSNorm."""
     init_std: float = 0.02
+    """Std of the truncated-normal init; residual output layers are scaled by 1/sqrt(2 n_layers)."""
     attention_backend: Literal["auto", "flash", "cudnn", "efficient", "math"] = "auto"
     """The ``scaled_dot_product_attention`` kernel. "auto" lets torch choose; naming one forces
     it, so a run that cannot use it fails at start instead of quietly falling back to a slower
@@ -105,13 +118,21 @@ class OptimConfig:
     """AdamW. ``lr`` is the peak learning rate the schedule scales."""
 
     lr: float = 3e-3
+    """Peak learning rate (the schedule multiplies it)."""
     beta1: float = 0.9
+    """AdamW's first-moment decay."""
     beta2: float = 0.95
+    """AdamW's second-moment decay."""
     eps: float = 1e-8
+    """AdamW's denominator epsilon."""
     weight_decay: float = 0.1
+    """Decoupled weight decay on the weight matrices (0 = none)."""
     decay_norms_and_biases: bool = False
+    """Also decay norm gains and biases (1-D parameters)."""
     decay_embeddings: bool = False
+    """Also decay the input embedding."""
     fused: bool | None = None
+    """Fused AdamW kernel; null = on CUDA (unless TP mixes plain and sharded tensors), else off."""
 
     def __post_init__(self) -> None:
         require(self.lr > 0, "lr", self.lr, "must be > 0")
@@ -134,12 +155,22 @@ class ScheduleConfig:
     """
 
     kind: ScheduleKind = "cosine"
+    """Decay shape; "wsd" decays linearly over the last fifth of each cycle (or decay),
+    "constant" not at all."""
     warmup: float = 0.01
+    """Linear warmup from 0 to the peak: a fraction of the first cycle if < 1, else steps."""
     decay: float | None = None
+    """Decay length (fraction if < 1, else steps); null = all of the cycle after warmup (wsd:
+    its last fifth)."""
     min_lr_ratio: float = 0.1
+    """Where each decay ends, as a fraction of the peak LR."""
     rewarmup: float = 0.0
+    """Warmup of every cycle after the first (fraction if < 1, else steps); 0 = jump back to the
+    peak (WSD-S)."""
     cycles: int | list[int] | None = None
+    """A count of equal cycles, or the steps where cycles end; null = one cycle (or cycle_length)."""
     cycle_length: int | float | list[int] | None = None
+    """Cycle length in steps (a fraction of the run if < 1), or a list of lengths; null = cycles."""
 
     def __post_init__(self) -> None:
         require(self.warmup >= 0, "warmup", self.warmup, "must be >= 0 (fraction < 1 or steps)")
@@ -162,12 +193,15 @@ class TrainModuleConfig:
     """Sequences per rank per forward/backward; 0 = the whole rank batch at once. Sequences,
     not tokens, everywhere (the ladder plans them): a micro-batch is whole rows of the batch."""
     max_grad_norm: float | None = 1.0
+    """Clip the global gradient L2 norm to this; null = no clipping (the norm is still logged)."""
     z_loss_multiplier: float | None = None
+    """Weight of the z-loss (logsumexp of the logits, squared) added to the loss; null = none."""
     autocast_precision: Literal["bf16"] | None = None
     """bf16 autocast whatever the layout (None: as ``parallel.param_dtype`` says). No fp16: the
     loss is divided by the global batch's tokens before backward, so without loss scaling the
     logits' gradients (~1e-11 at a 1M-token batch) fall below fp16's range and vanish."""
     label_ignore_index: int = -100
+    """Label id left out of the loss and token counts."""
     reduce_grads_every_micro_batch: bool = False
     """Reduce-scatter gradients after every micro-batch instead of only the last: more traffic,
     but FSDP never holds a full unsharded copy of the gradients (the planner turns it on where
@@ -199,14 +233,24 @@ class ParallelConfig:
     """Device mesh (data-parallel replicate x shard x tensor-parallel) and model wrapping."""
 
     dp_replicate: int = 1
+    """Data-parallel replica groups (HSDP: sharded within a group, replicated across groups);
+    1 = plain FSDP."""
     dp_shard: int = -1
     """-1: every rank not used by dp_replicate and tp."""
     tp: int = 1
+    """Tensor-parallel degree: devices that split each layer by heads and hidden units."""
     param_dtype: Literal["float32", "bfloat16"] = "float32"
+    """Compute dtype: "bfloat16" = bf16 compute over fp32 master weights (FSDP's policy, or
+    autocast where nothing shards)."""
     reduce_dtype: Literal["float32", "bfloat16"] = "float32"
+    """Dtype FSDP reduces gradients in across data-parallel ranks."""
     activation_checkpointing: Literal["none", "full", "every_k"] = "none"
+    """Recompute block activations in backward to save memory: every block ("full") or every
+    ac_every_k-th ("every_k")."""
     ac_every_k: int = 2
+    """With activation_checkpointing "every_k": checkpoint every k-th block."""
     compile: bool = False
+    """torch.compile each block and the LM head with its loss."""
     float8: Literal["none", "tensorwise", "rowwise"] = "none"
     """torchao float8 training of the blocks' linear layers (embedding and LM head stay bf16):
     a GPU of compute capability 8.9+ (9.0+ for rowwise) and ``pip install -e '.[gpu]'``."""
@@ -249,6 +293,7 @@ class DataConfig:
     mix: str = ""
     """A YAML file of {shard dir: weight}; overrides ``shards``."""
     seq_len: int = 128
+    """Tokens per training sequence."""
     tokenizer: str = "byte"
     """Tokenizer for the demo corpus: 'byte', a local tokenizer.json or a dir holding one. With
     shards/mix, a non-default value must be the tokenizer the shards were made with."""
@@ -265,7 +310,9 @@ class KeepRule:
     """Keep a permanent checkpoint every ``every`` steps, up to ``until`` (null = forever)."""
 
     every: int
+    """Steps between permanent checkpoints."""
     until: int | None = None
+    """Last step this rule covers; null = to the end (the first matching rule decides)."""
 
     def __post_init__(self) -> None:
         require(self.every >= 1, "every", self.every, "must be >= 1")
@@ -276,14 +323,20 @@ class CheckpointConfig:
     """Levanter-style policy: temporary checkpoints by time/steps + permanent ones by rules."""
 
     enabled: bool = True
+    """False: no checkpoints at all (a rerun starts over)."""
     save_interval_steps: int | None = None
+    """A temporary checkpoint (deleted at the next save) every N steps; null = by minutes alone."""
     save_interval_minutes: float | None = 15.0
     """Checked on log steps (trainer.log_interval), where the ranks meet anyway: a save comes at
     the first log step past the interval."""
     keep: list[KeepRule] = field(default_factory=list)
+    """Permanent-checkpoint rules ({every: N, until: STEP}), the first matching one deciding."""
     keep_steps: list[int] = field(default_factory=list)
+    """Steps that always save a permanent checkpoint."""
     save_final: bool = True
+    """Save a permanent checkpoint at the last step."""
     async_save: bool = False
+    """Write checkpoints in the background once staged in CPU memory (training goes on)."""
     resume_from: str = ""
     """A checkpoint dir to start from; empty = the latest complete one in the run dir, if any."""
     on_corrupt: Literal["fallback", "fail"] = "fallback"
@@ -310,12 +363,20 @@ class TrackingConfig:
     """W&B tracking (offline by default: files in the run dir, ``wandb sync`` later)."""
 
     wandb: bool = False
+    """Log to Weights & Biases (needs the wandb package)."""
     project: str = "rayladder"
+    """W&B project."""
     group: str = ""
+    """W&B group; empty = none."""
     name: str = ""
+    """W&B run name; empty = the run dir's name."""
     entity: str = ""
+    """W&B team or user; empty = your default entity."""
     tags: list[str] = field(default_factory=list)
+    """W&B tags."""
     mode: Literal["offline", "online", "disabled"] = "offline"
+    """W&B mode: "offline" writes files to sync later (wandb sync); "online" needs an API key
+    (else offline); "disabled" logs nothing."""
 
 
 @dataclass
@@ -323,22 +384,29 @@ class TrainerConfig:
     """The loop: duration, batch, logging, evaluation, where outputs go."""
 
     run_dir: str = "runs/demo"
-    """A local path or a URL; made canonical here (absolute, ``~`` expanded), once, so every
-    process and module reads the same location (use :attr:`run_location`)."""
+    """Where this run writes its checkpoints, metrics and logs: a local path or a URL. Made
+    absolute (``~`` expanded) once, so every process reads the same location."""
     seed: int = 0
+    """Seeds the model's init and the data order."""
     global_batch_size: int = 2048
     """Tokens per optimizer step across all data-parallel ranks."""
     max_steps: int | None = 200
+    """Duration in optimizer steps; set it null to use max_tokens."""
     max_tokens: int | None = None
     """Duration in tokens; converted to steps (rounded up). Use instead of max_steps."""
     log_interval: int = 10
+    """Steps between metric lines (console, metrics.jsonl, W&B)."""
     eval_interval: int = 50
+    """Steps between evaluations (also the last step)."""
     eval_batches: int = 4
+    """Validation batches per evaluation, the same ones each time; 0 = no validation loss."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where to train: "auto" = CUDA if present, else CPU."""
     peak_flops_per_device: float | None = None
     """For MFU; null = a GPU's table figure, or a CPU's matmul speed measured once a process
     (raised by a faster logging window, so MFU stays at most 1)."""
     progress: bool = True
+    """Print a line per log interval to the console (losses, LR, throughput, ETA)."""
 
     def __post_init__(self) -> None:
         require(bool(self.run_dir), "run_dir", self.run_dir, "give a local path or a URL")

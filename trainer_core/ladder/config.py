@@ -52,21 +52,36 @@ class LadderConfig:
     sweep. A class with a field of that name (the sweep's own) decodes it."""
 
     name: str = "demo"
+    """Names the experiment: its W&B group, each run's W&B name (<name>-<size>), plot titles."""
     dir: str = "runs/ladder-demo"
-    """A local path or a URL; made canonical here (absolute, ``~`` expanded), once."""
+    """Where the experiment writes (a local path or a URL): each size's run in ``<dir>/runs/``, the
+    analysis in ``<dir>/analysis/``. Made absolute (``~`` expanded) once."""
     sizes: list[str] = field(default_factory=lambda: ["1M", "3M", "5M"])
+    """Size-table names to train, one run each (trainer_core/config/sizes.py lists them)."""
     max_devices: int = 1
+    """The most devices one size's run may use (GPUs, or CPU workers); the plan picks each
+    size's count up to it."""
     device_type: str = "cpu"
+    """'cpu' or a GPU model (H100, A100, ...: trainer_core/devices.py): sets the peak FLOPs and
+    memory the plan assumes, and whether runs take GPUs."""
     devices_per_node: int = 8
     """A run's devices are a power of two within one node, or whole nodes (the mesh keeps a TP
     group inside a node; partial nodes strand the rest)."""
     device_memory_gb: float | None = None
+    """Memory per device in GiB; null = the device table's figure for device_type (80 for a GPU
+    not in it)."""
     memory_fraction: float = 0.8
+    """Share of each device's memory the plan may fill; the rest is headroom for what the estimate
+    misses."""
     max_micro_batch_seqs: int = 64
+    """Cap on the micro-batch (sequences per device per forward/backward); the plan picks the
+    largest that fits in memory, up to this."""
     assumed_mfu: float = 0.4
     """For the device-hours estimate (measure it with ``--benchmark SIZE``)."""
     seq_len: int = 128
+    """Tokens per training sequence, for every size."""
     vocab_size: int = 320
+    """Embedding rows, at least the tokenizer's vocabulary (datasets/tokenize_corpus.py prints it)."""
     eval_tokens: int = 0
     """Tokens per evaluation, the same for every size (rounded to whole batches); 0 = the run
     template's ``trainer.eval_batches``. Equal eval sets keep the sizes' losses comparable."""
@@ -76,7 +91,7 @@ class LadderConfig:
     beta2: Beta2Formula = field(default_factory=Beta2Formula)
     run: TrainConfig = field(default_factory=TrainConfig)
     """Template for every run (data, seed, optimizer, logging, eval, precision, parallelism,
-    tracking...); the fields in :data:`PLANNED` are filled in per size, so left unset here."""
+    tracking...); the plan fills in the fields it sets per size, so they are left unset here."""
 
     @property
     def exp_dir(self) -> Location:

@@ -33,8 +33,11 @@ class BatchFormula:
     sweep over batch sizes (``from_sweep``)."""
 
     coef: float = 2048 * 160
+    """Target batch in tokens at N = ref_params."""
     ref_params: float = 108e6
+    """The N (parameters but the input embedding) where the target is coef."""
     exponent: float = 2 / 3
+    """The power of N the batch grows with (OLMo's 2/3); 0 = one batch for every size."""
     from_sweep: str = ""
     """A sweep dir that varies the batch: each size's target batch is the fitted B* at the size's
     own horizon, rounded as the mesh allows."""
@@ -66,8 +69,11 @@ class LRFormula:
     """Peak LR ``coef * (N / ref_params) ** exponent``, or fitted by an LR sweep (``from_sweep``)."""
 
     coef: float = 0.0047 / 2
+    """Peak LR at N = ref_params."""
     ref_params: float = 108e6
+    """The N (parameters but the input embedding) where the peak LR is coef."""
     exponent: float = LADDER_LR_EXPONENT
+    """The power of N the peak LR scales with (OLMo's -1/3); 0 = one LR for every size."""
     from_sweep: str = ""
     """A sweep dir: each size's peak LR is the fitted LR*(N, D) at the size's final horizon D
     (LR*(N) when the sweep has one horizon per size)."""
@@ -91,12 +97,15 @@ class DurationFormula:
     chinchilla_multiple: float = 4.0
     """c: each run trains 20*N*c tokens (a power of two, e.g. 4, 1, 0.25)."""
     warmup_tokens_per_param: float = 1.0
+    """Warmup tokens per parameter (1: N tokens), capped at a tenth of the run."""
     schedule: str = "wsds"
     """'wsds' (decays ending at each decay point) or 'cosine' (one decay to the end)."""
     decay_points: list[float] = field(default_factory=lambda: [0.125, 0.25, 0.5, 1.0])
     """Where WSD-S decays end, as fractions of the run."""
     decay_fraction: float = 0.1
+    """WSD-S: each decay's length, a fraction of the steps since the previous decay point."""
     min_lr_ratio: float = 0.0
+    """Where each decay ends, as a fraction of the peak LR."""
     multiple_by_size: dict[str, float] = field(default_factory=dict)
     """Per-size c overriding ``chinchilla_multiple`` (e.g. ``{25K: 8}``): training the cheap small
     sizes longer gives them annealed points at the budgets of the larger ones, so isoFLOP
@@ -137,8 +146,11 @@ class Beta2Formula:
     """AdamW's beta2 by global batch: ``large_batch`` from ``large_batch_tokens`` on."""
 
     large_batch: float = 0.95
+    """beta2 for batches of large_batch_tokens or more."""
     small_batch: float = 0.99
+    """beta2 for smaller batches."""
     large_batch_tokens: int = 524_288
+    """The global batch, in tokens, from which large_batch applies."""
 
     def __post_init__(self) -> None:
         for name in ("large_batch", "small_batch"):

@@ -27,7 +27,12 @@ Route = Literal["decays", "runs"]
 
 @dataclass
 class SweepConfig:
+    """The LR (and batch) sweep: which LRs and batches each size tries, for how long, and how
+    early stopping prunes them."""
+
     search: Literal["grid", "random"] = "grid"
+    """How each size's LRs are picked: "grid" tries every one of ``factors``, "random" draws
+    ``num_samples``."""
     factors: list[float] = field(default_factory=lambda: [2.0**k for k in range(-3, 4)])
     """Grid: multiples of the ladder's formula LR."""
     num_samples: int = 8
@@ -45,13 +50,18 @@ class SweepConfig:
     """How trials cover the horizons: "decays" (one WSD-S run to the longest, a decay ending at
     each), "runs" (one run per horizon), "auto" (decays when the ladder's schedule is WSD-S)."""
     full_length: bool = False
+    """Train each trial for the ladder's own duration (not duration_multiple or horizons)."""
     early_stopping: Literal["asha", "median", "none"] = "asha"
+    """Stop trials that lose to others of their size and run length: "asha" (successive halving
+    at the rungs), "median" (worse than the others' median at equal tokens), "none" (never)."""
     grace_fraction: float = 0.25
     """ASHA's first rung, as a fraction of the run's tokens; also the sweep runs' eval interval
     (in place of ``run.trainer.eval_interval``), so every rung sees an eval loss. On a WSD-S run
     whose decays end at 1/4 and 1/2 (and reduction_factor 2), the rungs fall on decay ends and
     compare annealed losses."""
     reduction_factor: int = 2
+    """ASHA: each rung is this many times further than the one before and keeps 1 in this many
+    trials."""
     widen_rounds: int = 2
     """Rounds of extra trials while a best trial is at the edge of its grid: an LR a grid step
     beyond (at the best batch), or a batch a grid step beyond (at the best LR); 0: never widen."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 
 from trainer_core.config.decode import ConfigError
 from trainer_core.config.sections import ScheduleConfig, TrainConfig
+from trainer_core.config.sizes import check_size
 from trainer_core.io import storage
 from trainer_core.io.run_dir import LR_SCHEDULE
 from trainer_core.ladder.config import EVAL_BATCHES, PLANNED, LadderConfig, check_unplanned
@@ -97,10 +98,12 @@ def tune_settings(job: LadderJobConfig):
 
 
 def benchmark_size(job: LadderJobConfig, size: str, steps: int = 20) -> dict:
-    """A short run with no checkpoints or evals: tokens/s per device and MFU after warm-up."""
+    """A short run with no checkpoints or evals: tokens/s per device and MFU after warm-up.
+    ``size`` is checked as ``--benchmark``'s value, where the user typed it, not ``sizes``."""
     from trainer_core.ray.runtime import init_ray
     from trainer_core.ray.train_driver import run_training
 
+    check_size(size, "--benchmark")
     (plan,) = plan_ladder(job, [size])
     planned = plan.config
     cfg = replace(

@@ -19,10 +19,13 @@ class RayConfig:
     """Ray cluster address; empty = the cluster this job was submitted to (or one found on this
     machine), else a new local Ray; "local" = always a new local Ray."""
     num_workers: int = 1
+    """Ray Train workers, one rank (and device) each."""
     use_gpu: bool = False
+    """Give each worker ``gpus_per_worker`` GPUs (off: CPU workers)."""
     cpus_per_worker: float = 1.0
     """On a small CPU machine leave room for Ray Data's read tasks (e.g. 0.5 with 2 workers)."""
     gpus_per_worker: float = 1.0
+    """GPUs each worker reserves with use_gpu; a fraction shares a GPU between workers."""
     max_failures: int = 3
     """Restarts (from the latest checkpoint) before the run fails: of its worker group, or, with
     the "trial" runner, of its Tune trial. A ladder's or sweep's Ray Train run has both: a lost

@@ -253,3 +253,71 @@ def test_a_whole_file_of_another_entry_points_config_is_recognised():
     )
     old_ladder = {"data": {"seq_len": 64}, "tracking": {"wandb": True}}
     assert error(LadderConfig, old_ladder) == "data: this key moved; set run.data instead"
+
+
+@pytest.mark.parametrize(
+    "cls, data, expected",
+    [
+        (
+            LadderConfig,
+            {"trainer": {"log_interval": 5}},
+            "trainer: unknown key here; trainer is a section of run: write "
+            "run.trainer.log_interval",
+        ),
+        (
+            LadderConfig,
+            {"trainer": {"log_interval": 5, "seed": 1}},
+            "trainer: unknown key here; trainer is a section of run: write run.trainer",
+        ),
+        (
+            LadderConfig,
+            {"run": {"lr": {"coef": 1}}},
+            "run.lr: unknown key here; lr is a section at the top level: write lr.coef",
+        ),
+        (
+            LadderConfig,
+            {"run": {"beta2": 0.99}},
+            "run.beta2: unknown key here; beta2 is a field of run.optim: write run.optim.beta2",
+        ),
+        (
+            LadderConfig,
+            {"coef": 1},
+            "coef: unknown key here; coef is a field of batch and of lr: write batch.coef or "
+            "lr.coef",
+        ),
+        (
+            TrainConfig,
+            {"lr": 0.001},
+            "lr: unknown key here; lr is a field of optim: write optim.lr",
+        ),
+    ],
+)
+def test_a_key_at_the_wrong_level_names_its_full_path(cls, data, expected):
+    """Once the closest sibling's name ("trainer: unknown key (did you mean 'duration'?)") or
+    no hint at all (``lr`` in a run's file, ``run.lr.coef`` in a ladder's)."""
+    assert error(cls, data) == expected
+
+
+@pytest.mark.parametrize(
+    "cls, overrides, expected",
+    [
+        (
+            LadderConfig,
+            ["--duration.multiple_by_size={15K:2}"],
+            "duration.multiple_by_size: '15K:2' has no value; write {15K: 2} (a space after the "
+            "colon, quoted in the shell)",
+        ),
+        (
+            TrainConfig,
+            ["--trainer={seed:3}"],
+            "trainer: 'seed:3' has no value; write {seed: 3} (a space after the colon, quoted in "
+            "the shell)",
+        ),
+    ],
+)
+def test_a_colon_without_a_space_says_so(cls, overrides, expected):
+    """YAML reads ``{15K:2}`` as the key "15K:2" with no value: the error was
+    "duration.multiple_by_size.15K:2: expected a number, got None"."""
+    with pytest.raises(ConfigError) as err:
+        load_config(cls, None, overrides)
+    assert str(err.value) == expected
