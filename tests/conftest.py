@@ -56,6 +56,7 @@ RAY_TEST_FILES = frozenset(
         "tests/e2e/test_object_storage_on_ray.py",
         "tests/e2e/test_ray_data.py",
         "tests/e2e/test_ray_train.py",
+        "tests/e2e/test_train_interrupt.py",
         "tests/e2e/test_trial_runner.py",
         "tests/unit/analysis/test_load.py",
     }

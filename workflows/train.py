@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import sys
 
-from trainer_core.config.cli import exit_on_error, parse_command
+from trainer_core.config.cli import INTERRUPTED, exit_on_error, parse_command
 from trainer_core.io.output_dir import check_output_dir
+from trainer_core.io.sigterm import sigterm_as_ctrl_c
 from trainer_core.ray.run_config import RayTrainConfig
 
 
@@ -22,10 +23,16 @@ def main() -> int:
     check_output_dir(cfg.trainer.run_dir, "trainer.run_dir")
 
     from trainer_core.ray.runtime import init_ray
-    from trainer_core.ray.train_driver import run_training
+    from trainer_core.ray.train_driver import RunInterruptedError, run_training
 
     init_ray(cfg.ray.address)
-    summary = run_training(cfg)
+    try:
+        # After ray.init, which sets a SIGTERM handler of its own: `ray job stop` as a Ctrl+C.
+        with sigterm_as_ctrl_c():
+            summary = run_training(cfg)
+    except RunInterruptedError as e:
+        print(e, file=sys.stderr)
+        return INTERRUPTED
     print(
         f"run {summary.get('name')} {summary.get('status')}: step {summary.get('last_step')}, "
         f"train loss {summary.get('train/loss', float('nan')):.4f}, "

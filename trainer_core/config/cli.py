@@ -34,21 +34,22 @@ DEMO_LADDER = Path(__file__).resolve().parents[2] / "workflows" / "configs" / "l
 
 def split_args(argv: list[str], flags: dict[str, bool]) -> tuple[dict[str, str | bool], list[str]]:
     """Separate the entry point's own flags (``flags``: name -> takes a value) from overrides.
-    A key given twice is refused, flag or override: one of the two values would be dropped."""
+    An own flag given twice is refused; an override given twice takes its last value, so a
+    script can add to a base command line."""
     own: dict[str, str | bool] = {}
-    overrides: dict[str, str] = {}
+    overrides: list[str] = []
     args = list(argv)
     while args:
         arg = args.pop(0)
         name, equals, inline = arg.partition("=")
-        if name in own or name in overrides:
-            raise ConfigError(f"{name} is given twice: give it once")
         if name in flags:
+            if name in own:
+                raise ConfigError(f"{name} is given twice: give it once")
             own[name] = _flag_value(name, flags[name], equals, inline, args)
         elif arg.startswith("--") and "=" in arg:
-            overrides[name] = arg
+            overrides.append(arg)
         elif arg.startswith("--") and args and not args[0].startswith("--"):
-            overrides[name] = f"{arg}={args.pop(0)}"
+            overrides.append(f"{arg}={args.pop(0)}")
         elif arg.startswith("--") and "." in arg:
             raise ConfigError(f"{arg} needs a value: write {arg}=VALUE")
         else:
@@ -56,7 +57,7 @@ def split_args(argv: list[str], flags: dict[str, bool]) -> tuple[dict[str, str |
                 f"unknown argument {arg!r}: use --config FILE and overrides like --optim.lr=3e-4 "
                 "(see --help)"
             )
-    return own, list(overrides.values())
+    return own, overrides
 
 
 def _flag_value(

@@ -308,6 +308,12 @@ def mark_failed(run_dir: Location, error: str) -> None:
     _end_running(run_dir, lambda record: {"status": "failed", "error": error})
 
 
+def mark_interrupted(run_dir: Location) -> None:
+    """Record a run still ``running`` as ``interrupted`` at its last logged step: resumable, as
+    a Ctrl+C'd run without Ray records itself (a Ray Train run's ranks are killed first)."""
+    _end_running(run_dir, lambda record: {"status": "interrupted"})
+
+
 def _end_running(run_dir: Location, changes: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     """Rewrite a ``running`` record with its last logged step and ``changes(record)``; any other
     record (or none) is left as it is."""

@@ -84,7 +84,7 @@ class _NoTrialErrors(logging.Filter):
         from trainer_core.ray.failures import user_error_in
 
         error = record.exc_info[1]
-        return user_error_in(getattr(error, "cause", None) or error) is None
+        return user_error_in(error) is None
 
 
 class _NoDataUserErrors(logging.Filter):
@@ -96,7 +96,7 @@ class _NoDataUserErrors(logging.Filter):
         from trainer_core.ray.failures import user_error_in
 
         error = record.exc_info[1] if record.exc_info else sys.exc_info()[1]
-        return error is None or user_error_in(getattr(error, "cause", None) or error) is None
+        return error is None or user_error_in(error) is None
 
 
 class _NoStatsActorRace(logging.Filter):

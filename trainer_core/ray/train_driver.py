@@ -7,6 +7,7 @@ restarted driver that builds the same TorchTrainer finds the run again and resum
 from __future__ import annotations
 
 import functools
+import threading
 import time
 import warnings
 from typing import Any
@@ -24,6 +25,7 @@ from trainer_core.io import storage
 from trainer_core.io.run_dir import (
     FINAL_STATUSES,
     mark_failed,
+    mark_interrupted,
     metric_records,
     metrics_path,
     read_run_json,
@@ -35,6 +37,13 @@ from trainer_core.ray.reader import dataset_name, rank_dataset
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.ray.worker import train_worker
 from trainer_core.train.same_run import check_same_run
+from trainer_core.train.trainer import interruption_line
+
+
+class RunInterruptedError(KeyboardInterrupt):
+    """Ctrl+C (or SIGTERM, under :func:`~trainer_core.io.sigterm.sigterm_as_ctrl_c`) stopped a
+    run on Ray Train; the message is the one line saying where and how to go on. A
+    KeyboardInterrupt, so a caller that does not print it still ends as an interrupted command."""
 
 
 class RunLostError(RunFailedError):
@@ -98,8 +107,10 @@ def run_training(
     Idempotent: a run whose run.json says finished/diverged returns its summary at once, which
     is what makes a restored Tune experiment safe to re-run trials. A failure raises
     :class:`RunFailedError` with the reason: at once for bad input (no retry can fix it), after
-    ``ray.max_failures`` restarts for anything else. ``done``: the run's :func:`run_summary`,
-    when the caller read it already (a Tune trial, to see whether the run ended).
+    ``ray.max_failures`` restarts for anything else. A Ctrl+C of the driver (its main thread)
+    records the run interrupted and raises :class:`RunInterruptedError`. ``done``: the run's
+    :func:`run_summary`, when the caller read it already (a Tune trial, to see whether the run
+    ended).
     """
     if cfg.ray.runner == "trial":
         raise ConfigError(
@@ -128,6 +139,14 @@ def run_training(
         # resumable, which run.json must go on saying.
         reason = f"its Ray Train controller was lost: {last_line(e)}"
         raise RunLostError(failure_message(run_dir, reason, verify=False)) from None
+    except SystemExit:
+        # Ray Train's SIGINT handler, which fit sets in the main thread only, aborts the run
+        # (its workers killed before rank 0 can record the interrupt) and ends fit this way.
+        if threading.current_thread() is not threading.main_thread():
+            raise
+        mark_interrupted(run_dir)
+        step = (read_run_json(run_dir) or {}).get("last_step", 0)
+        raise RunInterruptedError(interruption_line(step, run_dir, cfg.checkpoint)) from None
     return run_summary(run_dir)
 
 

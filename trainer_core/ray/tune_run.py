@@ -284,7 +284,7 @@ def run_trials(
             "--resume to go on"
         )
     failed = trial_failures(grid)
-    record_trial_ends(specs, failed)
+    record_trial_ends(specs, failed, lost_trials(grid))
     if failed:
         lines = "\n".join(f"  {name}: {reason}" for name, reason in failed.items())
         raise TrialsFailedError(
@@ -386,10 +386,9 @@ def trial_failures(grid) -> dict[str, str]:
 def error_line(error: BaseException) -> str:
     """A trial's error in one line: the user error's first line when there is one, else the
     last line of Ray's report."""
-    cause = getattr(error, "cause", None) or error
-    found = user_error_in(cause)
+    found = user_error_in(error)
     if found is None:
-        return last_line(cause)
+        return last_line(getattr(error, "cause", None) or error)
     return next(
         (line.strip() for line in str(found).splitlines() if line.strip()), type(found).__name__
     )
@@ -399,14 +398,21 @@ def _trial_name(trial) -> str:
     return trial.config["trial"]["name"]
 
 
-def record_trial_ends(specs: list[TrialSpec], failed: Mapping[str, str]) -> None:
-    """Runs whose trials ended but still say "running": stopped by Tune's scheduler, or failed
-    with no retry left where nothing of the run could say so (its trial process killed: a Ray
-    Train run's driver records the failures it sees, ``run_training``)."""
+def lost_trials(grid) -> set[str]:
+    """The runs whose trials failed with no user error: a process lost, nothing of the run left
+    to record it (a user error is recorded, or a refused launch left as it was, where raised)."""
+    return {
+        storage.name(r.path) for r in grid if r.error is not None and user_error_in(r.error) is None
+    }
+
+
+def record_trial_ends(specs: list[TrialSpec], failed: Mapping[str, str], lost: set[str]) -> None:
+    """Runs whose trials ended but still say "running": stopped by Tune's scheduler, or
+    ``lost`` with no retry left (:func:`lost_trials`), recorded failed with ``failed``'s line."""
     for spec in specs:
-        if spec.name in failed:
+        if spec.name in lost:
             mark_failed(spec.config.trainer.run_dir, failed[spec.name])
-        else:
+        elif spec.name not in failed:
             mark_stopped(spec.config.trainer.run_dir)
 
 
