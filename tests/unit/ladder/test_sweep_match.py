@@ -13,10 +13,10 @@ from trainer_core.ray.ladder_run import LadderJobConfig
 BASE = {"sizes": ["15K"], "duration": {"schedule": "wsds"}, "batch": {"coef": 2048.0}}
 
 
-def sweep_dir(tmp_path, batch_factors=(1.0,), **changes):
+def sweep_dir(tmp_path, sweep=None, **changes):
     """A sweep's experiment.yaml: the base ladder's settings with ``changes``."""
     job = from_dict(LadderJobConfig, {**BASE, **changes, "dir": str(tmp_path / "sweep")})
-    record = {**to_dict(job), "sweep": {"batch_factors": list(batch_factors)}}
+    record = {**to_dict(job), "sweep": sweep or {"batch_factors": [1.0]}}
     (tmp_path / "sweep").mkdir()
     (tmp_path / "sweep" / "experiment.yaml").write_text(yaml.safe_dump(record))
     return str(tmp_path / "sweep")
@@ -49,8 +49,34 @@ def test_each_changed_setting_is_named_with_both_values_in_one_line(tmp_path):
 
 
 def test_the_batch_rule_is_not_compared_where_the_sweep_varied_the_batch(tmp_path):
-    swept = sweep_dir(tmp_path, batch_factors=(0.5, 1.0, 2.0))
-    job = ladder(tmp_path, lr={"from_sweep": swept}, batch={"coef": 65536.0})
-    assert sweep_mismatches(job) == []
-    taken = ladder(tmp_path, batch={"coef": 65536.0, "from_sweep": swept})
-    assert sweep_mismatches(taken) == []
+    swept = sweep_dir(tmp_path, sweep={"batch_factors": [0.5, 1.0, 2.0]})
+    assert (
+        sweep_mismatches(ladder(tmp_path, lr={"from_sweep": swept}, batch={"coef": 65536.0})) == []
+    )
+
+
+def test_one_sweep_for_lr_and_batch_is_one_line_naming_both_keys(tmp_path):
+    swept = sweep_dir(tmp_path, sweep={"batch_factors": [0.5, 1.0, 2.0]})
+    job = ladder(tmp_path, lr={"from_sweep": swept}, batch={"from_sweep": swept}, seq_len=256)
+    (line,) = sweep_mismatches(job)
+    assert line.startswith(f"lr.from_sweep and batch.from_sweep: {swept} was swept with seq_len")
+
+
+def test_a_sweep_whose_trials_decayed_at_several_horizons_ran_wsds(tmp_path):
+    """Its record says cosine, but its trials ran one WSD-S schedule with a decay at each
+    horizon: a cosine ladder is warned, which the record alone would not show."""
+    several = {"horizons": [0.25, 0.5], "horizon_trials": "decays"}
+    swept = sweep_dir(tmp_path, sweep=several, duration={"schedule": "cosine"})
+    (line,) = sweep_mismatches(
+        ladder(tmp_path, lr={"from_sweep": swept}, duration={"schedule": "cosine"})
+    )
+    assert "duration.schedule 'wsds' (here 'cosine')" in line
+
+
+def test_a_sweep_without_its_record_is_said_not_compared(tmp_path):
+    (tmp_path / "bare").mkdir()
+    job = ladder(tmp_path, lr={"from_sweep": str(tmp_path / "bare")})
+    assert sweep_mismatches(job) == [
+        f"lr.from_sweep: {tmp_path / 'bare'} holds no experiment.yaml, so its settings can't be "
+        "compared with this ladder's: make sure its schedule, optimizer and batch were these"
+    ]
