@@ -75,7 +75,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--out",
         required=True,
-        help="output shard dir (replaced whole, once the new one is complete)",
+        help="output shard dir: new, empty, or a shard dir holding only what this command writes (replaced whole, once the new one is complete)",
     )
     # one source of the tokenizer: a given one, or a BPE trained here (not both)
     source = p.add_mutually_exclusive_group()
