@@ -521,9 +521,10 @@ def _no_window(split: Split, seq_len: int, which: str) -> DataError:
 
 
 def _shard_tokens(seq_len: int) -> int:
-    """The least ``--shard-tokens`` whose files' tails leave out under 1% of a split whatever
-    their alignment: a tail is at most ``seq_len`` tokens."""
-    return 100 * seq_len
+    """The least ``--shard-tokens`` whose full files' tails leave out under 1% of them whatever
+    their alignment: a tail is at most ``seq_len`` tokens (a split's last, shorter file can
+    leave a little more)."""
+    return 100 * seq_len + 1
 
 
 def _left_out_note(split: Split, seq_len: int, which: str) -> str:

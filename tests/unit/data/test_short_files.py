@@ -27,7 +27,7 @@ def test_files_shorter_than_a_window_name_shard_tokens_not_more_text(make_shards
         said = (
             f"the {which} split holds {int(split.tokens.sum()):,} tokens, but none of its "
             f"{len(split.tokens):,} files holds a window of seq_len+1 = 33 (the longest has 20; "
-            "windows never cross a file); re-tokenize with --shard-tokens >= 33 (3200 or more "
+            "windows never cross a file); re-tokenize with --shard-tokens >= 33 (3201 or more "
             "leaves under 1% of the tokens out), or set data.seq_len <= 19"
         )
         asks = [lambda: data.eval_batches(SEQ, 4, 1), lambda: data.repeats(SEQ, 0, 4)]
@@ -53,7 +53,7 @@ def test_the_windows_left_out_by_short_files_are_said_with_the_repeat(make_shard
             "; windows of seq_len+1 = 33 tokens never cross a file, so the tails of the "
             f"{which} split's {len(split.tokens):,} files (48 tokens at most) leave {left:,} of "
             f"its {total:,} tokens ({100 * left / total:.2g}%) out: re-tokenize with "
-            "--shard-tokens >= 3200 to leave out under 1%"
+            "--shard-tokens >= 3201 to leave out under 1%"
         )
 
     (line,) = data.repeats(SEQ, windows + windows // 4, 0)

@@ -238,7 +238,7 @@ def test_data_read_twice_is_said_per_source(data, shards, tmp_path, make_shards,
         "windows of seq_len+1 = 17 tokens never cross a file, so the tails of the training "
         f"split's {len(data.train[0].tokens)} files (700 tokens at most) leave {left} of its "
         f"{tokens:,} tokens ({100 * left / tokens:.2g}%) out: re-tokenize with --shard-tokens "
-        ">= 1600 to leave out under 1%",
+        ">= 1601 to leave out under 1%",
         f"{shards}: {val + 5:,} eval windows asked of a validation split of {val:,}, so 5 count "
         f"twice; eval at most {val * SEQ:,} tokens (trainer.eval_batches, or a ladder's "
         "eval_tokens) or re-tokenize with a larger --val-fraction",
