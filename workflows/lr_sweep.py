@@ -69,7 +69,7 @@ def main() -> int:
 
     from trainer_core.analysis import report_experiment
 
-    for run in run_sweep(job, runs, resume="--resume" in own):
+    for run in run_sweep(job, runs, specs, resume="--resume" in own):
         print(run.concurrency_report())
     report_experiment(job.dir)
     return 0

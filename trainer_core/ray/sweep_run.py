@@ -188,17 +188,18 @@ def early_stopper(job: SweepJobConfig, specs: list[TrialSpec]):
     return GroupedScheduler({g: for_group(members) for g, members in groups.items()})
 
 
-def run_sweep(job: SweepJobConfig, runs: list[SweepRun], resume: bool) -> list[TrialsRun]:
-    """Check and run every planned trial (:func:`sweep_plans` of ``job``, already
-    :func:`as_sweep`, after ``preflight``), then the widening rounds; one TrialsRun per round
-    that ran.
+def run_sweep(
+    job: SweepJobConfig, runs: list[SweepRun], specs: list[TrialSpec], resume: bool
+) -> list[TrialsRun]:
+    """Check and run the planned trials (``specs``: :func:`sweep_trials` of the
+    :func:`sweep_plans` ``runs`` of ``job``, already :func:`as_sweep`, after ``preflight``), then
+    the widening rounds; one TrialsRun per round that ran.
 
     Round k's Tune state is ``tune-widen<k>/``; a resumed sweep recomputes each round's trials
     from the results on disk, so it restores the same rounds.
     """
     from trainer_core.ray.runtime import init_ray
 
-    specs = sweep_trials(job, runs)
     check_unchanged_runs(specs, job.planned(), "sweep.dir")
     exp_dir = job.exp_dir
     write_experiment_record(job, [r.plan for r in runs], exp_dir, resume)
