@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import os
 import signal
 import socket
@@ -415,3 +416,29 @@ def ladder_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def sweep_dir(tmp_path_factory) -> Path:
     return make_sweep(tmp_path_factory.mktemp("sweep"))
+
+
+class Records(logging.Handler):
+    """Keeps every record it is handed, for a test to read."""
+
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def ray_log():
+    """The records Ray's console handlers get during the test: they write to the stderr of the
+    session's start, out of capfd's reach. "ray" and below, and Ray Data's ("ray.data" does not
+    propagate to "ray"); as those handlers do, records marked ``hide`` are skipped."""
+    handler = Records()
+    handler.addFilter(lambda record: not getattr(record, "hide", False))
+    loggers = [logging.getLogger(name) for name in ("ray", "ray.data")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    yield handler.records
+    for logger in loggers:
+        logger.removeHandler(handler)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 import os
 import re
 import signal
@@ -16,7 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from test_ray_train import Records, console
+from test_ray_train import console
 
 from trainer_core.config.sections import DataConfig
 from trainer_core.data.shards import DataError, ShardError, read_manifest, verify_shards
@@ -28,20 +27,6 @@ from trainer_core.ray.reader import batches_from_shard, ray_train_dataset
 from trainer_core.ray.tokenization import tokenize_to_shards
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
-
-
-@pytest.fixture
-def ray_log():
-    """The records Ray's console handlers get during the test (test_ray_train's ``ray_log``, and
-    Ray Data's: "ray.data" does not propagate to "ray"; its handler skips records marked hide)."""
-    handler = Records()
-    handler.addFilter(lambda record: not getattr(record, "hide", False))
-    loggers = [logging.getLogger(name) for name in ("ray", "ray.data")]
-    for logger in loggers:
-        logger.addHandler(handler)
-    yield handler.records
-    for logger in loggers:
-        logger.removeHandler(handler)
 
 
 def test_ray_reader_rows_equal_local_batches_per_rank(

@@ -221,26 +221,6 @@ def test_unusable_shards_fail_in_the_driver_before_ray_train_starts(config, tmp_
     assert not (tmp_path / "run").exists()
 
 
-class Records(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
-@pytest.fixture
-def ray_log():
-    """The records Ray's loggers (``ray`` and below) pass to their console handler during the
-    test: that handler writes to the stderr of the session's start, out of capfd's reach."""
-    handler = Records()
-    logger = logging.getLogger("ray")
-    logger.addHandler(handler)
-    yield handler.records
-    logger.removeHandler(handler)
-
-
 def console(capfd, ray_log: list[logging.LogRecord]) -> str:
     """What the test printed and Ray logged, as the console shows it (tracebacks included)."""
     out, err = capfd.readouterr()

@@ -10,8 +10,9 @@ with the horizon, Bjorck et al.'s falls).
 
 Input: one row per trial at one eval point, columns N, D (tokens at that point), lr, batch
 (tokens) and loss, optionally ``stopped``. Rows marked stopped are left out (an un-annealed
-loss); a loss of +inf is a value tried and judged worse (a trial early stopping ended before
-this horizon): it brackets a cell's optimum, never fitted; NaN and -inf losses are left out.
+loss); a loss of +inf is a value tried and judged worse (a trial that early stopping ended, or
+that diverged, before this horizon: :data:`~trainer_core.analysis.optimum.ENDED_WORSE`): it
+brackets a cell's optimum, never fitted; NaN and -inf losses are left out.
 :func:`~trainer_core.analysis.hparam_table.hparam_table` builds it from a sweep dir.
 """
 
@@ -24,6 +25,7 @@ from typing import Literal, NamedTuple
 import numpy as np
 import pandas as pd
 from scipy.stats import norm
+from scipy.stats import t as student_t
 
 from trainer_core.analysis.bootstrap import CI_LEVEL, percentile_interval
 from trainer_core.analysis.checks import format_flags
@@ -212,7 +214,8 @@ class HparamLawFit:
     excluded: list[CellOptimum] = field(repr=False)
     scatter: float
     """The cells' spread about the law in units of their own intervals (chi^2 per degree of
-    freedom, square-rooted; 1 when none is spare). Above 1 the law's intervals are widened by it."""
+    freedom, square-rooted; 1 when none is spare). Where it says more than their intervals do,
+    the law's intervals are widened for it (:attr:`WeightedLogFit.widening`)."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -331,6 +334,50 @@ def _terms(cells: list[CellOptimum], wanted: tuple[str, ...]) -> tuple[tuple[str
     return tuple(terms), notes
 
 
+class WeightedLogFit(NamedTuple):
+    """Least squares in log space, each point weighted by its own interval: the one fit behind
+    a law of the cells (:func:`fit_hparam_law`) and LR*(N) of a sweep's sizes
+    (:func:`~trainer_core.analysis.lr.fit_lr_power_law`), so both give one estimate, scatter
+    and widening from the same optima."""
+
+    beta: np.ndarray
+    solve: np.ndarray
+    """Maps y / sigma to ``beta``: its bootstrap refits reuse it."""
+    sigma: np.ndarray
+    """Each point's sigma in log units, floored at :data:`SIGMA_FLOOR`."""
+    scatter: float
+    """The points' spread about the fit in units of their sigmas (chi^2 per degree of freedom,
+    square-rooted; NaN when none is spare)."""
+    dof: int
+
+    @property
+    def unscaled_cov(self) -> np.ndarray:
+        """The coefficients' covariance the points' own sigmas give."""
+        return self.solve @ self.solve.T
+
+    @property
+    def widening(self) -> float:
+        """The factor on the points' own intervals: the wider of theirs (normal) and the
+        scatter's (Student's t on :attr:`dof`, its scale estimated). Continuous in the scatter,
+        and never narrower than the points' intervals allow: optima lying exactly on a line do
+        not make the law exact; with few points to spare the scatter's scale is itself
+        uncertain (1 dof: a "2 sigma" gap 30% of the time, not 5%)."""
+        if self.dof < 1:
+            return 1.0
+        return max(1.0, float(student_t.ppf(0.5 + CI_LEVEL / 2, self.dof)) * self.scatter / Z_CI)
+
+
+def weighted_log_fit(X: np.ndarray, y: np.ndarray, log_sigma: np.ndarray) -> WeightedLogFit:
+    """Fit y (log values) on the design X (its columns 1 and log factors), weights 1 / sigma^2
+    with sigma floored at :data:`SIGMA_FLOOR`."""
+    sigma = np.maximum(np.broadcast_to(np.asarray(log_sigma, float), y.shape), SIGMA_FLOOR)
+    solve = np.linalg.pinv(X / sigma[:, None])
+    beta = solve @ (y / sigma)
+    dof = len(y) - X.shape[1]
+    chi2 = float(np.sum(((y - X @ beta) / sigma) ** 2))
+    return WeightedLogFit(beta, solve, sigma, math.sqrt(chi2 / dof) if dof > 0 else math.nan, dof)
+
+
 def fit_hparam_law(
     cells: list[CellOptimum],
     terms: tuple[str, ...] = ("N", "D"),
@@ -340,8 +387,8 @@ def fit_hparam_law(
     """c N^a D^b (``terms`` picks the factors) through the bracketed cells' optima.
 
     Weights: 1 / the cells' log-interval variance (floored at SIGMA_FLOOR). The bootstrap draws
-    each cell's optimum about the law with its own sigma, times the scatter when the cells
-    stray from the law by more than their intervals say, and refits.
+    each cell's optimum about the law with its own sigma, widened when the cells stray from the
+    law by more than their intervals say (:attr:`WeightedLogFit.widening`), and refits.
     """
     if not cells:
         raise AnalysisError("fit_hparam_law: no cell optima (no cell varies this parameter)")
@@ -352,20 +399,16 @@ def fit_hparam_law(
         raise AnalysisError(f"no cell brackets its {cells[0].param} optimum ({names}): widen grids")
     fitted, notes = _terms(usable, terms)
     y = np.log([c.value for c in usable])
-    sigma = np.maximum([c.log_sigma for c in usable], SIGMA_FLOOR)
     X = np.stack(
         [np.ones(len(usable))] + [np.log([getattr(c, t) for c in usable]) for t in fitted], axis=1
     )
-    solve = np.linalg.pinv(X / sigma[:, None])
-    beta = solve @ (y / sigma)
-    dof = len(y) - X.shape[1]
-    chi2 = float(np.sum(((y - X @ beta) / sigma) ** 2))
-    scatter = math.sqrt(chi2 / dof) if dof > 0 else 1.0
-    if dof == 0:
+    fit = weighted_log_fit(X, y, np.array([c.log_sigma for c in usable]))
+    beta = fit.beta
+    if fit.dof == 0:
         notes.append("as many cells as parameters: the law's intervals are the cells' alone")
     rng = np.random.default_rng(seed)
-    noise = rng.standard_normal((n_bootstrap, len(y))) * sigma * max(scatter, 1.0)
-    draws = ((X @ beta + noise) / sigma) @ solve.T
+    noise = rng.standard_normal((n_bootstrap, len(y))) * fit.sigma * fit.widening
+    draws = ((X @ beta + noise) / fit.sigma) @ fit.solve.T
     ci = {"c": tuple(math.exp(v) for v in percentile_interval(draws[:, 0]))}
     exponents = {}
     for k, t in enumerate(fitted, start=1):
@@ -387,7 +430,7 @@ def fit_hparam_law(
         draws,
         usable,
         excluded,
-        scatter,
+        fit.scatter if fit.dof > 0 else 1.0,
         notes,
     )
 

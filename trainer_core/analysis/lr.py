@@ -25,22 +25,16 @@ import pandas as pd
 from scipy.stats import t as student_t
 
 from trainer_core.analysis.errors import AnalysisError
-from trainer_core.analysis.hparam_laws import SIGMA_FLOOR, CellOptimum
+from trainer_core.analysis.hparam_laws import SIGMA_FLOOR, CellOptimum, weighted_log_fit
 from trainer_core.analysis.hparam_table import run_groups
 from trainer_core.analysis.load import ExperimentResults, load
-from trainer_core.analysis.optimum import (
-    ENDED_WORSE,
-    N_BOOTSTRAP,
-    grid_optimum,
-    not_bracketed,
-    pooled_noise,
-)
+from trainer_core.analysis.optimum import N_BOOTSTRAP, grid_optimum, not_bracketed, pooled_noise
 from trainer_core.ladder.formulas import LADDER_LR_EXPONENT
 
 COMPARED = "compared_loss"
 """The loss column optima use: each trial's eval loss at its group's common tokens; inf for a
-trial early stopping ended before them; NaN for a diverged one, which the optima judge worse too
-(:func:`optimal_lr`)."""
+trial early stopping ended before them; NaN for a diverged one (it has no loss there), which
+the optima and the grid's widening judge worse all the same (:func:`judged`)."""
 
 
 def _eval_history(results: ExperimentResults) -> pd.DataFrame:
@@ -85,7 +79,7 @@ def _compare_at_common_tokens(table: pd.DataFrame, evals: pd.DataFrame) -> pd.Da
             losses.append(math.nan)
         elif upto["tokens"].iloc[-1] < row.compared_tokens - slack:
             steps.append(None)
-            losses.append(math.inf if row.status in ENDED_WORSE else math.nan)
+            losses.append(math.inf if row.stopped_early else math.nan)
         else:
             steps.append(int(upto["step"].iloc[-1]))
             losses.append(float(upto["eval_loss"].iloc[-1]))
@@ -161,14 +155,21 @@ class OptimalLR:
         )
 
 
-def _curve(table: pd.DataFrame, loss: str) -> tuple[np.ndarray, np.ndarray]:
-    """log LR ascending and the lowest loss at each (inf: only trials judged worse), over the
-    trials with a compared loss or that ended worse (:data:`ENDED_WORSE`). A diverged trial is
+def judged(table: pd.DataFrame, loss: str = COMPARED) -> pd.DataFrame:
+    """The trials an optimum is judged over, ``loss`` as it judges them: those with a loss or
+    that ended worse (:data:`~trainer_core.analysis.optimum.ENDED_WORSE`). A diverged trial is
     inf whatever it logged: it never reached the common point, and its last loss, from before
-    it blew up, is no loss there (it can be low), so above the best it brackets the optimum."""
+    it blew up, is no loss there (it can be low), so above the best it brackets the optimum.
+    One rule for the optimum and for the grid's widening (:mod:`~trainer_core.analysis.lr_grid`),
+    so the sweep widens exactly where its report says the optimum is not bracketed."""
     losses = table[loss].astype(float).mask(table["diverged"].astype(bool), math.inf)
-    ok = losses.notna()
-    best = losses[ok].groupby(table.loc[ok, "lr"]).min().sort_index()
+    return table.assign(**{loss: losses})[losses.notna()]
+
+
+def lr_curve(table: pd.DataFrame, loss: str = COMPARED) -> tuple[np.ndarray, np.ndarray]:
+    """log LR ascending and the lowest loss at each (inf: only trials judged worse), over the
+    :func:`judged` trials: the curve :func:`optimal_lr` reads."""
+    best = judged(table, loss).groupby("lr")[loss].min().sort_index()
     return np.log(best.index.to_numpy(float)), best.to_numpy(float)
 
 
@@ -187,7 +188,7 @@ def optimal_lr(
         raise AnalysisError(
             f"optimal_lr: pass one size's rows, got sizes {sorted(table['size'].unique())}"
         )
-    x, y = _curve(table, loss)
+    x, y = lr_curve(table, loss)
     if not np.isfinite(y).any():
         raise AnalysisError(f"optimal_lr: no non-diverged trial with a finite {loss}")
     step = tokens = None
@@ -211,8 +212,8 @@ def optimal_lrs(table: pd.DataFrame, loss: str = COMPARED) -> dict[str, OptimalL
     """
     order = table.groupby("size")["N"].first().sort_values().index
     rows = {size: table[table["size"] == size] for size in order}
-    usable = {s: r for s, r in rows.items() if np.isfinite(_curve(r, loss)[1]).any()}
-    noise = pooled_noise([_curve(r, loss) for r in usable.values()])
+    usable = {s: r for s, r in rows.items() if np.isfinite(lr_curve(r, loss)[1]).any()}
+    noise = pooled_noise([lr_curve(r, loss) for r in usable.values()])
     return {size: optimal_lr(r, loss, noise) for size, r in usable.items()}
 
 
@@ -221,10 +222,11 @@ class LRPowerLawFit:
     """lr*(N) = a * N^b, a log-log least-squares fit weighted by each size's own LR* interval,
     compared to the ladder's exponent.
 
-    Its intervals are the wider of two: the sizes' own intervals carried through the fit
-    (normal), and the scatter about the law (Student's t on its n - 2 degrees of freedom: a
-    sweep has few sizes, and with 1 degree of freedom a "2 sigma" gap arises by chance 30% of
-    the time, not 5%). Never narrower than the sizes' intervals allow: optima that lie exactly
+    Its intervals are the wider of two, as a law of the cells' are
+    (:attr:`~trainer_core.analysis.hparam_laws.WeightedLogFit.widening`): the sizes' own
+    intervals carried through the fit (normal), and the scatter about the law (Student's t on
+    its n - 2 degrees of freedom: a sweep has few sizes, and with 1 degree of freedom a
+    "2 sigma" gap arises by chance 30% of the time, not 5%). Never narrower than the sizes' intervals allow: optima that lie exactly
     on a line (each the grid's centre) do not make the law exact, and two sizes still get one.
     """
 
@@ -316,9 +318,10 @@ def fit_lr_power_law(
     lr_opt: np.ndarray | list[float],
     log_sigma: np.ndarray | list[float] | None = None,
 ) -> LRPowerLawFit:
-    """Weighted least squares of log lr* on log N. ``log_sigma``: each optimum's interval as a
-    normal sigma in log units, floored at SIGMA_FLOOR as a law's cells are
-    (:func:`~trainer_core.analysis.hparam_laws.fit_hparam_law`); None: each at the floor."""
+    """Weighted least squares of log lr* on log N, the fit a law of the cells makes
+    (:func:`~trainer_core.analysis.hparam_laws.weighted_log_fit`). ``log_sigma``: each
+    optimum's interval as a normal sigma in log units, floored at SIGMA_FLOOR as a law's cells
+    are; None: each at the floor."""
     n, lr = np.asarray(N, dtype=float), np.asarray(lr_opt, dtype=float)
     if n.size != lr.size or np.unique(n).size < 2:
         raise AnalysisError(
@@ -326,31 +329,27 @@ def fit_lr_power_law(
         )
     if np.any(n <= 0) or np.any(lr <= 0):
         raise AnalysisError("fit_lr_power_law: N and lr_opt must be positive")
-    sigma = np.maximum(SIGMA_FLOOR if log_sigma is None else np.asarray(log_sigma), SIGMA_FLOOR)
+    sigma = np.asarray(SIGMA_FLOOR if log_sigma is None else log_sigma, dtype=float)
     if sigma.shape not in ((), n.shape) or not np.all(np.isfinite(sigma)):
         raise AnalysisError(
             "fit_lr_power_law: log_sigma needs one finite value per size (an optimum with an "
             "open interval is a bound: leave it out)"
         )
-    x, y = np.log(n), np.log(lr)
-    X = np.stack([np.ones_like(x), x], axis=1) / np.broadcast_to(sigma, x.shape)[:, None]
-    coef, *_ = np.linalg.lstsq(X, y / sigma, rcond=None)
-    unscaled = np.linalg.inv(X.T @ X)
-    dof = len(x) - 2
-    scatter = math.sqrt(float(np.sum((y / sigma - X @ coef) ** 2)) / dof) if dof else math.nan
-    by_scatter = dof > 0 and student_t.ppf(0.975, dof) * scatter > student_t.ppf(0.975, math.inf)
-    cov = unscaled * scatter**2 if by_scatter else unscaled
+    x = np.log(n)
+    fit = weighted_log_fit(np.stack([np.ones_like(x), x], axis=1), np.log(lr), sigma)
+    by_scatter = fit.widening > 1
+    cov = fit.unscaled_cov * (fit.scatter**2 if by_scatter else 1.0)
     log_a_se, b_se = (float(v) for v in np.sqrt(np.diag(cov)))
     return LRPowerLawFit(
-        math.exp(coef[0]),
-        float(coef[1]),
+        math.exp(fit.beta[0]),
+        float(fit.beta[1]),
         b_se,
         log_a_se,
         len(x),
         cov,
         (n.min(), n.max()),
-        scatter=scatter,
-        t_dof=dof if by_scatter else math.inf,
+        scatter=fit.scatter,
+        t_dof=fit.dof if by_scatter else math.inf,
     )
 
 

@@ -1,9 +1,11 @@
 """Widening a sweep's grid: which trials a sweep runs next when a best trial is at an edge.
 
 A best LR (or batch) at the edge of the grid is a bound, not an optimum. The next round tries
-one value beyond that edge, a grid step further out, until the optimum is interior. Upwards in
-LR it stops below the smallest LR that diverged: the optimum is then the largest stable LR, and
-the report says it is at the edge.
+one value beyond that edge, a grid step further out, until the optimum is interior. Trials are
+judged as the optimum judges them (:func:`~trainer_core.analysis.lr.judged`): a diverged or
+early-stopped trial is worse than every one with a loss, so a diverged LR above the best
+brackets it, and the grid widens where the report says the optimum is not bracketed, and
+into a gap of two or more grid steps between the best LR and such a trial.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from trainer_core.analysis.lr import COMPARED
+from trainer_core.analysis.lr import COMPARED, judged, lr_curve
 
 DEFAULT_STEP = 2.0
 """Factor between LRs when a size has only one usable LR to take the grid spacing from."""
@@ -24,39 +26,54 @@ def _tried(lr: float, tried: np.ndarray) -> bool:
 
 
 def widen_lrs(table: pd.DataFrame, loss: str = COMPARED) -> dict[str, list[float]]:
-    """Per size whose best (non-diverged) LR is the smallest or largest tried: the LR beyond.
+    """Per size whose optimum is at its grid's edge (:func:`~trainer_core.analysis.lr.optimal_lr`'s
+    ``at_edge``: the best LR the smallest or largest judged): the LR beyond, one grid step out.
 
-    A size whose every trial diverged gets the LR below its smallest. Sizes with an interior
-    optimum, or whose next LR up would reach a diverged one, get nothing.
+    A size with no trial of finite loss (every one diverged, or none has an eval yet) gets the
+    LR below its smallest. Sizes with an interior optimum get nothing.
     """
     out: dict[str, list[float]] = {}
     for size, rows in table.groupby("size", sort=False):
         tried = rows["lr"].to_numpy(float)
-        diverged = rows["diverged"].astype(bool).to_numpy()
-        ok = _usable(rows, loss)
-        lrs = np.sort(ok["lr"].unique().astype(float))
-        if lrs.size == 0:
-            candidates = [tried.min() / DEFAULT_STEP]
-        else:
-            best = float(ok.loc[ok[loss].astype(float).idxmin(), "lr"])
-            step_low = lrs[1] / lrs[0] if lrs.size > 1 else DEFAULT_STEP
-            step_high = lrs[-1] / lrs[-2] if lrs.size > 1 else DEFAULT_STEP
-            candidates = []
-            if math.isclose(best, lrs[0]):
-                candidates.append(lrs[0] / step_low)
-            ceiling = tried[diverged].min() if diverged.any() else math.inf
-            if math.isclose(best, lrs[-1]) and lrs[-1] * step_high < ceiling:
-                candidates.append(lrs[-1] * step_high)
-        new = [float(lr) for lr in candidates if not _tried(lr, tried)]
+        new = [lr for lr in _lrs_beyond(rows, loss) if not _tried(lr, tried)]
         if new:
             out[str(size)] = new
     return out
 
 
-def _usable(rows: pd.DataFrame, loss: str) -> pd.DataFrame:
-    """The trials that did not diverge and have a compared loss: inf for one early stopping
-    ended before the others (tried, and judged worse: it brackets, as in the optimum)."""
-    return rows[~rows["diverged"].astype(bool) & rows[loss].astype(float).notna()]
+def _lrs_beyond(rows: pd.DataFrame, loss: str) -> list[float]:
+    """The LRs a grid step beyond the edge the best LR sits at (the step between the two LRs
+    at that edge; :data:`DEFAULT_STEP` with one LR)."""
+    x, y = lr_curve(rows, loss)
+    if not np.isfinite(y).any():
+        return [float(rows["lr"].min()) / DEFAULT_STEP]
+    lrs = np.exp(x)
+    if lrs.size == 1:
+        return [float(lrs[0] / DEFAULT_STEP), float(lrs[0] * DEFAULT_STEP)]
+    best = int(np.argmin(y))
+    out = []
+    if best == 0:
+        out.append(float(lrs[0] ** 2 / lrs[1]))
+    if best == lrs.size - 1:
+        out.append(float(lrs[-1] ** 2 / lrs[-2]))
+    return out + _into_gaps(lrs, y, best)
+
+
+def _into_gaps(lrs: np.ndarray, y: np.ndarray, best: int) -> list[float]:
+    """A grid step from the best LR towards a neighbour judged worse without a loss (diverged,
+    or stopped early) two or more grid steps away. Such a neighbour bounds the optimum, but far
+    off (a grid that ends in an LR meant to diverge) it leaves untried the LRs where the
+    optimum may be; the step is the one between the best and its other neighbour."""
+    out = []
+    for side in (-1, 1):
+        near, other = best + side, best - side
+        if not (0 <= near < lrs.size) or np.isfinite(y[near]):
+            continue
+        step = lrs[best] / lrs[other] if 0 <= other < lrs.size else DEFAULT_STEP**side
+        step = max(step, 1 / step)
+        if abs(math.log(lrs[near] / lrs[best])) >= 2 * math.log(step) * (1 - 1e-9):
+            out.append(float(lrs[best] * step**side))
+    return out
 
 
 def _batches_beyond(at_lr: pd.DataFrame, best: int) -> list[int]:
@@ -81,19 +98,20 @@ def widen_sweep(table: pd.DataFrame, loss: str = COMPARED) -> dict[str, list[tup
     """
     out: dict[str, list[tuple[float, int]]] = {}
     for group, rows in table.groupby("group", sort=False):
-        ok = _usable(rows, loss)
-        if ok.empty:
-            batches = rows["batch"].unique()
-        else:
-            best = ok.loc[ok[loss].astype(float).idxmin()]
+        ok = judged(rows, loss)
+        finite = bool(np.isfinite(ok[loss]).any())
+        if finite:
+            best = ok.loc[ok[loss].idxmin()]
             batches = [best["batch"]]
+        else:
+            batches = rows["batch"].unique()
         wanted = [
             (lr, int(b))
             for b in batches
             for lrs in widen_lrs(rows[rows["batch"] == b], loss).values()
             for lr in lrs
         ]
-        if not ok.empty:
+        if finite:
             at_lr = ok[np.isclose(ok["lr"].astype(float), best["lr"], rtol=1e-6)]
             wanted += [(float(best["lr"]), b) for b in _batches_beyond(at_lr, best["batch"])]
         if wanted:
@@ -109,8 +127,7 @@ def widen_horizons(points: pd.DataFrame, table: pd.DataFrame) -> dict[str, list[
     bracketed, and LR* moves with the horizon: a short horizon can want an LR above the grid
     that the final one does not. ``points``: the sweep's annealed points with their run's name
     (:func:`~trainer_core.analysis.hparam_table.hparam_table`); ``table``: its trials
-    (:func:`~trainer_core.analysis.lr.lr_sweep_table`: groups, and the divergence that caps a
-    step up)."""
+    (:func:`~trainer_core.analysis.lr.lr_sweep_table`: groups, and the trials that diverged)."""
     group_of = table.set_index("name")["group"]
     pts = points.assign(group=points["name"].map(group_of)).dropna(subset=["group"])
     out: dict[str, list[tuple[float, int]]] = {}
@@ -118,8 +135,9 @@ def widen_horizons(points: pd.DataFrame, table: pd.DataFrame) -> dict[str, list[
         batch = at_d.loc[at_d["loss"].idxmin(), "batch"]
         tried = at_d[at_d["batch"] == batch]
         trials = table[(table["group"] == group) & (table["batch"] == batch)]
-        lost = trials[trials["diverged"].astype(bool)]
-        # A trial stopped before this horizon is in ``tried`` with an infinite loss: worse.
+        # A trial stopped or diverged before this horizon is in ``tried`` with an infinite loss,
+        # one that diverged after it with its loss here; a diverged one the points lack is worse.
+        lost = trials[trials["diverged"].astype(bool) & ~trials["name"].isin(tried["name"])]
         frame = pd.DataFrame(
             {
                 "size": group,

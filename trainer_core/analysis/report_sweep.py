@@ -5,20 +5,17 @@ them, found by the ladder's own calls (:mod:`trainer_core.ladder.lr_feedback`)."
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from trainer_core.analysis.hparam_laws import CellOptimum, HparamLawFit
+from trainer_core.analysis.hparam_laws import CellOptimum
 from trainer_core.analysis.hparam_table import SweepCells
 from trainer_core.analysis.lr import (
     COMPARED,
-    LRPowerLawFit,
     batches_differ,
     fit_sweep_lr,
     lr_sweep_table,
@@ -27,19 +24,8 @@ from trainer_core.analysis.lr import (
 from trainer_core.analysis.plots import grid_centres, plot_lr_sweep, plot_lr_vs_size
 from trainer_core.analysis.plots_hparams import plot_hparam_laws
 from trainer_core.analysis.report_data import Report, fmt_loss
-from trainer_core.analysis.target import recorded_batch_law
-from trainer_core.config.loader import ConfigError
-from trainer_core.ladder.formulas import BATCH_SWEEP_LAWS, BatchFormula
-from trainer_core.ladder.lr_feedback import (
-    BATCH_KEY,
-    LR_KEY,
-    ONE_HORIZON,
-    batch_law,
-    horizons_swept,
-    lr_laws,
-)
-
-T = TypeVar("T")
+from trainer_core.analysis.target import SweepLaws, sweep_laws
+from trainer_core.ladder.lr_feedback import BATCH_KEY, LR_KEY, ONE_HORIZON, horizons_swept
 
 
 def _status(row) -> str:
@@ -50,7 +36,12 @@ def _status(row) -> str:
     return row.status
 
 
-def _compared(loss: float) -> str:
+def _compared(row) -> str:
+    """The loss the optima compare; a trial that ended on its loss's account is worse than
+    every one that went on, with no loss of its own there."""
+    if row.diverged:
+        return "worse (diverged)"
+    loss = getattr(row, COMPARED)
     return "worse (stopped)" if loss == np.inf else fmt_loss(loss)
 
 
@@ -61,7 +52,7 @@ def _trials(table: pd.DataFrame) -> Table:
     shown = Table(
         title="LR sweep: trials compared at the last eval every finished trial reached"
         + (" (in tokens: the batches differ)" if batches else "")
-        + "; one stopped before it counts as worse"
+        + "; one stopped before it or diverged counts as worse"
     )
     cols = ["size", "lr", *(["batch (tokens)"] if batches else []), "compared at", "loss there"]
     for col in (*cols, "final eval", "steps", "status"):
@@ -72,7 +63,7 @@ def _trials(table: pd.DataFrame) -> Table:
             f"{row.lr:.3e}",
             *([f"{row.batch:,}"] if batches else []),
             "-" if pd.isna(row.compared_step) else f"step {row.compared_step}",
-            _compared(getattr(row, COMPARED)),
+            _compared(row),
             fmt_loss(row.final_eval_loss),
             f"{row.steps_run}/{row.total_steps}",
             _status(row),
@@ -120,27 +111,26 @@ def _lr_vs_size(report: Report, n_of: pd.Series) -> Path:
 
 
 def _ladder_laws(report: Report, console: Console) -> None:
-    """What a ladder fed from this sweep plans with: the (N, D) cells' optima, then the LR law
-    ``lr.from_sweep`` uses (LR*(N, D), or LR*(N) with why) and, the batch swept, the B* law
-    ``batch.from_sweep`` uses (with the ``batch.sweep_law`` the sweep's own record names, as a
-    ladder of the same config fits it), each with its flags, or the one line that stops the
-    plan; the laws' figures beside the others."""
-    sweep, sweep_dir = SweepCells(report.results), str(report.results.path)
+    """What a ladder fed from this sweep plans with (:func:`sweep_laws`, as the target table
+    reads them): the (N, D) cells' optima, then the LR law ``lr.from_sweep`` uses (LR*(N, D), or
+    LR*(N) with why) and, the batch swept, the B* law ``batch.from_sweep`` uses with its
+    ``batch.sweep_law``, each with its flags, or the one line that stops the plan; the laws'
+    figures beside the others."""
+    sweep = SweepCells(report.results)
+    laws = sweep_laws(sweep, lr_of_n=report.lr_law)
     console.print(f"What a ladder fed from this sweep plans with ({LR_KEY}, {BATCH_KEY}):")
-    one_horizon = horizons_swept(sweep.table) < 2
-    if not one_horizon:  # else its cells are the per-size optima above
+    swept = horizons_swept(sweep.table)
+    if swept >= 2:  # else its cells are the per-size optima above
         _print_cells(console, "LR", sweep.cells("lr"))
-    lr = _lr_law(console, sweep, sweep_dir, report.lr_law if one_horizon else None)
-    batch = None
+    _print_lr_law(console, laws, swept)
     if sweep.cells("batch"):
         _print_cells(console, "batch", sweep.cells("batch"))
-        law = recorded_batch_law(report.results.path) or BatchFormula.sweep_law
-        terms = BATCH_SWEEP_LAWS[law]
-        batch = _or_refusal(console, lambda: batch_law(sweep, sweep_dir, terms))
-        if batch is not None:
-            console.print(f"{BATCH_KEY} (batch.sweep_law: {law}): {batch}")
+        _print_batch_law(console, laws)
     cells = {"lr": sweep.cells("lr"), "batch": sweep.cells("batch")}
-    report.plots += plot_hparam_laws(sweep.table, lr, batch, Path(report.out_dir), cells)
+    rules = laws.rules
+    report.plots += plot_hparam_laws(
+        sweep.table, rules.lr_law, rules.batch_law, Path(report.out_dir), cells
+    )
 
 
 def _print_cells(console: Console, what: str, cells: list[CellOptimum]) -> None:
@@ -152,35 +142,26 @@ def _print_cells(console: Console, what: str, cells: list[CellOptimum]) -> None:
         console.print(f"  {cell}")
 
 
-def _lr_law(
-    console: Console, sweep: SweepCells, sweep_dir: str, of_n: LRPowerLawFit | None
-) -> HparamLawFit | None:
-    """Print the LR law ``lr.from_sweep`` plans with, or its refusal; return LR*(N, D) if any.
-    ``of_n``: the report's LR*(N) above, on a one-horizon sweep: :func:`fit_sweep_lr`'s, the
-    plan's own (not refitted)."""
-    law = None
-    if of_n is None:
-        laws = _or_refusal(console, lambda: lr_laws(sweep, sweep_dir))
-        if laws is None:
-            return None
-        law, of_n = laws
-    if law is not None:
-        console.print(f"{LR_KEY}: each size at its run's final D: {law}")
-        return law
-    swept = horizons_swept(sweep.table)
+def _print_lr_law(console: Console, laws: SweepLaws, swept: int) -> None:
+    """The LR law ``lr.from_sweep`` plans with, its refusal, or the LR*(N) of a sweep of
+    ``swept`` < 2 horizons a size and why."""
+    if "lr" in laws.refused:
+        console.print(laws.refusal("lr"), style="yellow")
+        return
+    if laws.rules.lr_law is not None:
+        console.print(f"{LR_KEY}: each size at its run's final D: {laws.rules.lr_law}")
+        return
     seen = "no annealed eval (a decay's end)" if swept == 0 else "annealed evals at one D per size"
-    console.print(f"{LR_KEY}: {of_n} ({ONE_HORIZON})")
+    console.print(f"{LR_KEY}: {laws.rules.lr_of_n} ({ONE_HORIZON})")
     console.print(
         f"  falls back to LR*(N): the sweep has {seen}, and LR*(N, D) needs two horizons of a "
         "size to tell D's effect from N's (sweep.horizons)"
     )
-    return None
 
 
-def _or_refusal(console: Console, law: Callable[[], T]) -> T | None:
-    """``law()``, or None with the one line that would stop a ladder's plan printed."""
-    try:
-        return law()
-    except ConfigError as e:
-        console.print(f"a ladder's plan stops here: {e}", style="yellow")
-        return None
+def _print_batch_law(console: Console, laws: SweepLaws) -> None:
+    """The B* law ``batch.from_sweep`` plans with and its ``batch.sweep_law``, or its refusal."""
+    if "batch" in laws.refused:
+        console.print(laws.refusal("batch"), style="yellow")
+    else:
+        console.print(f"{BATCH_KEY} (batch.sweep_law: {laws.batch_law}): {laws.rules.batch_law}")

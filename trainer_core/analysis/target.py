@@ -10,9 +10,11 @@ count came out 20-40% cheap at seq 4096. The device and MFU default to the exper
 ``batch.from_sweep`` from.
 
 LR* and B* are the plan's own: the laws :mod:`trainer_core.ladder.lr_feedback` fits (its cells,
-seed, refusals, LR*(N) for a one-horizon sweep), B* with the ladder's recorded
-``batch.sweep_law``. Where the plan would stop, the row says so instead of giving numbers, so
-the table never answers with a law the ladder refuses.
+seed, refusals, LR*(N) for a one-horizon sweep), B* with the ``batch.sweep_law`` the plan used:
+the ladder's where its ``batch.from_sweep`` is that sweep, else the sweep's own record's, as the
+sweep's report fits it (:func:`sweep_laws` gives both their laws). Where the plan would stop,
+the row says so instead of giving numbers, so the table never answers with a law the ladder
+refuses.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from trainer_core.analysis.hparam_laws import SYMBOL
 from trainer_core.analysis.hparam_table import SweepCells
 from trainer_core.analysis.isoflop import IsoFLOPFit
 from trainer_core.analysis.load import load
+from trainer_core.analysis.lr import LRPowerLawFit
 from trainer_core.analysis.predict import require_positive
 from trainer_core.config.loader import ConfigError
 from trainer_core.devices import (
@@ -51,6 +54,7 @@ from trainer_core.ladder.lr_feedback import (
     SweepChoice,
     SweepRules,
     batch_law,
+    horizons_swept,
     lr_laws,
 )
 
@@ -160,13 +164,14 @@ class TargetSettings:
                 )
 
     def resolve(self, exp_dir: Location) -> tuple[DeviceCost, Location, str]:
-        """(the cost model, the sweep dir or "", the ``batch.sweep_law`` the ladder recorded or
-        "") with the experiment's record filling the gaps: B* is then fitted as its plan did."""
+        """(the cost model, the sweep dir or "", the ladder's ``batch.sweep_law`` for that sweep
+        or "") with the experiment's record filling the gaps: B* is then fitted as its plan did."""
         record = _experiment_record(exp_dir)
         device = self.device or str(record.get("device_type") or "cpu")
         mfu = self.mfu if self.mfu is not None else record.get("assumed_mfu", DEFAULT_MFU)
-        law = _batch_law(record, storage.join(exp_dir, EXPERIMENT))
-        return device_cost(device, float(mfu)), self.hparam_sweep or _from_sweep(record), law
+        sweep = self.hparam_sweep or _from_sweep(record)
+        law = _ladder_batch_law(record, storage.join(exp_dir, EXPERIMENT), sweep)
+        return device_cost(device, float(mfu)), sweep, law
 
 
 def _experiment_record(exp_dir: Location) -> dict:
@@ -183,22 +188,34 @@ def _from_sweep(record: dict) -> str:
     return ""
 
 
-def recorded_batch_law(exp_dir: Location) -> str:
-    """The ``batch.sweep_law`` ``exp_dir``'s record names, "" where it names none."""
-    return _batch_law(_experiment_record(exp_dir), storage.join(exp_dir, EXPERIMENT))
-
-
-def _batch_law(record: dict, path: Location) -> str:
+def _ladder_batch_law(record: dict, path: Location, sweep: Location) -> str:
+    """The ladder's ``batch.sweep_law`` where its ``batch.from_sweep`` is ``sweep``, else "":
+    every ladder records a law (the default where it sets none), but its plan fitted B* with
+    it only from its own ``batch.from_sweep``."""
     section = record.get("batch")
+    if not (sweep and isinstance(section, dict) and section.get("from_sweep")):
+        return ""
+    if storage.canonical(str(section["from_sweep"])) != storage.canonical(sweep):
+        return ""
+    return _checked_batch_law(str(section.get("sweep_law") or ""), str(path))
+
+
+def _recorded_batch_law(exp_dir: Location) -> str:
+    """The ``batch.sweep_law`` ``exp_dir``'s record names, "" where it names none."""
+    path = storage.join(exp_dir, EXPERIMENT)
+    section = _experiment_record(exp_dir).get("batch")
     law = str(section.get("sweep_law") or "") if isinstance(section, dict) else ""
     return _checked_batch_law(law, str(path))
 
 
 def _checked_batch_law(law: str, where: str) -> str:
-    """``law`` if a ladder takes it ("" too: none named); else a one-line AnalysisError."""
-    if law and law not in BATCH_SWEEP_LAWS:
-        known = ", ".join(repr(k) for k in BATCH_SWEEP_LAWS)
-        raise AnalysisError(f"{where}: batch.sweep_law {law!r} is no B* law: use one of {known}")
+    """``law`` if a ladder takes it ("" too: none named), by the ladder's own check
+    (:class:`BatchFormula`); else its refusal as a one-line AnalysisError naming ``where``."""
+    if law:
+        try:
+            BatchFormula(sweep_law=law)
+        except ConfigError as e:
+            raise AnalysisError(f"{where}: batch.{e}") from None
     return law
 
 
@@ -221,6 +238,11 @@ class SweepLaws:
             self.refused[param] = str(e)
             return None
 
+    def refusal(self, param: str) -> str:
+        """The line giving the plan's refusal of ``param``'s law: one wording in the sweep's
+        report and the target table's footer."""
+        return f"{SYMBOL[param]}: a ladder's plan stops here: {self.refused[param]}"
+
     def choices(self, N: float, D: float) -> dict[str, SweepChoice | None]:
         """The plan's LR* and B* at (N, D), None where it has no law."""
         return {"lr": self.rules.lr(N, D), "batch": self.rules.batch(N, D)}
@@ -228,10 +250,7 @@ class SweepLaws:
     @property
     def notes(self) -> list[str]:
         """The refusals, then what the laws that stand rest on: MISFIT, CONDITIONAL, LR*(N)."""
-        lines = [
-            f"{SYMBOL[param]}: a ladder's plan stops here: {why}"
-            for param, why in self.refused.items()
-        ]
+        lines = [self.refusal(param) for param in self.refused]
         for law in (self.rules.lr_law, self.rules.batch_law):
             if law is not None:
                 lines += [f"{law.name}: {flag}" for flag in law.flags]
@@ -240,18 +259,23 @@ class SweepLaws:
         return lines
 
 
-def sweep_laws(sweep_dir: Location, sweep_law: str = "") -> SweepLaws:
-    """The laws a ladder fed from ``sweep_dir`` plans with, found by the plan's own calls, so
-    the table and the plan give one LR* and B* for a size; a law the plan refuses is kept as its
-    refusal. B* by ``sweep_law`` (the ladder's ``batch.sweep_law``); "": the one the sweep's
-    own record names, else the default."""
-    where = str(sweep_dir)
-    law = _checked_batch_law(sweep_law, f"the sweep {where}")
-    law = law or recorded_batch_law(sweep_dir) or BatchFormula.sweep_law
-    cells = SweepCells(load(sweep_dir))
+def sweep_laws(
+    sweep: Location | SweepCells, sweep_law: str = "", lr_of_n: LRPowerLawFit | None = None
+) -> SweepLaws:
+    """The laws a ladder fed from ``sweep`` (its dir, or its cells as the sweep's report holds
+    them) plans with, found by the plan's own calls: the sweep's report, the target table and
+    the plan give one LR* and B*; a law the plan refuses is kept as its refusal. B* by
+    ``sweep_law`` (a ladder's ``batch.sweep_law`` for this sweep); "": the one the sweep's own
+    record names, else the default. ``lr_of_n``: the sweep's LR*(N) already fitted by
+    :func:`fit_sweep_lr` (the report's), taken on a one-horizon sweep, not refitted."""
+    cells = sweep if isinstance(sweep, SweepCells) else SweepCells(load(sweep))
+    where = str(cells.results.path)
+    law = _checked_batch_law(sweep_law, f"B* of {where}")
+    law = law or _recorded_batch_law(cells.results.path) or BatchFormula.sweep_law
     laws = SweepLaws(SweepRules(lr_dir=where, batch_dir=where), law)
-    lr = laws.attempt("lr", lambda: lr_laws(cells, where))
-    if lr is not None:
+    if lr_of_n is not None and horizons_swept(cells.table) < 2:
+        laws.rules.lr_of_n = lr_of_n
+    elif (lr := laws.attempt("lr", lambda: lr_laws(cells, where))) is not None:
         laws.rules.lr_law, laws.rules.lr_of_n = lr
     if cells.cells("batch"):
         terms = BATCH_SWEEP_LAWS[law]
@@ -304,8 +328,9 @@ class TargetAnswer:
     cost: DeviceCost
     hparam_source: str = ""
     """Where the LR* and B* laws came from (a sweep dir)."""
-    laws_fitted: bool = False
-    """The laws of ``hparam_source`` were fitted (else they were asked for and failed)."""
+    laws_read: bool = False
+    """A :class:`SweepLaws` was had (each of its laws fitted or refused); with a source but
+    none, reading the sweep failed."""
     batch_law: str = ""
     """The ``batch.sweep_law`` B* was fitted with."""
     notes: list[str] = field(default_factory=list)
@@ -331,23 +356,36 @@ class TargetAnswer:
 
     def footer(self) -> list[str]:
         """What the table assumes: the device and MFU, where LR* and B* come from."""
-        if self.laws_fitted and any(c.N is not None and c.D is not None for c in self.columns):
-            source = (
-                f"lr*, B*: the laws of {self.hparam_source or 'the sweep'}, read at each "
-                f"column's N_opt, D_opt, as a ladder's plan fits them ({LR_KEY}, {BATCH_KEY} "
-                f"with batch.sweep_law: {self.batch_law}; their intervals: the laws' bootstrap "
-                "there; N_opt's own spread not carried)"
+        return [f"device-hours: {self.cost}", self._laws_line(), *self.notes]
+
+    def _laws_line(self) -> str:
+        """Where LR* and B* come from: the laws are said to be read only where a column got a
+        value from one, and a ``batch.sweep_law`` named only where one gave a B*."""
+        source = self.hparam_source or "the sweep"
+        read = [
+            (symbol, key)
+            for attr, symbol, key in (
+                ("lr", "lr*", LR_KEY),
+                ("batch", "B*", f"{BATCH_KEY} with batch.sweep_law: {self.batch_law}"),
             )
-        elif self.hparam_source and self.laws_fitted:
-            source = (
-                f"lr*, B*: the laws of {self.hparam_source}, but no column has the N_opt and D_opt "
-                "to read them at"
+            if any(isinstance(getattr(c, attr), tuple) for c in self.columns)
+        ]
+        if read:
+            symbols, keys = ", ".join(s for s, _ in read), ", ".join(k for _, k in read)
+            return (
+                f"{symbols}: the laws of {source}, read at each column's N_opt, D_opt, as a "
+                f"ladder's plan fits them ({keys}; their intervals: the laws' bootstrap there; "
+                "N_opt's own spread not carried)"
             )
-        elif self.hparam_source:
-            source = f"lr*, B*: no laws from {self.hparam_source} (why: the skipped line below)"
-        else:
-            source = "lr*, B*: no sweep laws (--hparam-sweep DIR, or a ladder with lr.from_sweep)"
-        return [f"device-hours: {self.cost}", source, *self.notes]
+        if not self.laws_read:
+            if self.hparam_source:
+                return f"lr*, B*: no laws from {source} (why: the skipped line below)"
+            return "lr*, B*: no sweep laws (--hparam-sweep DIR, or a ladder with lr.from_sweep)"
+        if any(c.N is not None and c.D is not None for c in self.columns):
+            return f"lr*, B*: no law of {source} that a ladder's plan takes (why: the lines below)"
+        return (
+            f"lr*, B*: the laws of {source}, but no column has the N_opt and D_opt to read them at"
+        )
 
     def __str__(self) -> str:
         width = max(len(label) for label, *_ in ROWS)

@@ -13,15 +13,19 @@ from drawn import bars, close, marker, through
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgba
 from matplotlib.lines import Line2D
+from scipy.stats import t as student_t
 
 from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.hparam_heldout import held_out_check, leave_one_out
 from trainer_core.analysis.hparam_laws import (
+    Z_CI,
+    CellOptimum,
     HparamLaws,
     cell_optima,
     fit_hparam_law,
     fit_hparam_laws,
 )
+from trainer_core.analysis.lr import fit_lr_power_law
 from trainer_core.analysis.plots_hparams import (
     cell_sweeps_figure,
     hparam_law_figure,
@@ -489,3 +493,33 @@ def test_a_trial_diverged_before_a_horizon_brackets_that_cell_as_worse():
     assert not early.at_edge and early.method == "quadratic"  # c's decay counts there
     assert not late.at_edge and late.value == pytest.approx(2e-3)
     assert (late.low, late.high) == pytest.approx((1e-3, 4e-3))
+
+
+def cells_about_a_line(scatter: float, sigma: float = 0.05) -> list[CellOptimum]:
+    """Four sizes' LR* on 0.01 N^-0.5 off by +r, -r, -r, +r in log (orthogonal to the line, so
+    the fit is the line), r making them stray ``scatter`` times their intervals (sigma)."""
+    n = np.array([1e6, 4e6, 1.6e7, 6.4e7])
+    r = scatter * sigma / math.sqrt(2)  # chi^2 = 4 r^2 / sigma^2 on 2 dof
+    lrs = 0.01 * n**-0.5 * np.exp(r * np.array([1, -1, -1, 1]))
+    half = math.exp(Z_CI * sigma)
+    return [
+        CellOptimum(N, 1e9, "lr", lr, lr / half, lr * half, 3.0, "quadratic", False, 5)
+        for N, lr in zip(n, lrs, strict=True)
+    ]
+
+
+@pytest.mark.parametrize("scatter", [0.3, 0.7, 1.5])
+def test_lr_of_n_and_a_law_of_n_are_one_fit_widened_by_one_rule(scatter):
+    """A sweep's LR*(N) and a law of N through the same optima: one estimate, one scatter, and
+    one interval. The law's bootstrap was widened only past a scatter of 1, LR*(N) wherever t
+    on its spare dof times the scatter passed the normal's 1.96 (0.46 at 2 dof): at 0.7 one
+    said b +- 2.0 sigma, the other +- 3.0. Now both take the wider of the two."""
+    cells = cells_about_a_line(scatter)
+    law = fit_hparam_law(cells, ("N",), n_bootstrap=20_000)
+    lr = fit_lr_power_law([c.N for c in cells], [c.value for c in cells], [0.05] * 4)
+    assert (law.c, law.a, law.scatter) == pytest.approx((lr.a, lr.b, scatter), rel=1e-9)
+    assert lr.scatter == pytest.approx(scatter)
+    by_scatter = student_t.ppf(0.975, 2) * scatter > Z_CI
+    assert (lr.t_dof, "t =" in str(lr)) == ((2, True) if by_scatter else (math.inf, False))
+    half = float(student_t.ppf(0.975, lr.t_dof)) * lr.b_stderr
+    assert (law.ci["N"][1] - law.ci["N"][0]) / 2 == pytest.approx(half, rel=0.03)

@@ -159,14 +159,32 @@ def test_widen_beyond_the_edge_by_the_grid_step():
 def test_widening_stops_below_divergence_and_skips_tried_lrs():
     capped = _table([("s", 1e-3, 3.0, False), ("s", 2e-3, 2.9, False), ("s", 4e-3, math.nan, True)])
     assert widen_lrs(capped) == {}
+    # a diverged LR far above brackets the best, as in the optimum, but leaves a gap: one grid
+    # step into it (a grid ending in an LR meant to diverge); not for a gap under two steps
     far = _table([("s", 1e-3, 3.0, False), ("s", 2e-3, 2.9, False), ("s", 1.0, math.nan, True)])
     assert widen_lrs(far) == {"s": [pytest.approx(4e-3)]}
+    near = _table([("s", 1e-3, 3.0, False), ("s", 2e-3, 2.9, False), ("s", 7e-3, math.nan, True)])
+    assert widen_lrs(near) == {}
     tried = _table([("s", 1e-3, 3.0, False), ("s", 2e-3, 2.9, False), ("s", 4e-3, math.nan, False)])
     assert widen_lrs(tried) == {}
     dead = _table([("s", 1e-3, math.nan, True), ("s", 4e-3, math.nan, True)])
     assert widen_lrs(dead) == {"s": [pytest.approx(5e-4)]}
     single = _table([("s", 1e-3, 3.0, False)])
     assert widen_lrs(single) == {"s": [pytest.approx(5e-4), pytest.approx(2e-3)]}
+
+
+def test_the_widening_judges_a_diverged_lr_as_the_optimum_does():
+    """1e-3..4e-3 finished, the best the largest, and 9e-3 diverged: the optimum is bracketed
+    (2e-3 .. 9e-3), yet the widening dropped the diverged trial and asked for 8e-3 below it.
+    Both now judge it worse: the grid widens where, and only where, the optimum is at_edge."""
+    rows = [("s", 1e-3, 3.0, False), ("s", 2e-3, 2.9, False), ("s", 4e-3, 2.8, False)]
+    table = _table([*rows, ("s", 9e-3, math.nan, True)]).rename(columns={"compared_loss": "x"})
+    best = optimal_lr(table, loss="x")
+    assert not best.at_edge and (best.lr_low, best.lr_high) == pytest.approx((2e-3, 9e-3))
+    assert widen_lrs(table, loss="x") == {}
+    finished = table[~table["diverged"]]
+    assert optimal_lr(finished, loss="x").at_edge
+    assert widen_lrs(finished, loss="x") == {"s": [pytest.approx(8e-3)]}
 
 
 def test_a_diverged_lr_above_the_best_brackets_it(tmp_path: Path):

@@ -147,3 +147,15 @@ def test_the_sweep_plot_draws_one_line_per_size_and_batch_compared_in_tokens(tmp
             styles.add((drawn.get_linestyle(), drawn.get_marker(), drawn.get_color()))
         assert len({s[:2] for s in styles}) == 2, "a line style and marker per batch"
         assert len({s[2] for s in styles}) == 1, "one colour per size"
+
+
+def test_a_diverged_trial_reads_as_worse_in_the_trial_table(sweep_dir, tmp_path):
+    """Each size's top LR diverged: the table says it counts as worse (the optima judge it so),
+    not "-", and its title says a diverged trial counts as worse too."""
+    sweep = shutil.copytree(sweep_dir, tmp_path / "sweep")
+    console = Console(file=StringIO(), width=400, markup=False)
+    report_experiment(sweep, console=console)
+    text = console.file.getvalue()
+    rows = [ln for ln in text.splitlines() if "diverged at 41" in ln]
+    assert len(rows) == 4 and all("worse (diverged)" in row for row in rows)
+    assert "; one stopped before it or diverged counts as worse" in " ".join(text.split())

@@ -180,6 +180,17 @@ def test_settings_default_to_the_experiment_record(tmp_path: Path):
     assert (cost.device, cost.mfu, sweep) == ("H100", 0.5, str(other))
 
 
+def test_a_ladders_unknown_batch_sweep_law_is_refused_with_the_ladders_own_words(tmp_path: Path):
+    """The check is BatchFormula's: the same list of laws, the record's path named."""
+    (tmp_path / "experiment.yaml").write_text("batch: {from_sweep: /sweeps/one, sweep_law: N}\n")
+    with pytest.raises(AnalysisError) as refused:
+        TargetSettings().resolve(tmp_path)
+    assert str(refused.value) == (
+        f"{tmp_path / 'experiment.yaml'}: batch.sweep_law: 'N' is not allowed; use one of 'D', "
+        "'N,D'"
+    )
+
+
 def test_a_bad_device_mfu_or_compute_is_refused_before_any_fit():
     """Settings are checked where they are made (analyze.py makes them before loading anything);
     a compute budget of 0 once fell back to the default target without a word."""

@@ -24,10 +24,11 @@ from trainer_core.analysis import (
 from trainer_core.analysis.fits import ChinchillaFit
 from trainer_core.analysis.synthetic_sweep import STEP_LAW_LR, PlantedLaw
 from trainer_core.analysis.target import REFUSED, TargetColumn
-from trainer_core.config.loader import ConfigError, from_dict
+from trainer_core.config.loader import ConfigError, from_dict, to_yaml
 from trainer_core.ladder.config import LadderConfig
 from trainer_core.ladder.lr_feedback import SweepRules, sweep_rules
 from trainer_core.ladder.plan import plan_ladder
+from trainer_core.ray.ladder_run import LadderJobConfig
 
 SIZES = ["1M", "3M", "5M"]
 B_OF_N = PlantedLaw(60.0, -0.3, 0.6)
@@ -54,6 +55,21 @@ def plan(sweep: Path, batch_law: str = "D") -> SweepRules:
 def column(laws) -> TargetColumn:
     (col,) = target_answer(C, device_cost("cpu"), chinchilla=TWENTY_TOKENS, laws=laws).columns
     return col
+
+
+def recorded_ladder(root: Path, **sections: dict) -> Path:
+    """A ladder dir whose experiment.yaml is written as a real ladder's is (every default
+    recorded: batch.sweep_law 'D' where the config sets none)."""
+    config = from_dict(LadderJobConfig, {"dir": str(root), **sections})
+    root.mkdir()
+    (root / "experiment.yaml").write_text(to_yaml(config))
+    return root
+
+
+def report_text(sweep: Path) -> str:
+    console = Console(file=StringIO(), width=200, markup=False, soft_wrap=True)
+    report_experiment(sweep, n_bootstrap=5, console=console)
+    return console.file.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +108,93 @@ def test_a_plain_sweep_dir_fits_b_by_its_own_recorded_sweep_law(b_of_n_sweep):
 
 
 def test_the_sweep_report_fits_b_by_the_sweeps_recorded_sweep_law(b_of_n_sweep):
-    console = Console(file=StringIO(), width=200, markup=False, soft_wrap=True)
-    report_experiment(b_of_n_sweep, n_bootstrap=5, console=console)
-    law = plan(b_of_n_sweep, "N,D").batch_law
-    assert f"batch.from_sweep (batch.sweep_law: N,D): {law}\n" in console.file.getvalue()
+    """The report prints the laws sweep_laws gives the target table: the plan's."""
+    rules, text = plan(b_of_n_sweep, "N,D"), report_text(b_of_n_sweep)
+    assert f"batch.from_sweep (batch.sweep_law: N,D): {rules.batch_law}\n" in text
+    assert f"lr.from_sweep: each size at its run's final D: {rules.lr_law}\n" in text
+    laws = sweep_laws(b_of_n_sweep)
+    assert (str(laws.rules.lr_law), str(laws.rules.batch_law), laws.batch_law) == (
+        str(rules.lr_law),
+        str(rules.batch_law),
+        "N,D",
+    )
+
+
+@pytest.mark.parametrize("batch_from", ["", "other", "this"])
+def test_the_target_fits_b_by_the_ladders_sweep_law_only_from_its_own_batch_sweep(
+    b_of_n_sweep, tmp_path, batch_from
+):
+    """A ladder records batch.sweep_law 'D' whether or not it takes its batch from a sweep: it
+    rules only where its batch.from_sweep is the sweep read (it took B*(D) from it); else the
+    sweep's own "N,D" does, as in the sweep's report."""
+    batch = {"from_sweep": str(b_of_n_sweep if batch_from == "this" else tmp_path / "other")}
+    ladder = recorded_ladder(
+        tmp_path / "ladder",
+        lr={"from_sweep": str(tmp_path / "other")},
+        batch={**batch, "sweep_law": "D"} if batch_from else {},
+    )
+    _, sweep, law = TargetSettings(hparam_sweep=str(b_of_n_sweep)).resolve(ladder)
+    want = "D" if batch_from == "this" else "N,D"
+    answer = target_answer(
+        C, device_cost("cpu"), chinchilla=TWENTY_TOKENS, laws=sweep_laws(sweep, law)
+    )
+    (col,) = answer.columns
+    planned = plan(b_of_n_sweep, want).batch(col.N[0], col.D[0])
+    assert col.batch == (planned.value, planned.low, planned.high)
+    assert f"batch.from_sweep with batch.sweep_law: {want};" in answer.footer()[1]
+
+
+def test_a_ladder_fed_its_lr_alone_fits_b_by_the_sweeps_own_law(b_of_n_sweep, tmp_path):
+    """A ladder with only lr.from_sweep: its target table's B* is the sweep report's B*(N, D)."""
+    ladder = recorded_ladder(tmp_path / "ladder", lr={"from_sweep": str(b_of_n_sweep)})
+    assert "sweep_law: D" in (ladder / "experiment.yaml").read_text()
+    _, sweep, law = TargetSettings().resolve(ladder)
+    assert (sweep, law) == (str(b_of_n_sweep), "")
+    assert sweep_laws(sweep, law).batch_law == "N,D"
+
+
+@pytest.fixture(scope="module")
+def lr_refused_sweep(tmp_path_factory) -> Path:
+    """LR* planted flat in D under noise, one batch: lr.from_sweep refuses, no B* to fit."""
+    flat = PlantedLaw(STEP_LAW_LR.c, STEP_LAW_LR.a, 0.0)
+    root = tmp_path_factory.mktemp("lr_refused") / "sweep"
+    return make_hparam_sweep(root, ladder_sizes(), flat, noise=0.02, batch_factors=(1,))
+
+
+def test_every_law_refused_the_footer_claims_no_law_read(lr_refused_sweep):
+    """No column got an LR* or B*: the footer says so (it said the laws were read there, with
+    batch.sweep_law: D) and the refusal below says why."""
+    laws = sweep_laws(lr_refused_sweep)
+    assert list(laws.refused) == ["lr"] and laws.rules.batch_law is None
+    answer = target_answer(
+        C, device_cost("cpu"), chinchilla=TWENTY_TOKENS, laws=laws, hparam_source="S"
+    )
+    assert dict(answer.rows())["lr*"] == [REFUSED]
+    assert answer.footer()[1:] == [
+        "lr*, B*: no law of S that a ladder's plan takes (why: the lines below)",
+        f"lr*: a ladder's plan stops here: {laws.refused['lr']}",
+    ]
+
+
+def test_an_lr_law_alone_names_no_batch_sweep_law(tmp_path):
+    """A one-horizon LR-only sweep: LR*(N) read, no B* law, so no batch.sweep_law named."""
+    sweep = make_hparam_sweep(tmp_path / "one", ladder_sizes(), ratios=(40.0,), batch_factors=(1,))
+    answer = target_answer(
+        C, device_cost("cpu"), chinchilla=TWENTY_TOKENS, laws=sweep_laws(sweep), hparam_source="S"
+    )
+    assert answer.footer()[1] == (
+        "lr*: the laws of S, read at each column's N_opt, D_opt, as a ladder's plan fits them "
+        "(lr.from_sweep; their intervals: the laws' bootstrap there; N_opt's own spread not "
+        "carried)"
+    )
+
+
+def test_the_sweep_report_and_the_target_give_one_refusal_line(lr_refused_sweep):
+    """One code path: the sweep report's line stopping the plan is the target footer's."""
+    laws = sweep_laws(lr_refused_sweep)
+    footer = target_answer(C, device_cost("cpu"), chinchilla=TWENTY_TOKENS, laws=laws).footer()
+    (line,) = [ln for ln in footer if "stops here" in ln]
+    assert f"\n{line}\n" in report_text(lr_refused_sweep)
 
 
 def test_a_misfit_law_says_so_in_the_target_footer(b_of_n_sweep):

@@ -226,6 +226,16 @@ def test_widening_stops_below_divergence_and_a_dead_group_tries_lower_lrs():
     assert widen_sweep(dead) == {"s@1x": [(pytest.approx(2e-3), 1024), (pytest.approx(2e-3), 2048)]}
 
 
+def test_a_diverged_trial_beyond_the_best_brackets_it_in_lr_and_in_batch():
+    """A diverged trial is worse than every finished one, as in the optimum: above the best LR
+    (9e-3, beyond the grid step of 8e-3 it asked for) or at a larger batch (8192: it asked to
+    run that trial again), it brackets the best, and nothing is widened."""
+    above = bowl(9e-3, 2048) + [(9e-3, 2048, math.nan)]
+    assert widen_sweep(sweep_table(above, diverged={(9e-3, 2048)})) == {}
+    larger = bowl(2e-3, 20000) + [(2e-3, 8192, math.nan)]
+    assert widen_sweep(sweep_table(larger, diverged={(2e-3, 8192)})) == {}
+
+
 def test_a_batch_beyond_the_grid_is_replanned_to_a_valid_batch(demo):
     (ladder,) = sweep_durations(demo, SweepConfig(horizons=[0.25, 1.0]))
     run = at_batch(ladder, "25K", 3000)
@@ -301,3 +311,16 @@ def test_trials_stopped_before_a_horizon_count_there_as_tried_and_worse():
     rows = [(1e-3, 2048, 5.0), (2e-3, 2048, 4.0), (4e-3, 2048, 1.0)]
     table = sweep_table(rows, stopped={(1e-3, 2048), (2e-3, 2048)})
     assert widen_horizons(reached, table) == {"s@1x": [(pytest.approx(8e-3), 2048)]}
+
+
+def test_a_trial_that_diverged_after_a_horizon_counts_there_with_its_loss():
+    """The top LR reached the short horizon, best there, then diverged: that cell's optimum is
+    at the grid's edge (its annealed loss is final), and the longer one is bracketed by the
+    divergence. The trial was listed twice at the short horizon (its loss, and as diverged),
+    and the diverged copy capped the step up below its own LR: the cell was never widened."""
+    points = horizon_points({1e5: 9e-3, 4e5: 2e-3})
+    points.loc[(points["D"] == 4e5) & (points["lr"] == 4e-3), "loss"] = math.inf
+    rows = [(1e-3, 2048, 1.0), (2e-3, 2048, 0.0), (4e-3, 2048, math.nan)]
+    table = sweep_table(rows, diverged={(4e-3, 2048)})
+    assert widen_sweep(table) == {}
+    assert widen_horizons(points, table) == {"s@1x": [(pytest.approx(8e-3), 2048)]}
