@@ -282,7 +282,7 @@ def _unknown_key(cls: type, keys: tuple[str, ...], key: str, value: Any) -> str:
 def _paths_of(cls: type, key: str, at: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
     """Every (key path, annotation) in ``cls``'s tree of sections whose last key is ``key``."""
     found = []
-    settable = {f.name for f in dataclasses.fields(cls) if f.init}
+    settable = _settable(cls)
     for name, tp in get_type_hints(cls).items():
         if name not in settable:
             continue
@@ -316,9 +316,14 @@ def _elsewhere(cls: type, key: str, value: Any) -> str | None:
     return f"{key} is a {kind} {owners}: write {writes}"
 
 
+def _settable(cls: type) -> set[str]:
+    """The fields a config file may set (``init``: not those a section derives)."""
+    return {f.name for f in dataclasses.fields(cls) if f.init}
+
+
 def _holds(section: type, value: Any) -> bool:
     """Whether mapping ``value``'s keys are all fields of ``section``."""
-    return isinstance(value, dict) and value.keys() <= {f.name for f in dataclasses.fields(section)}
+    return isinstance(value, dict) and value.keys() <= _settable(section)
 
 
 def _keys_below(tp: Any, value: Any) -> tuple[str, ...]:
