@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,8 +29,6 @@ from trainer_core.data.shards import (
     DEFAULT_SHARD_TOKENS,
     DEFAULT_VAL_FRACTION,
     MANIFEST,
-    TRAIN_PREFIX,
-    VAL_PREFIX,
     is_shard_dir,
     read_manifest,
     verify_shards,
@@ -50,7 +47,6 @@ from trainer_core.io.sigterm import sigterm_raises_exit
 
 BPE_SAMPLE_BYTES = 64 << 20
 OWN_FILES = {MANIFEST, HF_FILE, HF_CONFIG, BYTE_FILE}
-SHARD_FILE = re.compile(rf"({TRAIN_PREFIX}|{VAL_PREFIX})-\d{{5,}}\.parquet")
 """The names this command writes in ``--out``: a shard dir holding any other is not replaced."""
 NAMED_AT_MOST = 5
 PLAIN_EVERY_S = 10.0
@@ -149,7 +145,9 @@ def check_replaceable(target: Path) -> None:
             f"--out: {target / MANIFEST} is not a shard manifest, and only a shard dir is "
             "replaced; choose a new or empty dir"
         )
-    foreign = sorted(p.name for p in target.iterdir() if not written_here(p))
+    manifest = read_manifest(target)
+    ours = OWN_FILES | {f.name for f in manifest.train + manifest.validation}
+    foreign = sorted(p.name for p in target.iterdir() if not (p.is_file() and p.name in ours))
     if foreign:
         more = len(foreign) - NAMED_AT_MOST
         names = ", ".join(foreign[:NAMED_AT_MOST]) + (f" and {more} more" if more > 0 else "")
@@ -157,11 +155,6 @@ def check_replaceable(target: Path) -> None:
             f"--out: {target} is a shard dir but also holds {names}, which replacing it would "
             "delete; move them out or choose another --out"
         )
-
-
-def written_here(path: Path) -> bool:
-    """Whether ``path`` is a file of a name this command writes in a shard dir."""
-    return path.is_file() and (path.name in OWN_FILES or bool(SHARD_FILE.fullmatch(path.name)))
 
 
 class PlainProgress:
