@@ -12,7 +12,7 @@ import re
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainer_core.checkpoint.checksums import (
     FileListing,
@@ -28,6 +28,9 @@ from trainer_core.io.run_dir import (
     scratch_dirs,
 )
 from trainer_core.io.storage import Location
+
+if TYPE_CHECKING:
+    from trainer_core.config.sections import CheckpointConfig
 
 _MAX_LISTED = 20
 
@@ -195,3 +198,25 @@ def latest_checkpoint(run_dir: Location) -> CheckpointInfo | None:
     """The newest complete checkpoint (checksums unverified); warns like :func:`complete_checkpoints`."""
     complete = complete_checkpoints(run_dir)
     return complete[-1] if complete else None
+
+
+def interruption_line(step: int, run_dir: Location, checkpoint: CheckpointConfig) -> str:
+    """The one line an interrupted run ends with, with Ray or without: where it stopped and what
+    re-running the same command does, which restarts from what the trainer's ``restore`` would
+    load. The checkpoints are listed without the warning a scratch dir gets, which would follow
+    this line."""
+    where = f"interrupted at step {step}"
+    if not checkpoint.enabled:
+        return f"{where}; checkpoints are off (checkpoint.enabled=false): re-running starts over"
+    complete = complete_checkpoints(run_dir, warn=False)
+    if complete:
+        return (
+            f"{where}; the latest checkpoint is step {complete[-1].step}: re-run the same command "
+            "to resume"
+        )
+    if checkpoint.resume_from:
+        return (
+            f"{where}; no checkpoint of its own yet: re-running starts again from "
+            f"{checkpoint.resume_from}"
+        )
+    return f"{where}; no checkpoint yet: re-running starts over"

@@ -29,14 +29,16 @@ class FatalRunError(RuntimeError):
 
 
 def user_error_in(error: BaseException) -> BaseException | None:
-    """The user error (config, data, checkpoint) that caused ``error``, if any, through
-    Python's chain and a Ray task error's ``cause`` (the exception the task raised)."""
+    """The user error (config, data, checkpoint) that caused ``error``, if any: a Ray task
+    error's ``cause`` (the exception the task raised), then Python's chain."""
+    cause = getattr(error, "cause", None)
+    error = cause if isinstance(cause, BaseException) else error
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         if isinstance(error, (FatalRunError, UserError)):
             return error
         seen.add(id(error))
-        error = getattr(error, "cause", None) or error.__cause__ or error.__context__
+        error = error.__cause__ or error.__context__
     return None
 
 

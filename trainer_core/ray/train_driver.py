@@ -17,7 +17,7 @@ import ray.train
 from ray.exceptions import RayActorError
 
 from trainer_core.checkpoint.checksums import checksum_problems
-from trainer_core.checkpoint.listing import complete_checkpoints, listed_files
+from trainer_core.checkpoint.listing import complete_checkpoints, interruption_line, listed_files
 from trainer_core.config.decode import ConfigError
 from trainer_core.data.token_data import open_token_data
 from trainer_core.errors import RunFailedError, RunWarning
@@ -37,7 +37,6 @@ from trainer_core.ray.reader import dataset_name, rank_dataset
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.ray.worker import train_worker
 from trainer_core.train.same_run import check_same_run
-from trainer_core.train.trainer import interruption_line
 
 
 class RunInterruptedError(KeyboardInterrupt):

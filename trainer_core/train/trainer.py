@@ -22,10 +22,14 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from trainer_core.checkpoint.checkpointer import Checkpointer
 from trainer_core.checkpoint.keep import CheckpointPolicy
-from trainer_core.checkpoint.listing import CheckpointError, branch_step, complete_checkpoints
+from trainer_core.checkpoint.listing import (
+    CheckpointError,
+    branch_step,
+    interruption_line,
+)
 from trainer_core.checkpoint.rng import restore_rng, rng_state
 from trainer_core.config.loader import ConfigError, to_yaml
-from trainer_core.config.sections import CheckpointConfig, TrainConfig
+from trainer_core.config.sections import TrainConfig
 from trainer_core.data.shards import DataError
 from trainer_core.errors import UserError
 from trainer_core.io import storage
@@ -36,7 +40,7 @@ from trainer_core.io.run_dir import (
     worker_groups,
     write_run_json,
 )
-from trainer_core.io.storage import Location, write_atomic
+from trainer_core.io.storage import write_atomic
 from trainer_core.parallel.process_group import all_gather_object, collective_device
 from trainer_core.train.callbacks import Callback
 from trainer_core.train.same_run import check_same_data, check_same_run
@@ -494,25 +498,3 @@ class Trainer:
             workers=self.workers,
             error=error,
         )
-
-
-def interruption_line(step: int, run_dir: Location, checkpoint: CheckpointConfig) -> str:
-    """The one line an interrupted run ends with, with Ray or without: where it stopped and what
-    re-running the same command does, which restarts from what :meth:`Trainer.restore` would
-    load. The checkpoints are listed without the warning a scratch dir gets, which would follow
-    this line."""
-    where = f"interrupted at step {step}"
-    if not checkpoint.enabled:
-        return f"{where}; checkpoints are off (checkpoint.enabled=false): re-running starts over"
-    complete = complete_checkpoints(run_dir, warn=False)
-    if complete:
-        return (
-            f"{where}; the latest checkpoint is step {complete[-1].step}: re-run the same command "
-            "to resume"
-        )
-    if checkpoint.resume_from:
-        return (
-            f"{where}; no checkpoint of its own yet: re-running starts again from "
-            f"{checkpoint.resume_from}"
-        )
-    return f"{where}; no checkpoint yet: re-running starts over"
