@@ -22,7 +22,13 @@ import pandas as pd
 
 from trainer_core.analysis import fit_chinchilla, unresolved
 from trainer_core.analysis.ladder_table import TASK_LOSS_SUFFIX, read_ladder_table
-from trainer_core.analysis.tasks import STEP1_ND, TABLE_HEADER, TaskPrediction, fit_task
+from trainer_core.analysis.tasks import (
+    STEP1_ND,
+    TABLE_HEADER,
+    TABLE_NOTE,
+    TaskPrediction,
+    fit_task,
+)
 
 DATA = Path(__file__).parent / "data" / "olmo_ladder"
 CHANCE = {
@@ -125,6 +131,7 @@ def main() -> None:
             covered += pred.covers
         for flag in law.flags:
             print(f"  {task}, {flag}")
+    print(TABLE_NOTE)
     n = sum(len(v) for v in errors.values())
     for name, errs in errors.items():
         print(f"{name}: mean |error| {100 * np.mean(errs):.1f} points over {len(errs)} tasks")

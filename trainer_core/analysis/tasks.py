@@ -118,7 +118,8 @@ TABLE_HEADER = (
 )
 TABLE_NOTE = (
     "  err pt: predicted - measured accuracy, in points; step 1: the task loss's error; step 2: "
-    "the sigmoid at the measured task loss - the measured accuracy, in points"
+    "the sigmoid at the measured task loss - the measured accuracy, in points; (!): the task's "
+    "fit carries a flag, given with it"
 )
 
 
