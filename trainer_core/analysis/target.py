@@ -469,7 +469,8 @@ def target_answer(
     hparam_source: str = "",
 ) -> TargetAnswer:
     """The table at C from whichever fits there are; each column with an N_opt and D_opt gets
-    LR* and B* from ``laws`` there (:func:`sweep_laws`) and its cost on ``cost``'s device."""
+    LR* and B* from ``laws`` there (:func:`sweep_laws`) and its cost on ``cost``'s device.
+    ``hparam_source``: how the footer names the sweep (default: the dir ``laws`` came from)."""
     require_positive("target compute C", C)
     built = [
         (fit, build(fit, C))
@@ -482,7 +483,8 @@ def target_answer(
     ]
     columns = [col for _, col in built]
     batch = laws.batch_law if laws is not None else ""
-    answer = TargetAnswer(C, columns, cost, hparam_source, laws is not None, batch)
+    source = hparam_source or (laws.rules.lr_dir if laws is not None else "")
+    answer = TargetAnswer(C, columns, cost, source, laws is not None, batch)
     answer.notes += [
         f"{col.approach}: no 95% intervals (why: the UNRESOLVED line of its fit above)"
         for fit, col in built

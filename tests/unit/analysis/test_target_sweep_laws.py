@@ -209,6 +209,8 @@ def test_a_misfit_law_says_so_in_the_target_footer(b_of_n_sweep):
     )
     assert f"B*(D): {misfit}" in answer.footer()
     assert misfit.startswith("MISFIT: the cells stray")
+    # named by the dir its laws came from (the README's call passes no hparam_source: "the sweep")
+    assert f"the laws of {b_of_n_sweep}" in "\n".join(answer.footer())
 
 
 def test_fit_hparam_laws_gives_the_plans_laws(b_of_n_sweep):
