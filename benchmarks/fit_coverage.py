@@ -91,7 +91,12 @@ def main() -> None:
             f"{name:<19}{np.median(truth):>8.4f}{covered:>10.0%}{np.median(est):>12.4f}"
             f"{width:>17.4f}"
         )
-    print("held-out: the largest size predicted from the others; truth column: its median")
+    n = args.replicates
+    print(
+        "held-out: the largest size predicted from the others; truth column: its median. "
+        f"A coverage near 95% has a standard error of {np.sqrt(0.95 * 0.05 / n):.0%} over {n} "
+        "replicates"
+    )
 
 
 if __name__ == "__main__":

@@ -74,7 +74,10 @@ def main() -> None:
     print(f"noise: size offset {args.size_noise}, point {args.noise}, {args.questions} questions")
     for name, cov in (("task loss", loss_cov), ("accuracy", acc_cov)):
         p = cov.mean()
-        print(f"95% interval of the {name:<9} holds the truth: {p:.0%} (+- {se(p):.0%})")
+        print(
+            f"95% interval of the {name:<9} holds the truth: {p:.0%} "
+            f"(standard error {se(p):.0%} over {n} replicates)"
+        )
     print(
         f"accuracy error: mean {100 * errors.mean():+.2f} points, "
         f"mean |error| {100 * np.abs(errors).mean():.2f} points"
