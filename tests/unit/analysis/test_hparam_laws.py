@@ -517,8 +517,8 @@ def test_lr_of_n_and_a_law_of_n_are_one_fit_widened_by_one_rule(scatter):
     cells = cells_about_a_line(scatter)
     law = fit_hparam_law(cells, ("N",), n_bootstrap=20_000)
     lr = fit_lr_power_law([c.N for c in cells], [c.value for c in cells], [0.05] * 4)
-    assert (law.c, law.a, law.scatter) == pytest.approx((lr.a, lr.b, scatter), rel=1e-9)
-    assert lr.scatter == pytest.approx(scatter)
+    assert (law.c, law.a, law.scatter) == pytest.approx((lr.a, lr.b, scatter), rel=1e-5)
+    assert lr.scatter == pytest.approx(scatter, rel=1e-5)
     by_scatter = student_t.ppf(0.975, 2) * scatter > Z_CI
     assert (lr.t_dof, "t =" in str(lr)) == ((2, True) if by_scatter else (math.inf, False))
     half = float(student_t.ppf(0.975, lr.t_dof)) * lr.b_stderr
