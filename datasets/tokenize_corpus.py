@@ -29,6 +29,7 @@ from trainer_core.data.shards import (
     DEFAULT_SHARD_TOKENS,
     DEFAULT_VAL_FRACTION,
     MANIFEST,
+    DataError,
     is_shard_dir,
     read_manifest,
     verify_shards,
@@ -145,7 +146,13 @@ def check_replaceable(target: Path) -> None:
             f"--out: {target / MANIFEST} is not a shard manifest, and only a shard dir is "
             "replaced; choose a new or empty dir"
         )
-    manifest = read_manifest(target)
+    try:
+        manifest = read_manifest(target)
+    except DataError as e:
+        raise ConfigError(
+            f"--out: {target / MANIFEST} is damaged ({e}), so which files of {target} this "
+            "command wrote can't be told; delete the dir yourself, or choose another --out"
+        ) from None
     ours = OWN_FILES | {f.name for f in manifest.train + manifest.validation}
     foreign = sorted(p.name for p in target.iterdir() if not (p.is_file() and p.name in ours))
     if foreign:

@@ -313,6 +313,26 @@ def test_a_lost_ray_train_controller_costs_its_trial_one_retry(
     assert "Traceback" not in shown
 
 
+def test_a_lost_controller_with_no_retry_left_records_its_run_failed(ray_session, config, tmp_path):
+    """``ray.max_failures=0``: the trial fails for good, and nothing of the run is left to say
+    so but the experiment's driver; run.json went on saying "running" (the lost controller's
+    error is a one-line run failure, which the driver took for a refused launch)."""
+    run_dir = tmp_path / "runs" / "run"
+    kill = KillController(step=8)
+    with pytest.raises(TrialsFailedError) as failed:
+        run_trials(
+            [TrialSpec("run", config(run_dir, "--ray.max_failures=0"))],
+            tmp_path,
+            TuneSettings(callbacks=[kill]),
+            resume=False,
+        )
+    assert kill.killed is not None
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "failed" and record["last_step"] >= 8
+    assert "its Ray Train controller was lost" in record["error"]
+    assert "its Ray Train controller was lost" in str(failed.value)
+
+
 def test_a_run_started_from_another_runs_checkpoint_on_ray(reference_run, config, tmp_path):
     """``checkpoint.resume_from`` on Ray, its two workers reading their own rows
     (``ray.reader: worker``, the only two-worker run on that reader): each rank starts at that

@@ -275,7 +275,7 @@ def _unknown_key(cls: type, keys: tuple[str, ...], key: str, value: Any) -> str:
         return f"{dotted}: {foreign}"
     if elsewhere := _elsewhere(cls, key, value):
         return f"{dotted}: unknown key here; {elsewhere}"
-    fields = [f.name for f in dataclasses.fields(section) if f.init]
+    fields = _settable(section)
     return f"{dotted}: unknown key{suggest(key, fields)}; allowed keys: {', '.join(fields)}"
 
 
@@ -316,14 +316,14 @@ def _elsewhere(cls: type, key: str, value: Any) -> str | None:
     return f"{key} is a {kind} {owners}: write {writes}"
 
 
-def _settable(cls: type) -> set[str]:
-    """The fields a config file may set (``init``: not those a section derives)."""
-    return {f.name for f in dataclasses.fields(cls) if f.init}
+def _settable(cls: type) -> list[str]:
+    """The fields a config file may set (``init``: not those a section derives), in order."""
+    return [f.name for f in dataclasses.fields(cls) if f.init]
 
 
 def _holds(section: type, value: Any) -> bool:
     """Whether mapping ``value``'s keys are all fields of ``section``."""
-    return isinstance(value, dict) and value.keys() <= _settable(section)
+    return isinstance(value, dict) and value.keys() <= set(_settable(section))
 
 
 def _keys_below(tp: Any, value: Any) -> tuple[str, ...]:

@@ -70,7 +70,7 @@ def sweep_mismatches(ladder: LadderConfig) -> list[str]:
         differ = [
             f"{name} {_get(theirs, name)!r} (here {_get(ours, name)!r})"
             for name in compared
-            if _get(theirs, name) is not None and _get(theirs, name) != _get(ours, name)
+            if _get(theirs, name) is not MISSING and _get(theirs, name) != _get(ours, name)
         ]
         if differ:
             warnings.append(
@@ -93,12 +93,17 @@ def _as_trained(ladder_type: type, record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _swept_batch(record: dict[str, Any]) -> bool:
-    return len(set(_get(record, "sweep.batch_factors") or [1.0])) > 1
+    factors = _get(record, "sweep.batch_factors")
+    return factors is not MISSING and len(set(factors or [1.0])) > 1
+
+
+MISSING = object()
+"""What :func:`_get` gives for a key the record lacks (None is a value: no clipping, no z-loss)."""
 
 
 def _get(record: dict[str, Any], dotted: str) -> Any:
     for part in dotted.split("."):
-        if not isinstance(record, dict):
-            return None
-        record = record.get(part)
+        if not isinstance(record, dict) or part not in record:
+            return MISSING
+        record = record[part]
     return record

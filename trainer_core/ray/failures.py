@@ -21,7 +21,7 @@ from ray.train.v2._internal.execution.failure_handling import (
     FailureDecision,
 )
 
-from trainer_core.errors import UserError
+from trainer_core.errors import RunFailedError, UserError
 
 
 class FatalRunError(RuntimeError):
@@ -40,6 +40,20 @@ def user_error_in(error: BaseException) -> BaseException | None:
         seen.add(id(error))
         error = error.__cause__ or error.__context__
     return None
+
+
+class RunLostError(RunFailedError):
+    """The run's Ray Train controller died (its process killed, its node lost). Said in one
+    line as any run failure is, but nothing says the run itself is wrong, so a Tune trial
+    retries it (``ray.max_failures``): the retry resumes from the latest checkpoint, as a
+    restarted worker group does."""
+
+
+def unretriable_error(error: BaseException) -> BaseException | None:
+    """The user error in ``error`` that a retry would only repeat, if any: every one but a lost
+    controller (:class:`RunLostError`), the one run failure a retry resumes."""
+    found = user_error_in(error)
+    return None if isinstance(found, RunLostError) else found
 
 
 def last_line(error: BaseException) -> str:

@@ -32,7 +32,7 @@ from trainer_core.io.run_dir import (
     worker_groups,
 )
 from trainer_core.io.storage import Location
-from trainer_core.ray.failures import FailFastTorchTrainer, fatal_reason, last_line
+from trainer_core.ray.failures import FailFastTorchTrainer, RunLostError, fatal_reason, last_line
 from trainer_core.ray.reader import dataset_name, rank_dataset
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.ray.worker import train_worker
@@ -43,12 +43,6 @@ class RunInterruptedError(KeyboardInterrupt):
     """Ctrl+C (or SIGTERM, under :func:`~trainer_core.io.sigterm.sigterm_as_ctrl_c`) stopped a
     run on Ray Train; the message is the one line saying where and how to go on. A
     KeyboardInterrupt, so a caller that does not print it still ends as an interrupted command."""
-
-
-class RunLostError(RunFailedError):
-    """The run's Ray Train controller died (its process killed, its node lost). Nothing says
-    the run itself is wrong, so a Tune trial retries it (``ray.max_failures``): the retry
-    resumes from the latest checkpoint, as a restarted worker group does."""
 
 
 def build_torch_trainer(

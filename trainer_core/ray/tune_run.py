@@ -26,7 +26,7 @@ from trainer_core.io import storage
 from trainer_core.io.run_dir import FINAL_STATUSES, TUNE, mark_failed, mark_stopped
 from trainer_core.io.sigterm import sigterm_as_ctrl_c
 from trainer_core.io.storage import Location
-from trainer_core.ray.failures import last_line, user_error_in
+from trainer_core.ray.failures import last_line, unretriable_error, user_error_in
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.train.same_run import ChangedRunError, check_same_run
 
@@ -98,15 +98,12 @@ def _train(
     a retry would only repeat it; a lost controller is the one run failure a retry resumes."""
     from ray import tune
 
-    from trainer_core.ray.train_driver import RunLostError
     from trainer_core.ray.trial_runner import NO_RETRY
 
     try:
         return _run(cfg, tags, started_at, done)
-    except RunLostError:
-        raise
     except Exception as e:
-        if user_error_in(e) is not None:
+        if unretriable_error(e) is not None:
             tune.report({NO_RETRY: 1})
         raise
 
@@ -399,10 +396,13 @@ def _trial_name(trial) -> str:
 
 
 def lost_trials(grid) -> set[str]:
-    """The runs whose trials failed with no user error: a process lost, nothing of the run left
-    to record it (a user error is recorded, or a refused launch left as it was, where raised)."""
+    """The runs whose trials failed for no error a retry would repeat (:func:`unretriable_error`):
+    a process or controller lost, nothing of the run left to record it (a user error is
+    recorded, or a refused launch left as it was, where raised)."""
     return {
-        storage.name(r.path) for r in grid if r.error is not None and user_error_in(r.error) is None
+        storage.name(r.path)
+        for r in grid
+        if r.error is not None and unretriable_error(r.error) is None
     }
 
 

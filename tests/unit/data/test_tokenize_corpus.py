@@ -5,6 +5,7 @@ tested whole, on a real Ray, in tests/e2e/test_ray_data.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -167,6 +168,22 @@ def test_a_shard_dir_holding_other_files_is_refused_naming_them(tmp_path):
         "would delete; move them out or choose another --out"
     )
     assert (shards / "notes.txt").read_text() == "mine"
+
+
+def test_a_shard_dir_with_a_damaged_manifest_is_refused_not_sent_back_here(tmp_path):
+    """Its manifest says the format but lost a field: the refusal read it whole and said "re-run
+    datasets/tokenize_corpus.py", the command being run. Which files are ours can't be told."""
+    tokenize = load_script(SCRIPT)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    manifest = {"format": "rayladder-shards", "version": 1}
+    (shards / "manifest.json").write_text(json.dumps(manifest))
+    (shards / "part-00000.parquet").write_text("kept")
+    with pytest.raises(ConfigError) as refused:
+        tokenize.check_out(str(shards))
+    assert str(refused.value).startswith(f"--out: {shards / 'manifest.json'} is damaged (")
+    assert str(refused.value).endswith("delete the dir yourself, or choose another --out")
+    assert (shards / "part-00000.parquet").read_text() == "kept"
 
 
 def test_help_shows_each_default_once(run_script):

@@ -80,3 +80,13 @@ def test_a_sweep_without_its_record_is_said_not_compared(tmp_path):
         f"lr.from_sweep: {tmp_path / 'bare'} holds no experiment.yaml, so its settings can't be "
         "compared with this ladder's: make sure its schedule, optimizer and batch were these"
     ]
+
+
+def test_a_setting_the_sweep_recorded_as_null_is_compared(tmp_path):
+    """No z-loss in the sweep (null), z-loss in the ladder: a null was read as "not recorded"."""
+    swept = sweep_dir(tmp_path)
+    job = ladder(
+        tmp_path, lr={"from_sweep": swept}, run={"train_module": {"z_loss_multiplier": 1e-4}}
+    )
+    (line,) = sweep_mismatches(job)
+    assert "run.train_module.z_loss_multiplier None (here 0.0001)" in line
