@@ -298,13 +298,17 @@ class LRPowerLawFit:
         return "scale: the sizes' own intervals (2 sizes: no scatter to check them)"
 
     def __str__(self) -> str:
-        stat = "t" if math.isfinite(self.t_dof) else "z"
-        line = (
-            f"lr*(N) = {self.a:.4g} * N^{self.b:.4f}   (b = {self.b:.3f} ± {self.b_stderr:.3f}, "
-            f"{self.dof} dof, {self.scale}; against OLMo's {self.reference_exponent:.3f}, the "
-            f"ladder's default rule: {stat} = {self.sigmas_from_reference:+.1f}, "
-            f"p = {self.p_from_reference:.2g})   [{self.n_points} sizes]"
-        )
+        line = f"lr*(N) = {self.a:.4g} * N^{self.b:.4f}   "
+        if math.isfinite(self.b_stderr):
+            stat = "t" if math.isfinite(self.t_dof) else "z"
+            line += (
+                f"(b = {self.b:.3f} ± {self.b_stderr:.3f}, {self.dof} dof, {self.scale}; against "
+                f"OLMo's {self.reference_exponent:.3f}, the ladder's default rule: {stat} = "
+                f"{self.sigmas_from_reference:+.1f}, p = {self.p_from_reference:.2g})"
+            )
+        else:
+            line += "(no interval: 2 sizes, no scatter to spare and no interval of their own)"
+        line += f"   [{self.n_points} sizes]"
         if self.grid_picks:
             line += (
                 "   GRID PICKS: every size's LR* is a grid point, no parabola's vertex, so the "
@@ -321,7 +325,8 @@ def fit_lr_power_law(
     """Weighted least squares of log lr* on log N, the fit a law of the cells makes
     (:func:`~trainer_core.analysis.hparam_laws.weighted_log_fit`). ``log_sigma``: each
     optimum's interval as a normal sigma in log units, floored at SIGMA_FLOOR as a law's cells
-    are; None: each at the floor."""
+    are; None: unknown, so the intervals come from the scatter alone (t on n - 2 dof; none with
+    two sizes), never from a precision nobody measured."""
     n, lr = np.asarray(N, dtype=float), np.asarray(lr_opt, dtype=float)
     if n.size != lr.size or np.unique(n).size < 2:
         raise AnalysisError(
@@ -337,7 +342,7 @@ def fit_lr_power_law(
         )
     x = np.log(n)
     fit = weighted_log_fit(np.stack([np.ones_like(x), x], axis=1), np.log(lr), sigma)
-    by_scatter = fit.widening > 1
+    by_scatter = log_sigma is None or fit.widening > 1
     cov = fit.unscaled_cov * (fit.scatter**2 if by_scatter else 1.0)
     log_a_se, b_se = (float(v) for v in np.sqrt(np.diag(cov)))
     return LRPowerLawFit(

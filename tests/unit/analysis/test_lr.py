@@ -270,3 +270,17 @@ def test_lr_of_n_from_two_sizes_has_the_interval_their_optima_give(tmp_path: Pat
     assert 0 < low < fit.predict(1e6) < high < math.inf
     assert math.isfinite(fit.b_stderr) and fit.b_stderr > 0.1
     assert "2 sizes: no scatter to check them" in str(fit)
+
+
+def test_lr_of_n_without_the_sizes_intervals_takes_its_interval_from_the_scatter_alone():
+    """No interval given: each optimum was taken as known to 2%, so two sizes 'differed' from
+    OLMo's -1/3 at p = 0.0085. The scatter alone sets the interval; two sizes have none."""
+    two = fit_lr_power_law([1e6, 1e7], [1e-3, 5e-4])
+    assert math.isnan(two.b_stderr) and all(map(math.isnan, two.interval(3e6)))
+    assert "(no interval: 2 sizes" in str(two) and "p =" not in str(two)
+    n = np.array([1e6, 3e6, 1e7, 3e7])
+    lr = 1e-3 * (n / 1e6) ** -0.4 * np.array([1.05, 0.95, 1.04, 0.97])
+    three = fit_lr_power_law(n, lr)
+    x, y = np.log(n), np.log(lr)
+    ols = np.polyfit(x, y, 1, cov=True)[1]
+    assert three.t_dof == 2 and three.b_stderr == pytest.approx(math.sqrt(ols[0, 0]), rel=1e-5)
