@@ -308,21 +308,25 @@ def mark_failed(run_dir: Location, error: str) -> None:
     _end_running(run_dir, lambda record: {"status": "failed", "error": error})
 
 
-def mark_interrupted(run_dir: Location) -> None:
+def mark_interrupted(run_dir: Location) -> int:
     """Record a run still ``running`` as ``interrupted`` at its last logged step: resumable, as
-    a Ctrl+C'd run without Ray records itself (a Ray Train run's ranks are killed first)."""
-    _end_running(run_dir, lambda record: {"status": "interrupted"})
+    a Ctrl+C'd run without Ray records itself (a Ray Train run's ranks are killed first). The
+    step run.json records."""
+    return _end_running(run_dir, lambda record: {"status": "interrupted"}).get("last_step", 0)
 
 
-def _end_running(run_dir: Location, changes: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+def _end_running(
+    run_dir: Location, changes: Callable[[dict[str, Any]], dict[str, Any]]
+) -> dict[str, Any]:
     """Rewrite a ``running`` record with its last logged step and ``changes(record)``; any other
-    record (or none) is left as it is."""
+    record is left as it is. The record as it now stands ({} for none)."""
     record = read_run_json(run_dir)
     if record is None or record.get("status") != "running":
-        return
+        return record or {}
     record["last_step"] = max(record.get("last_step", 0), last_logged_step(run_dir))
     record.update(changes(record))
     write_atomic(run_json_path(run_dir), json.dumps(record, indent=2))
+    return record
 
 
 def write_metrics_step(run_dir: Location, step: int, record: dict[str, Any]) -> None:

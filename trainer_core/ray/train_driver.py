@@ -137,8 +137,7 @@ def run_training(
         # (its workers killed before rank 0 can record the interrupt) and ends fit this way.
         if threading.current_thread() is not threading.main_thread():
             raise
-        mark_interrupted(run_dir)
-        step = (read_run_json(run_dir) or {}).get("last_step", 0)
+        step = mark_interrupted(run_dir)
         raise RunInterruptedError(interruption_line(step, run_dir, cfg.checkpoint)) from None
     return run_summary(run_dir)
 
