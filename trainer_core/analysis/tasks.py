@@ -184,12 +184,11 @@ class TaskLaw:
         return float(self.step1.predict(analysis_flops(N, D)))
 
     def loss_samples(self, N: float, D: float) -> np.ndarray:
-        s = self.step1.samples
-        if not s:
-            return np.empty(0)
+        """Step 1's bootstrap predictions at (N, D), as the law itself makes them (a frontier's
+        refits moved onto it where they were drawn around another law)."""
         if isinstance(self.step1, ChinchillaFit):
-            return s["E"] + s["A"] * float(N) ** -s["alpha"] + s["B"] * float(D) ** -s["beta"]
-        return s["E"] + s["A"] * analysis_flops(float(N), float(D)) ** -s["alpha"]
+            return self.step1.predict_samples(N, D)
+        return self.step1.predict_samples(analysis_flops(float(N), float(D)))
 
     def predict(
         self,

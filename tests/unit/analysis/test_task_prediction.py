@@ -329,3 +329,21 @@ def test_step1_prediction_sits_beside_the_measured_star_and_every_mark_is_named(
         assert scatter(ax, star).get_label() == names[1]
         assert set(names) <= {t.get_text() for t in ax.get_legend().get_texts()}
     assert left.get_xlabel() == COMPUTE_LABEL
+
+
+def test_step_1s_samples_are_its_own_predictions_on_a_frontier_drawn_around_another_law():
+    """A frontier whose refits spread about another law's (its ``reference``): step 1's
+    samples were rebuilt from the raw refits, centred on that other law, not this one's."""
+    from trainer_core.analysis.fits import PowerLawFit
+    from trainer_core.analysis.load import analysis_flops
+    from trainer_core.analysis.tasks import TaskLaw
+
+    reference = np.array([np.log(0.886), np.log(3675.0), 0.328])
+    rng = np.random.default_rng(0)
+    refits = reference + rng.standard_normal((200, 3)) * [0.3, 1.0, 0.05]
+    front = np.array([np.log(0.210), np.log(58.0), 0.143])
+    step1 = PowerLawFit.from_samples(front, refits, 20, 0.0, "t", reference)
+    law = TaskLaw("t", step1, step2=None)
+    want = step1.predict_samples(analysis_flops(1e6, 2e7))
+    assert law.loss_samples(1e6, 2e7) == pytest.approx(want, rel=1e-5)
+    assert np.median(want) == pytest.approx(law.predict_loss(1e6, 2e7), rel=0.2)
