@@ -15,7 +15,7 @@ import inspect
 import re
 import sys
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
@@ -32,10 +32,13 @@ DEMO_LADDER = Path(__file__).resolve().parents[2] / "workflows" / "configs" / "l
 """What ``workflows/ladder.py`` and ``workflows/lr_sweep.py`` run without ``--config``."""
 
 
-def split_args(argv: list[str], flags: dict[str, bool]) -> tuple[dict[str, str | bool], list[str]]:
+def split_args(
+    argv: list[str], flags: dict[str, bool], fields: Collection[str] = ()
+) -> tuple[dict[str, str | bool], list[str]]:
     """Separate the entry point's own flags (``flags``: name -> takes a value) from overrides.
     An own flag given twice is refused; an override given twice takes its last value, so a
-    script can add to a base command line."""
+    script can add to a base command line. ``fields``: the config's top-level keys, so that
+    ``--dir`` alone is known as an override missing its value, not an unknown argument."""
     own: dict[str, str | bool] = {}
     overrides: list[str] = []
     args = list(argv)
@@ -50,7 +53,7 @@ def split_args(argv: list[str], flags: dict[str, bool]) -> tuple[dict[str, str |
             overrides.append(arg)
         elif arg.startswith("--") and args and not args[0].startswith("--"):
             overrides.append(f"{arg}={args.pop(0)}")
-        elif arg.startswith("--") and "." in arg:
+        elif arg.startswith("--") and ("." in arg or arg[2:] in fields):
             raise ConfigError(f"{arg} needs a value: write {arg}=VALUE")
         else:
             raise ConfigError(
@@ -263,7 +266,8 @@ def parse_command(
                 f"loads {default_config}, whose values win over them."
             )
         return None
-    own, overrides = split_args(argv, {"--config": True, **(flags or {})})
+    fields = [f.name for f in dataclasses.fields(cls)]
+    own, overrides = split_args(argv, {"--config": True, **(flags or {})}, fields)
     if default_config is not None:
         own.setdefault("--config", str(default_config))
     return own, load_config(cls, own.get("--config"), overrides)

@@ -141,6 +141,15 @@ def test_an_override_without_a_value_says_so(argv, expected):
     assert str(err.value) == expected
 
 
+def test_a_top_level_key_without_a_value_says_so():
+    """``--dir`` alone was "unknown argument '--dir'", though ``--dir=runs/x`` works; a name
+    that is no key stays unknown."""
+    with pytest.raises(ConfigError, match=r"^--dir needs a value: write --dir=VALUE$"):
+        parse_command("``python x.py [--config FILE]``", LadderConfig, ["--dir"])
+    with pytest.raises(ConfigError, match=r"^unknown argument '--nope'"):
+        parse_command("``python x.py [--config FILE]``", LadderConfig, ["--nope"])
+
+
 def test_an_override_given_twice_takes_its_last_value():
     """A script adds to a base command line; the later value wins, as it is applied later."""
     _, overrides = split_args(["--trainer.seed=3", "--trainer.seed", "4"], FLAGS)
