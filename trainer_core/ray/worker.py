@@ -69,14 +69,15 @@ class RayReporter(BaseCallback):
 class StartupClock(BaseCallback):
     """Prints, once per start of the training loop, when it reached each stage of its start-up,
     in seconds after ``t0`` (``since`` names that moment): where a short trial's first seconds
-    go. "first log" is the first logged step (a log interval of 1 makes it the first step)."""
+    go. "first log" is the first logged step (a log interval of 1 makes it the first step).
+    Rank 0 alone prints: the ranks start together, and N copies of the line would bury it."""
 
-    def __init__(self, t0: float | None, since: str):
+    def __init__(self, t0: float | None, since: str, rank: int = 0):
         ready = runtime.process_ready_at
         # a process that an earlier trial started has no start-up of its own to show
         self.marks = {"process ready": ready} if t0 is None or ready >= t0 else {}
         self.marks["train fn"] = time.time()
-        self.t0 = t0
+        self.t0 = t0 if rank == 0 else None
         self.since = since
 
     def mark(self, stage: str) -> None:
@@ -155,12 +156,13 @@ def ray_data_batches(cfg: RayTrainConfig) -> Callable[[int], Iterator[torch.Tens
 def _train(config: dict[str, Any]) -> None:
     cfg: RayTrainConfig = config["train"]
     quiet_ray_loggers()  # again: Train and Data loggers created since process start
+    rank = ray.train.get_context().get_world_rank()
     fit_and_report(
         cfg,
         ray.train.report,
-        rank=ray.train.get_context().get_world_rank(),
+        rank=rank,
         train_batches=ray_data_batches(cfg) if cfg.ray.reader == "ray_data" else None,
-        clock=StartupClock(config.get("fit_started_at"), "fit()"),
+        clock=StartupClock(config.get("fit_started_at"), "fit()", rank),
         tags=config.get("tags"),
     )
 

@@ -38,3 +38,18 @@ def test_a_diverged_runs_line_names_the_run(tiny_config, tmp_path):
     error = NonFiniteLossError(step=5, loss=5.5, grad_norm=math.inf)
     assert divergence_line(cfg, 1, error) == f"[25K] rank 1: {error}"
     assert str(error).startswith("non-finite gradient norm at step 5 (")
+
+
+def test_rank_zero_alone_prints_the_startup_line(capsys):
+    """Each Ray Train worker printed its own ``[startup]`` line, N near-copies per run."""
+    import time
+
+    from trainer_core.ray.worker import StartupClock
+
+    for rank in (0, 1):
+        clock = StartupClock(time.time(), "fit()", rank)
+        clock.on_start({})
+        clock.on_step_end(1)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("[startup] after fit(): ")
+    assert "trainer built +" in lines[0] and lines[0].endswith("s (first log: step 1)")
