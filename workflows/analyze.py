@@ -49,7 +49,7 @@ def main() -> int:
         "--hparam-sweep",
         default="",
         help="sweep dir whose LR*(N, D) and B* laws fill the target table (default: the "
-        "ladder's lr.from_sweep)",
+        "ladder's lr.from_sweep for LR*, its batch.from_sweep for B*)",
     )
     parser.add_argument(
         "--device",

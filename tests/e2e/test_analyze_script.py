@@ -106,4 +106,4 @@ def test_analyze_script_checks_the_hparam_sweep_dir_before_fitting(
         code, stdout, stderr = run_script("workflows/analyze.py", *args)
         assert (code, stdout) == (2, "")
         assert stderr.startswith(f"error: --hparam-sweep: {bad} {why}")
-    assert TargetSettings(hparam_sweep=str(sweep_dir)).resolve(ladder_dir)[1] == str(sweep_dir)
+    assert TargetSettings(hparam_sweep=str(sweep_dir)).resolve(ladder_dir)[1].lr == str(sweep_dir)

@@ -225,11 +225,14 @@ def _final_table(report: Report, console: Console) -> None:
 def _target_table(report: Report, settings: TargetSettings, least_flops: float) -> Table:
     """The whole answer at the target compute (:func:`target_answer`), kept on the report;
     a target below every annealed point (``least_flops``) is said to be extrapolated back."""
-    cost, sweep, batch_law = settings.resolve(report.results.path)
+    cost, sweeps = settings.resolve(report.results.path)
     cost = replace(cost, per_token=FlopsPerToken.of_runs(report.results.runs))
     laws = None
-    if sweep:
-        laws = report.attempt(f"lr*, B* laws of {sweep}", lambda: sweep_laws(sweep, batch_law))
+    if sweeps:
+        laws = report.attempt(
+            f"lr*, B* laws of {sweeps}",
+            lambda: sweep_laws(sweeps.lr, sweeps.batch_law, batch_sweep=sweeps.batch),
+        )
     answer = target_answer(
         report.target_flops,
         cost,
@@ -237,7 +240,7 @@ def _target_table(report: Report, settings: TargetSettings, least_flops: float) 
         report.chinchilla,
         report.frontier,
         laws,
-        str(sweep),
+        str(sweeps.lr if laws is not None else sweeps),
     )
     if report.target_flops < least_flops:
         answer.notes.append(

@@ -6,8 +6,8 @@ laws count 6 N D; the cost counts FLOPs as the planner and the trainer's MFU do,
 included (:class:`FlopsPerToken`, from the runs' own counts), over the device's peak FLOP/s
 times an assumed MFU, both stated in the table: pricing 6 N D at an MFU measured on the larger
 count came out 20-40% cheap at seq 4096. The device and MFU default to the experiment's
-``device_type`` and ``assumed_mfu``; the laws to the sweep its ladder took ``lr.from_sweep`` /
-``batch.from_sweep`` from.
+``device_type`` and ``assumed_mfu``; LR*'s law to the sweep its ladder took ``lr.from_sweep``
+from, B*'s to its ``batch.from_sweep`` (each key to the other where the ladder set one alone).
 
 LR* and B* are the plan's own: the laws :mod:`trainer_core.ladder.lr_feedback` fits (its cells,
 seed, refusals, LR*(N) for a one-horizon sweep), B* with the ``batch.sweep_law`` the plan used:
@@ -163,15 +163,31 @@ class TargetSettings:
                     "(python workflows/lr_sweep.py writes <dir>-lr-sweep)"
                 )
 
-    def resolve(self, exp_dir: Location) -> tuple[DeviceCost, Location, str]:
-        """(the cost model, the sweep dir or "", the ladder's ``batch.sweep_law`` for that sweep
-        or "") with the experiment's record filling the gaps: B* is then fitted as its plan did."""
+    def resolve(self, exp_dir: Location) -> tuple[DeviceCost, LawSources]:
+        """(the cost model, the sweeps LR* and B* are read from) with the experiment's record
+        filling the gaps: B* is then fitted as its plan did."""
         record = _experiment_record(exp_dir)
         device = self.device or str(record.get("device_type") or "cpu")
         mfu = self.mfu if self.mfu is not None else record.get("assumed_mfu", DEFAULT_MFU)
-        sweep = self.hparam_sweep or _from_sweep(record)
-        law = _ladder_batch_law(record, storage.join(exp_dir, EXPERIMENT), sweep)
-        return device_cost(device, float(mfu)), sweep, law
+        lr, batch = (self.hparam_sweep,) * 2 if self.hparam_sweep else _from_sweeps(record)
+        law = _ladder_batch_law(record, storage.join(exp_dir, EXPERIMENT), batch)
+        return device_cost(device, float(mfu)), LawSources(lr, batch, law)
+
+
+@dataclass(frozen=True)
+class LawSources:
+    """The sweep dirs the LR* and B* rows read ("" for none), and the ``batch.sweep_law`` B* is
+    fitted with ("": the batch sweep's own)."""
+
+    lr: Location = ""
+    batch: Location = ""
+    batch_law: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.lr or self.batch)
+
+    def __str__(self) -> str:
+        return " and ".join(dict.fromkeys(str(s) for s in (self.lr, self.batch) if s))
 
 
 def _experiment_record(exp_dir: Location) -> dict:
@@ -179,13 +195,15 @@ def _experiment_record(exp_dir: Location) -> dict:
     return read_yaml_record(path) if storage.is_file(path) else {}
 
 
-def _from_sweep(record: dict) -> str:
-    """The sweep dir the experiment's ladder took its LR (else its batch) from, if any."""
-    for key in ("lr", "batch"):
-        section = record.get(key) or {}
-        if isinstance(section, dict) and section.get("from_sweep"):
-            return str(section["from_sweep"])
-    return ""
+def _from_sweeps(record: dict) -> tuple[str, str]:
+    """The sweep dirs the experiment's ladder took its LR and its batch from; a key that names
+    none takes the other's, so a ladder fed one law also shows what that sweep says of the
+    other."""
+    lr, batch = (
+        str(section.get("from_sweep") or "") if isinstance(section, dict) else ""
+        for section in (record.get("lr"), record.get("batch"))
+    )
+    return lr or batch, batch or lr
 
 
 def _ladder_batch_law(record: dict, path: Location, sweep: Location) -> str:
@@ -260,26 +278,35 @@ class SweepLaws:
 
 
 def sweep_laws(
-    sweep: Location | SweepCells, sweep_law: str = "", lr_of_n: LRPowerLawFit | None = None
+    sweep: Location | SweepCells,
+    sweep_law: str = "",
+    lr_of_n: LRPowerLawFit | None = None,
+    batch_sweep: Location = "",
 ) -> SweepLaws:
     """The laws a ladder fed from ``sweep`` (its dir, or its cells as the sweep's report holds
     them) plans with, found by the plan's own calls: the sweep's report, the target table and
-    the plan give one LR* and B*; a law the plan refuses is kept as its refusal. B* by
-    ``sweep_law`` (a ladder's ``batch.sweep_law`` for this sweep); "": the one the sweep's own
-    record names, else the default. ``lr_of_n``: the sweep's LR*(N) already fitted by
+    the plan give one LR* and B*; a law the plan refuses is kept as its refusal. B* from
+    ``batch_sweep`` where given (a ladder's ``batch.from_sweep`` naming another sweep), by
+    ``sweep_law`` (a ladder's ``batch.sweep_law`` for that sweep); "": the one the batch sweep's
+    own record names, else the default. ``lr_of_n``: the sweep's LR*(N) already fitted by
     :func:`fit_sweep_lr` (the report's), taken on a one-horizon sweep, not refitted."""
     cells = sweep if isinstance(sweep, SweepCells) else SweepCells(load(sweep))
     where = str(cells.results.path)
-    law = _checked_batch_law(sweep_law, f"B* of {where}")
-    law = law or _recorded_batch_law(cells.results.path) or BatchFormula.sweep_law
-    laws = SweepLaws(SweepRules(lr_dir=where, batch_dir=where), law)
+    other = batch_sweep and storage.canonical(batch_sweep) != storage.canonical(where)
+    batch_cells = SweepCells(load(batch_sweep)) if other else cells
+    batch_where = str(batch_cells.results.path)
+    law = _checked_batch_law(sweep_law, f"B* of {batch_where}")
+    law = law or _recorded_batch_law(batch_cells.results.path) or BatchFormula.sweep_law
+    laws = SweepLaws(SweepRules(lr_dir=where, batch_dir=batch_where), law)
     if lr_of_n is not None and horizons_swept(cells.table) < 2:
         laws.rules.lr_of_n = lr_of_n
     elif (lr := laws.attempt("lr", lambda: lr_laws(cells, where))) is not None:
         laws.rules.lr_law, laws.rules.lr_of_n = lr
-    if cells.cells("batch"):
+    if batch_cells.cells("batch"):
         terms = BATCH_SWEEP_LAWS[law]
-        laws.rules.batch_law = laws.attempt("batch", lambda: batch_law(cells, where, terms))
+        laws.rules.batch_law = laws.attempt(
+            "batch", lambda: batch_law(batch_cells, batch_where, terms)
+        )
     return laws
 
 
@@ -327,7 +354,9 @@ class TargetAnswer:
     columns: list[TargetColumn]
     cost: DeviceCost
     hparam_source: str = ""
-    """Where the LR* and B* laws came from (a sweep dir)."""
+    """Where the LR* and B* laws came from (a sweep dir), as the footer names it."""
+    batch_source: str = ""
+    """Where B*'s law came from where that is another sweep than LR*'s; else ""."""
     laws_read: bool = False
     """A :class:`SweepLaws` was had (each of its laws fitted or refused); with a source but
     none, reading the sweep failed."""
@@ -363,24 +392,33 @@ class TargetAnswer:
         value from one, and a ``batch.sweep_law`` named only where one gave a B*."""
         source = self.hparam_source or "the sweep"
         read = [
-            (symbol, key)
+            (symbol, key, self.batch_source if attr == "batch" else "")
             for attr, symbol, key in (
                 ("lr", "lr*", LR_KEY),
                 ("batch", "B*", f"{BATCH_KEY} with batch.sweep_law: {self.batch_law}"),
             )
             if any(isinstance(getattr(c, attr), tuple) for c in self.columns)
         ]
+        how = "their intervals: the laws' bootstrap there; N_opt's own spread not carried"
+        if any(other for *_, other in read):
+            whose = ", ".join(f"{s}: the law of {other or source} ({k})" for s, k, other in read)
+            where = "each read at each column's N_opt, D_opt, as a ladder's plan fits it"
+            return f"{whose}; {where} ({how})"
         if read:
-            symbols, keys = ", ".join(s for s, _ in read), ", ".join(k for _, k in read)
+            symbols, keys = ", ".join(s for s, *_ in read), ", ".join(k for _, k, _ in read)
             return (
                 f"{symbols}: the laws of {source}, read at each column's N_opt, D_opt, as a "
-                f"ladder's plan fits them ({keys}; their intervals: the laws' bootstrap there; "
-                "N_opt's own spread not carried)"
+                f"ladder's plan fits them ({keys}; {how})"
             )
         if not self.laws_read:
             if self.hparam_source:
                 return f"lr*, B*: no laws from {source} (why: the skipped line below)"
-            return "lr*, B*: no sweep laws (--hparam-sweep DIR, or a ladder with lr.from_sweep)"
+            return (
+                "lr*, B*: no sweep laws (--hparam-sweep DIR, or a ladder with lr.from_sweep or "
+                "batch.from_sweep)"
+            )
+        if self.batch_source:
+            source = f"{source} and {self.batch_source}"
         if any(c.N is not None and c.D is not None for c in self.columns):
             return f"lr*, B*: no law of {source} that a ladder's plan takes (why: the lines below)"
         return (
@@ -484,7 +522,9 @@ def target_answer(
     columns = [col for _, col in built]
     batch = laws.batch_law if laws is not None else ""
     source = hparam_source or (laws.rules.lr_dir if laws is not None else "")
-    answer = TargetAnswer(C, columns, cost, source, laws is not None, batch)
+    other = laws is not None and laws.rules.batch_dir != laws.rules.lr_dir
+    batch_source = laws.rules.batch_dir if other else ""
+    answer = TargetAnswer(C, columns, cost, source, batch_source, laws is not None, batch)
     answer.notes += [
         f"{col.approach}: no 95% intervals (why: the UNRESOLVED line of its fit above)"
         for fit, col in built

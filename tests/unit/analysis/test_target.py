@@ -27,7 +27,7 @@ from trainer_core.analysis.isoflop import IsoFLOPFit
 from trainer_core.analysis.predict import chinchilla_from_points
 from trainer_core.analysis.synthetic import SyntheticLadder
 from trainer_core.analysis.synthetic_sweep import PlantedLaw, SyntheticSweep
-from trainer_core.analysis.target import FlopsPerToken, SweepLaws
+from trainer_core.analysis.target import FlopsPerToken, LawSources, SweepLaws
 from trainer_core.ladder.lr_feedback import SweepRules
 
 C = 6e20
@@ -170,14 +170,14 @@ def test_settings_default_to_the_experiment_record(tmp_path: Path):
     (tmp_path / "experiment.yaml").write_text(
         "device_type: A100\nassumed_mfu: 0.3\nlr: {from_sweep: /sweeps/one}\n"
     )
-    cost, sweep, law = TargetSettings().resolve(tmp_path)
-    assert (cost.device, cost.peak_flops, cost.mfu, sweep) == ("A100", 312e12, 0.3, "/sweeps/one")
-    assert law == ""
+    cost, sweeps = TargetSettings().resolve(tmp_path)
+    assert (cost.device, cost.peak_flops, cost.mfu) == ("A100", 312e12, 0.3)
+    assert sweeps == LawSources("/sweeps/one", "/sweeps/one", "")
     other = tmp_path / "other"
     other.mkdir()
     (other / "experiment.yaml").write_text("sizes: [15K]\nsweep: {factors: [1.0]}\n")
-    cost, sweep, _ = TargetSettings("H100", 0.5, str(other)).resolve(tmp_path)
-    assert (cost.device, cost.mfu, sweep) == ("H100", 0.5, str(other))
+    cost, sweeps = TargetSettings("H100", 0.5, str(other)).resolve(tmp_path)
+    assert (cost.device, cost.mfu, sweeps.lr, sweeps.batch) == ("H100", 0.5, str(other), str(other))
 
 
 def test_a_ladders_unknown_batch_sweep_law_is_refused_with_the_ladders_own_words(tmp_path: Path):

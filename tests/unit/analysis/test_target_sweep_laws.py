@@ -23,7 +23,7 @@ from trainer_core.analysis import (
 )
 from trainer_core.analysis.fits import ChinchillaFit
 from trainer_core.analysis.synthetic_sweep import STEP_LAW_LR, PlantedLaw
-from trainer_core.analysis.target import REFUSED, TargetColumn
+from trainer_core.analysis.target import REFUSED, LawSources, TargetColumn
 from trainer_core.config.loader import ConfigError, from_dict, to_yaml
 from trainer_core.ladder.config import LadderConfig
 from trainer_core.ladder.lr_feedback import SweepRules, sweep_rules
@@ -93,8 +93,8 @@ def test_the_target_gives_the_plans_lr_and_batch_by_the_ladders_sweep_law(
         f"lr: {{from_sweep: {b_of_n_sweep}}}\n"
         f"batch: {{from_sweep: {b_of_n_sweep}, sweep_law: '{batch_law}'}}\n"
     )
-    _, sweep, law = TargetSettings().resolve(ladder)
-    col = column(sweep_laws(sweep, law))
+    _, sweeps = TargetSettings().resolve(ladder)
+    col = column(sweep_laws(sweeps.lr, sweeps.batch_law, batch_sweep=sweeps.batch))
     rules = plan(b_of_n_sweep, batch_law)
     N, D = col.N[0], col.D[0]
     for got, want in ((col.lr, rules.lr(N, D)), (col.batch, rules.batch(N, D))):
@@ -133,11 +133,10 @@ def test_the_target_fits_b_by_the_ladders_sweep_law_only_from_its_own_batch_swee
         lr={"from_sweep": str(tmp_path / "other")},
         batch={**batch, "sweep_law": "D"} if batch_from else {},
     )
-    _, sweep, law = TargetSettings(hparam_sweep=str(b_of_n_sweep)).resolve(ladder)
+    _, sweeps = TargetSettings(hparam_sweep=str(b_of_n_sweep)).resolve(ladder)
     want = "D" if batch_from == "this" else "N,D"
-    answer = target_answer(
-        C, device_cost("cpu"), chinchilla=TWENTY_TOKENS, laws=sweep_laws(sweep, law)
-    )
+    laws = sweep_laws(sweeps.lr, sweeps.batch_law, batch_sweep=sweeps.batch)
+    answer = target_answer(C, device_cost("cpu"), chinchilla=TWENTY_TOKENS, laws=laws)
     (col,) = answer.columns
     planned = plan(b_of_n_sweep, want).batch(col.N[0], col.D[0])
     assert col.batch == (planned.value, planned.low, planned.high)
@@ -148,9 +147,40 @@ def test_a_ladder_fed_its_lr_alone_fits_b_by_the_sweeps_own_law(b_of_n_sweep, tm
     """A ladder with only lr.from_sweep: its target table's B* is the sweep report's B*(N, D)."""
     ladder = recorded_ladder(tmp_path / "ladder", lr={"from_sweep": str(b_of_n_sweep)})
     assert "sweep_law: D" in (ladder / "experiment.yaml").read_text()
-    _, sweep, law = TargetSettings().resolve(ladder)
-    assert (sweep, law) == (str(b_of_n_sweep), "")
-    assert sweep_laws(sweep, law).batch_law == "N,D"
+    _, sweeps = TargetSettings().resolve(ladder)
+    assert sweeps == LawSources(str(b_of_n_sweep), str(b_of_n_sweep), "")
+    assert sweep_laws(sweeps.lr, sweeps.batch_law, batch_sweep=sweeps.batch).batch_law == "N,D"
+
+
+def test_lr_and_batch_from_two_sweeps_each_come_from_its_own(b_of_n_sweep, tmp_path):
+    """lr.from_sweep A, batch.from_sweep B: the table read both from A (B* of another sweep
+    than the plan's), and its footer named A alone."""
+    lr_only = make_hparam_sweep(tmp_path / "lr_only", ladder_sizes(), batch_factors=(1,))
+    ladder = recorded_ladder(
+        tmp_path / "ladder",
+        lr={"from_sweep": str(lr_only)},
+        batch={"from_sweep": str(b_of_n_sweep), "sweep_law": "N,D"},
+    )
+    _, sweeps = TargetSettings().resolve(ladder)
+    assert sweeps == LawSources(str(lr_only), str(b_of_n_sweep), "N,D")
+    laws = sweep_laws(sweeps.lr, sweeps.batch_law, batch_sweep=sweeps.batch)
+    answer = target_answer(C, device_cost("cpu"), chinchilla=TWENTY_TOKENS, laws=laws)
+    (col,) = answer.columns
+    N, D = col.N[0], col.D[0]
+    fed = from_dict(
+        LadderConfig,
+        {
+            "lr": {"from_sweep": str(lr_only)},
+            "batch": {"from_sweep": str(b_of_n_sweep), "sweep_law": "N,D"},
+        },
+    )
+    rules = sweep_rules(fed)
+    for got, want in ((col.lr, rules.lr(N, D)), (col.batch, rules.batch(N, D))):
+        assert got == (want.value, want.low, want.high)
+    assert answer.footer()[1].startswith(
+        f"lr*: the law of {lr_only} (lr.from_sweep), B*: the law of {b_of_n_sweep} "
+        "(batch.from_sweep with batch.sweep_law: N,D); each read at each column's N_opt, D_opt"
+    )
 
 
 @pytest.fixture(scope="module")
