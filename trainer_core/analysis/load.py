@@ -67,6 +67,8 @@ TASK_PREFIX = "task/"
 TASK_COLUMNS = [*METRIC_COLUMNS, "annealed"]
 """The task frame's leading columns; then ``<task>/<metric>`` for each task metric logged."""
 CHANCE_SUFFIX = "/chance"
+UNKNOWN_STATUS = "unknown"
+"""A run whose run.json records no status (an old record): it may still write more."""
 CHECKPOINT_COLUMNS = [
     "name",
     "size",
@@ -325,7 +327,7 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     run["name"] = run["name"] or run_dir.name
     run["size"] = run["size"] or run["name"]
     run["last_step"] = int(run["last_step"] or 0)
-    run["status"] = run["status"] or "unknown"
+    run["status"] = run["status"] or UNKNOWN_STATUS
     for key, value in (record.get("tags") or {}).items():
         run[f"tag_{key}"] = value
     run["dir"] = str(run_dir)

@@ -25,6 +25,7 @@ from trainer_core.analysis.checks import (
 from trainer_core.analysis.frontier import fit_frontier, frontier_points
 from trainer_core.analysis.isoflop import fit_isoflop
 from trainer_core.analysis.ladder_table import AUTO
+from trainer_core.analysis.load import UNKNOWN_STATUS
 from trainer_core.analysis.plots_scaling import plot_isoflops, plot_loss_vs_compute
 from trainer_core.analysis.predict import (
     chinchilla_from_points,
@@ -39,6 +40,7 @@ from trainer_core.analysis.target import (
     sweep_laws,
     target_answer,
 )
+from trainer_core.io.run_dir import OPEN_STATUSES
 
 TARGET_MULTIPLE = 10.0
 """Default target budget: this many times the largest run's compute (the ladder's next rung)."""
@@ -184,7 +186,7 @@ def _why_no_points(runs: pd.DataFrame) -> str:
     ladder whose runs all ended (diverged, failed, stopped) will not gain points by waiting."""
     counts = runs["status"].value_counts()
     statuses = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    if not set(counts.index) & {"running", "interrupted", "unknown"}:
+    if not set(counts.index) & {*OPEN_STATUSES, UNKNOWN_STATUS}:
         return f"no annealed eval points: every run ended without one ({statuses})"
     return f"no annealed eval points yet ({statuses})"
 

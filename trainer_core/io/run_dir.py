@@ -74,6 +74,8 @@ SCRATCH_DIR = re.compile(r"^step-(\d{8,})\.(tmp|old)-\w+$")
 
 FINAL_STATUSES = ("finished", "diverged")
 """A run in one of these is done: running it again returns its record at once."""
+OPEN_STATUSES = ("running", "interrupted")
+"""A run in one of these may still write more: it is live, or resumes where it stopped."""
 
 
 @dataclass
