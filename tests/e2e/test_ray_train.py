@@ -22,8 +22,9 @@ from trainer_core.config.loader import from_dict, to_dict
 from trainer_core.config.sections import TrainConfig
 from trainer_core.data.shards import DataError
 from trainer_core.errors import RunFailedError
+from trainer_core.ray.node_view import MARK, DriverView
 from trainer_core.ray.run_config import RayTrainConfig
-from trainer_core.ray.train_driver import run_training
+from trainer_core.ray.train_driver import build_torch_trainer, ray_train_reason, run_training
 from trainer_core.ray.tune_run import TrialsFailedError, TrialSpec, TuneSettings, run_trials
 from trainer_core.train.build import build_trainer
 
@@ -91,6 +92,21 @@ def test_finished_run_is_not_rerun(reference_run, config):
     before = (run_dir / "metrics.jsonl").stat().st_mtime
     again = run_training(config(run_dir))
     assert again["last_step"] == 16 and (run_dir / "metrics.jsonl").stat().st_mtime == before
+
+
+def test_a_worker_that_does_not_see_the_drivers_run_dir_fails_at_once(
+    ray_session, config, tmp_path
+):
+    """As a worker on a node whose run dir is its own local one: one line naming the setting,
+    no training there (its results would stay on that node)."""
+    run_dir = tmp_path / "run"
+    view = DriverView("10.0.0.1", str(run_dir / MARK), "the-drivers-token")
+    with pytest.raises(ray.train.TrainingFailedError) as failed:
+        build_torch_trainer(config(run_dir), view=view).fit()
+    assert ray_train_reason(failed.value).startswith(
+        f"trainer.run_dir {run_dir}: this node ("
+    ) and "does not see the dir the driver wrote on node 10.0.0.1" in ray_train_reason(failed.value)
+    assert not (run_dir / "run.json").exists()
 
 
 # Ray's processes cannot import the tests: they get these classes by value.

@@ -33,6 +33,7 @@ from trainer_core.io.run_dir import (
 )
 from trainer_core.io.storage import Location
 from trainer_core.ray.failures import FailFastTorchTrainer, RunLostError, fatal_reason, last_line
+from trainer_core.ray.node_view import DriverView, data_inputs, driver_view
 from trainer_core.ray.reader import dataset_name, rank_dataset
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.ray.worker import train_worker
@@ -46,8 +47,12 @@ class RunInterruptedError(KeyboardInterrupt):
 
 
 def build_torch_trainer(
-    cfg: RayTrainConfig, tags: dict[str, Any] | None = None, callbacks: list | None = None
+    cfg: RayTrainConfig,
+    tags: dict[str, Any] | None = None,
+    callbacks: list | None = None,
+    view: DriverView | None = None,
 ):
+    """The run's TorchTrainer; ``view``: what its workers check they see as the driver does."""
     rc = cfg.ray
     dp_size = cfg.layout().dp_size
     run_dir = cfg.trainer.run_dir
@@ -61,7 +66,12 @@ def build_torch_trainer(
     }
     return FailFastTorchTrainer(
         train_worker,
-        train_loop_config={"train": cfg, "tags": tags or {}, "fit_started_at": time.time()},
+        train_loop_config={
+            "train": cfg,
+            "tags": tags or {},
+            "fit_started_at": time.time(),
+            "driver_view": view,
+        },
         scaling_config=ray.train.ScalingConfig(
             num_workers=rc.num_workers, use_gpu=rc.use_gpu, resources_per_worker=resources
         ),
@@ -118,10 +128,11 @@ def run_training(
     # Unusable shards fail here, as one line, before any Ray Train process starts (in the
     # controller they would fail too, but under Ray's logged traceback).
     open_token_data(cfg.data, cfg.model.vocab_size)
+    view = driver_view(run_dir, "trainer.run_dir", data_inputs(cfg.data))
     if done.get("workers"):  # an earlier launch started: it may have lost its controller
         release_orphaned_worker_groups()
     try:
-        build_torch_trainer(cfg, tags, callbacks).fit()
+        build_torch_trainer(cfg, tags, callbacks, view).fit()
     except ray.train.TrainingFailedError as e:
         reason = ray_train_reason(e)
         _record_failure(run_dir, done, reason)

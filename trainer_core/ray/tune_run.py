@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from trainer_core.config.cli import planned_from
 from trainer_core.config.loader import ConfigError
@@ -29,6 +29,11 @@ from trainer_core.io.storage import Location
 from trainer_core.ray.failures import last_line, unretriable_error, user_error_in
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.train.same_run import ChangedRunError, check_same_run
+
+if TYPE_CHECKING:
+    from trainer_core.ray.node_view import DriverView
+
+T = TypeVar("T")
 
 DRIVER_SHARE = 0.001
 """Of its node's own ``node:<ip>`` resource, per trial driver: up to 1000 at once per node."""
@@ -62,17 +67,20 @@ class TrialSpec:
         return {"name": self.name, "train": self.config, "tags": self.tags}
 
 
-def trial_driver(config: dict[str, Any]) -> None:
+def trial_driver(config: dict[str, Any], driver_view: DriverView | None = None) -> None:
     """The Tune trainable: run (or resume) one run, by its runner (``ray.runner``), and report
     its final summary; a run that already ended (:data:`TRIAL_END_STATUSES`) reports its record
-    at once, so a relaunched experiment trains only what it never ended."""
+    at once, so a relaunched experiment trains only what it never ended. ``driver_view``: what
+    the experiment's driver sees, checked first (a trial may run on another node)."""
     started_at = time.time()
     from ray import tune
 
+    from trainer_core.ray.node_view import check_node_sees
     from trainer_core.ray.train_driver import run_summary
 
     spec = config["trial"]
     cfg: RayTrainConfig = spec["train"]
+    _unretried(check_node_sees, driver_view)
     summary = run_summary(cfg.trainer.run_location)
     if summary.get("status") in TRIAL_END_STATUSES:
         print(
@@ -93,15 +101,20 @@ def trial_driver(config: dict[str, Any]) -> None:
 def _train(
     cfg: RayTrainConfig, tags: dict[str, Any], started_at: float, done: dict[str, Any]
 ) -> dict[str, Any]:
-    """Run (or resume) ``cfg`` by its runner; its summary (``done``: the one read before). A
-    user error (bad input, a Ray Train worker group out of restarts) tells Tune not to retry:
-    a retry would only repeat it; a lost controller is the one run failure a retry resumes."""
+    """Run (or resume) ``cfg`` by its runner; its summary (``done``: the one read before)."""
+    return _unretried(_run, cfg, tags, started_at, done)
+
+
+def _unretried(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, where a user error (bad input, a Ray Train worker group out of restarts)
+    tells Tune not to retry: a retry would only repeat it; a lost controller is the one run
+    failure a retry resumes."""
     from ray import tune
 
     from trainer_core.ray.trial_runner import NO_RETRY
 
     try:
-        return _run(cfg, tags, started_at, done)
+        return fn(*args)
     except Exception as e:
         if unretriable_error(e) is not None:
             tune.report({NO_RETRY: 1})
@@ -225,7 +238,11 @@ def run_trials(
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
-    trainable, failure, callbacks, reuse = _trial_setup(specs)
+    from trainer_core.ray.node_view import data_inputs, driver_view
+
+    inputs = {i for s in specs for i in data_inputs(s.config.data)}
+    view = driver_view(exp_dir, "dir", sorted(inputs, key=str))
+    trainable, failure, callbacks, reuse = _trial_setup(specs, view)
     tune_dir = storage.join(exp_dir, settings.name)
     concurrency = settings.max_concurrent or max_concurrent_trials(specs)
     restored = resume and tune.Tuner.can_restore(str(tune_dir))
@@ -314,10 +331,10 @@ def check_unchanged_runs(
             ) from None
 
 
-def _trial_setup(specs: list[TrialSpec]):
-    """The trainable with its resources, Tune's failure config, extra callbacks and whether
-    trials reuse a finished trial's process, by the trials' runner (one for all: they come from
-    one job).
+def _trial_setup(specs: list[TrialSpec], view: DriverView):
+    """The trainable with its resources and the driver's ``view``, Tune's failure config, extra
+    callbacks and whether trials reuse a finished trial's process, by the trials' runner (one
+    for all: they come from one job).
 
     Tune retries a failed trial up to ``ray.max_failures`` times, except one that failed on
     bad input (:class:`~trainer_core.ray.trial_runner.NoRetryOnUserError`); a retry resumes the
@@ -338,7 +355,7 @@ def _trial_setup(specs: list[TrialSpec]):
     in_trial = rc.runner == "trial"
     resources = trial_resources(rc) if in_trial else driver_resources()
     return (
-        tune.with_resources(trial_driver, resources),
+        tune.with_resources(tune.with_parameters(trial_driver, driver_view=view), resources),
         tune.FailureConfig(max_failures=rc.max_failures),
         [NoRetryOnUserError(), retry_line()],
         in_trial,

@@ -20,6 +20,7 @@ from trainer_core.io.storage import Location
 from trainer_core.parallel.process_group import teardown
 from trainer_core.ray import runtime
 from trainer_core.ray.failures import FatalRunError, user_error_in
+from trainer_core.ray.node_view import check_node_sees
 from trainer_core.ray.reader import batches_from_shard, dataset_name, resume_step
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.ray.runtime import quiet_ray_loggers
@@ -156,6 +157,7 @@ def ray_data_batches(cfg: RayTrainConfig) -> Callable[[int], Iterator[torch.Tens
 def _train(config: dict[str, Any]) -> None:
     cfg: RayTrainConfig = config["train"]
     quiet_ray_loggers()  # again: Train and Data loggers created since process start
+    check_node_sees(config.get("driver_view"))
     rank = ray.train.get_context().get_world_rank()
     fit_and_report(
         cfg,
