@@ -7,8 +7,12 @@ import json
 import shutil
 import socket
 import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import grpc
 import pytest
 from scripts import load_script
 
@@ -74,9 +78,122 @@ def test_submit_takes_the_command_as_ray_job_submit_does():
 
 def test_submit_probes_a_dashboard_url_at_its_own_port():
     """A dashboard behind a proxy (https://host, no port) was probed at 8265, and refused."""
-    probe = load_script("workflows/submit.py").check_jobs_api
+    probe = load_script("workflows/submit.py").jobs_api_address
     with pytest.raises(ConfigError, match=r"nothing answers at 127\.0\.0\.1:443 "):
         probe("https://127.0.0.1")
+
+
+def test_an_address_with_a_bad_port_is_refused_in_one_line(processes):
+    """urlsplit's port is read lazily: a port not a number, or past 65535, ended submit.py in
+    a ValueError traceback."""
+    args = ("--address", "foo:bar", "--", "workflows/ladder.py")
+    out = processes.python("workflows/submit.py", *args)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("error: --address: 'foo:bar' is not a URL (")
+    assert out.stderr.endswith("); give the dashboard, http://HOST:8265\n")
+    assert out.stderr.count("\n") == 1
+    address = load_script("workflows/submit.py").jobs_api_address
+    for bad in ("http://127.0.0.1:notaport", "http://127.0.0.1:82700"):
+        with pytest.raises(ConfigError, match=rf"^--address: '{bad}' is not a URL \("):
+            address(bad)
+
+
+@pytest.fixture
+def http_server():
+    """``http_server(status, body)``: HOST:PORT of a local HTTP server answering every GET with
+    ``status`` and ``body``, as a dashboard's does."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(status: int, body: bytes) -> str:
+        class Answer(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"127.0.0.1:{server.server_port}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def grpc_server():
+    """HOST:PORT of a gRPC server, as a GCS is: it answers HTTP/1 in HTTP/2 frames."""
+    server = grpc.server(ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop(0)
+
+
+def test_a_dashboard_given_as_host_port_is_submitted_to_as_a_url(
+    http_server, grpc_server, monkeypatch
+):
+    """``--address 127.0.0.1:8270`` passed the probe and went to ``ray job submit`` as it was,
+    which takes an address without a scheme for a GCS's and timed out 43 s later. A GCS's
+    HOST:PORT and a ray:// address go as they are: Ray looks their dashboard up."""
+    submit = load_script("workflows/submit.py")
+    version = b'{"version": "4", "ray_version": "2.60.0"}'
+    dashboard = http_server(200, version)
+    assert submit.jobs_api_address(dashboard) == f"http://{dashboard}"
+    with_auth = http_server(401, b"Unauthorized: Missing authentication token")
+    assert submit.jobs_api_address(with_auth) == f"http://{with_auth}"
+    assert submit.jobs_api_address(grpc_server) == grpc_server
+    for url in (f"http://{dashboard}", f"ray://{grpc_server}"):
+        assert submit.jobs_api_address(url) == url
+    monkeypatch.setattr(submit, "DASHBOARD_PORT", int(http_server(200, version).split(":")[1]))
+    assert submit.jobs_api_address("127.0.0.1") == f"http://127.0.0.1:{submit.DASHBOARD_PORT}"
+
+
+def test_the_script_and_its_config_must_be_in_the_upload(
+    processes, free_port, repo_root, tmp_path, monkeypatch
+):
+    """A missing --config failed on the cluster, after the upload and the job's start (12 s);
+    one outside the repository was found on a one-machine cluster only. Each is refused before
+    the upload, and what the job is given is relative to the repository, where it runs."""
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    nope = "workflows/configs/nope.yaml"
+    args = ("--address", nowhere, "--", "workflows/ladder.py", "--config", nope)
+    out = processes.python("workflows/submit.py", *args)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == (
+        f"error: --config: {nope} is not a file; give a path to one in {repo_root}\n"
+    )
+    command = load_script("workflows/submit.py").job_command
+    with pytest.raises(ConfigError, match=r"^the script after --: workflows/nope\.py is not a"):
+        command(["workflows/nope.py"])
+    outside = tmp_path / "ladder.yaml"
+    outside.write_text("name: x\n")
+    with pytest.raises(
+        ConfigError, match=rf"^--config: {outside} lies outside {repo_root}, the working dir"
+    ):
+        command(["workflows/ladder.py", f"--config={outside}"])
+    with pytest.raises(ConfigError, match=r"^--config: \.venv/pyvenv\.cfg is not uploaded \("):
+        command(["workflows/ladder.py", "--config", ".venv/pyvenv.cfg"])
+    tiny = repo_root / "workflows" / "configs" / "train-tiny.yaml"
+    given = ["workflows/train.py", "--config", str(tiny), "--trainer.max_steps=2"]
+    assert command(given) == [
+        "workflows/train.py",
+        "--config",
+        "workflows/configs/train-tiny.yaml",
+        "--trainer.max_steps=2",
+    ]
+    monkeypatch.chdir(repo_root / "workflows")
+    assert command(["ladder.py", "--config=configs/ladder-demo.yaml"]) == [
+        "workflows/ladder.py",
+        "--config=workflows/configs/ladder-demo.yaml",
+    ]
+    assert command(["-m", "trainer_core.train"]) == ["-m", "trainer_core.train"]
 
 
 def test_the_job_goes_where_submit_checked_it(monkeypatch):

@@ -37,7 +37,9 @@ def ignore_patterns(root: Path) -> list[str]:
     return patterns
 
 
-def _ignored(rel: str, patterns: list[str]) -> bool:
+def is_ignored(rel: str, patterns: list[str]) -> bool:
+    """Whether the upload leaves out ``rel`` (a path relative to the working dir, with ``/``)
+    by one of ``patterns`` (:func:`ignore_patterns`), as Ray matches them."""
     parts = rel.split("/")
     return any(
         fnmatch.fnmatch(rel, p) or any(fnmatch.fnmatch(part, p) for part in parts) for p in patterns
@@ -51,10 +53,12 @@ def upload_size(root: Path) -> tuple[int, dict[str, int]]:
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
         rel_dir = "" if rel_dir == "." else rel_dir
-        dirnames[:] = [d for d in dirnames if not _ignored(f"{rel_dir}/{d}".lstrip("/"), patterns)]
+        dirnames[:] = [
+            d for d in dirnames if not is_ignored(f"{rel_dir}/{d}".lstrip("/"), patterns)
+        ]
         for f in filenames:
             rel = f"{rel_dir}/{f}".lstrip("/")
-            if _ignored(rel, patterns):
+            if is_ignored(rel, patterns):
                 continue
             top = rel.split("/")[0]
             per_top[top] = per_top.get(top, 0) + (Path(dirpath) / f).stat().st_size
