@@ -147,6 +147,40 @@ def test_checkpoint_save_and_resume_on_gpu(tmp_path, tiny_config):
     assert resumed["eval/loss"] == pytest.approx(straight["eval/loss"], abs=1e-5)
 
 
+class SyncsAreErrors(BaseCallback):
+    """CUDA's own check (``set_sync_debug_mode``) turned to "error" from the end of step 1 to
+    the end of step ``last``: any host sync in the steps between raises there."""
+
+    def __init__(self, last: int):
+        self.last = last
+
+    def on_step_end(self, step: int) -> None:
+        torch.cuda.set_sync_debug_mode("error" if 1 <= step < self.last else "default")
+
+
+def test_steps_between_log_steps_make_no_host_sync_on_cuda(tmp_path, tiny_config):
+    """The CPU test counts the ops that would sync (tests/unit/train/test_step_on_device.py);
+    here CUDA itself says so, for bf16, z-loss, clipping, fused AdamW and the batch's copy.
+    A list index on a device tensor once made a blocking copy every step."""
+    steps = 8
+    cfg = tiny_config(
+        tmp_path / "run",
+        *GPU,
+        BF16,
+        f"--trainer.max_steps={steps}",
+        f"--trainer.log_interval={steps}",
+        f"--trainer.eval_interval={steps}",
+        "--train_module.z_loss_multiplier=1e-4",
+        "--train_module.max_grad_norm=1.0",
+        "--optim.fused=true",
+    )
+    try:
+        summary = build_trainer(cfg, extra_callbacks=[SyncsAreErrors(steps - 1)]).fit()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert summary["steps"] == steps and "eval/loss" in summary
+
+
 def test_the_cuda_group_takes_device_tensors_and_objects(free_port, monkeypatch):
     """A one-rank group made as a CUDA run makes it ("cpu:gloo,cuda:nccl"): the rule sends
     tensors to the GPU (NCCL), objects still gather, and a CPU tensor goes to gloo."""

@@ -122,7 +122,9 @@ class _Window:
         self.sums += values
         bad = ~(torch.isfinite(stats.ce_sum) & torch.isfinite(norm))
         first = bad & (self.first_bad[0] == 0)
-        record = torch.cat([values.new_full((1,), float(step)), values[[0, 2, 3]]])
+        # slices, not values[[0, 2, 3]]: a list index is a tensor made from host data, which on
+        # CUDA is a blocking copy every step
+        record = torch.cat([values.new_full((1,), float(step)), values[0:1], values[2:4]])
         self.first_bad = torch.where(first, record, self.first_bad)
         self.steps += 1
 
