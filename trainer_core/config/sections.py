@@ -524,6 +524,17 @@ class TrainConfig:
             f"{ranks} {seqs // dp_size} sequences, not a multiple of "
             f"train_module.rank_microbatch_seqs={micro}",
         )
+        # The weight gradient's float8 matmul runs over the micro-batch's tokens, which
+        # _scaled_mm needs in multiples of 16 (the CPU's emulated float8 does not).
+        seq_len, micro_seqs = self.data.seq_len, micro or seqs // dp_size
+        require(
+            self.parallel.float8 == "none" or micro_seqs * seq_len % 16 == 0,
+            "parallel.float8",
+            self.parallel.float8,
+            "a float8 backward needs each micro-batch's tokens in multiples of 16, not "
+            f"{micro_seqs} x data.seq_len={seq_len} = {micro_seqs * seq_len}: make data.seq_len "
+            "a multiple of 16",
+        )
 
     @property
     def windows_read(self) -> tuple[int, int]:

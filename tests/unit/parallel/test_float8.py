@@ -48,6 +48,15 @@ FLOAT8 = ("--parallel.float8_emulate=true",)
             "supported: set parallel.tp=1 or parallel.float8=none",
         ),
         (
+            # _scaled_mm's weight gradient runs over the micro-batch's tokens: 300 crashes the
+            # first backward on an H100 (emulated float8 on CPU takes any count)
+            ["--parallel.float8=tensorwise", *BF16, "--data.seq_len=100"]
+            + ["--trainer.global_batch_size=300"],
+            "parallel.float8: 'tensorwise' is not allowed; a float8 backward needs each "
+            "micro-batch's tokens in multiples of 16, not 3 x data.seq_len=100 = 300: make "
+            "data.seq_len a multiple of 16",
+        ),
+        (
             ["--parallel.float8=fp8"],
             "parallel.float8: 'fp8' is not allowed; use one of 'none', 'tensorwise', 'rowwise'",
         ),
