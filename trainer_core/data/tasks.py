@@ -4,14 +4,16 @@ One example per line: ``{"context": str, "choices": [str, ...], "gold": int}`` w
 ``"fewshot"``: a list of solved examples (objects of the same three fields, shown with their gold
 choice) or of plain strings (shown as they are), and an optional ``"uncond_context"``: the text
 the choices are also scored after, without the question, for the calibrated accuracy
-(``acc_pmi``; every example of a file has it or none does). The format is documented in
-docs/tasks.md.
+(``acc_pmi``; every example of a file has it or none does); any other field is refused, as a
+typo (``uncond_contxt``) would otherwise drop ``acc_pmi`` without a word. The format is
+documented in docs/tasks.md.
 Every error names the file and the line, so a broken task file is fixed without a traceback.
 Nothing is downloaded: a task is a path, or a built-in name (:data:`BUILTIN_TASKS`).
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import os
@@ -20,9 +22,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer_core.config.decode import repeated
+from trainer_core.config.decode import repeated, suggest
 from trainer_core.data.demo_corpus import cache_root, corpus_fingerprint, demo_files, stdlib_root
 from trainer_core.data.shards import DEFAULT_VAL_FRACTION, DataError, split_key
+from trainer_core.io import storage
 
 DEMO_NEXT_LINE = "demo_next_line"
 BUILTIN_TASKS = (DEMO_NEXT_LINE,)
@@ -31,6 +34,9 @@ NEXT_LINE_FILE = "task-demo_next_line-v2.jsonl"
 FEWSHOT_SEPARATOR = "\n\n"
 """Between few-shot examples, and between the last one and the example's own context."""
 UNCOND = "uncond_context"
+SHOT_FIELDS = ("context", "choices", "gold")
+"""A solved few-shot example's fields."""
+EXAMPLE_FIELDS = (*SHOT_FIELDS, "fewshot", UNCOND)
 
 
 class TaskFormatError(DataError):
@@ -65,10 +71,16 @@ def _field(obj: dict, key: str, kind: type, where: str) -> object:
     return value
 
 
-def _solved(obj: object, where: str) -> tuple[str, list[str], int]:
-    """``(context, choices, gold)`` of one object, every field checked."""
+def _solved(obj: object, where: str, known: tuple[str, ...]) -> tuple[str, list[str], int]:
+    """``(context, choices, gold)`` of one object, every field checked and none but ``known``."""
     if not isinstance(obj, dict):
         raise TaskFormatError(f"{where}: must be a JSON object, got {type(obj).__name__}")
+    for key in obj:
+        if key not in known:
+            hint = "" if key in EXAMPLE_FIELDS else suggest(key, list(known))
+            raise TaskFormatError(
+                f"{where}: unknown field {key!r}{hint}; the fields are {', '.join(known)}"
+            )
     context = _field(obj, "context", str, where)
     choices = _field(obj, "choices", list, where)
     if len(choices) < 2 or not all(isinstance(c, str) and c for c in choices):
@@ -96,7 +108,7 @@ def _fewshot_text(shots: object, where: str) -> str:
         if isinstance(shot, str):
             parts.append(shot)
         else:
-            context, choices, gold = _solved(shot, f"{where}: fewshot[{i}]")
+            context, choices, gold = _solved(shot, f"{where}: fewshot[{i}]", SHOT_FIELDS)
             parts.append(context + choices[gold])
     return "".join(p + FEWSHOT_SEPARATOR for p in parts)
 
@@ -106,7 +118,7 @@ def parse_example(line: str, where: str) -> TaskExample:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise TaskFormatError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
-    context, choices, gold = _solved(obj, where)
+    context, choices, gold = _solved(obj, where, EXAMPLE_FIELDS)
     prefix = _fewshot_text(obj["fewshot"], where) if "fewshot" in obj else ""
     uncond = _field(obj, UNCOND, str, where) if UNCOND in obj else None
     return TaskExample(prefix + context, tuple(choices), gold, uncond)
@@ -115,12 +127,8 @@ def parse_example(line: str, where: str) -> TaskExample:
 def read_task(path: str | Path, name: str | None = None, max_examples: int = 0) -> Task:
     """The task in a JSONL file (blank lines skipped); ``max_examples`` > 0 keeps the first ones."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise TaskFormatError(f"{path}: can't read the task file ({e})") from None
     numbered: list[tuple[int, TaskExample]] = []
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(_lines(path), start=1):
         if line.strip():
             numbered.append((number, parse_example(line, f"{path}:{number}")))
         if max_examples and len(numbered) == max_examples:
@@ -129,6 +137,27 @@ def read_task(path: str | Path, name: str | None = None, max_examples: int = 0) 
         raise TaskFormatError(f"{path}: no examples (one JSON object per line)")
     _check_uncond_everywhere_or_nowhere(numbered, path)
     return Task(name or path.stem, tuple(example for _, example in numbered))
+
+
+def _lines(path: Path) -> list[str]:
+    """The file's lines, split at newlines alone (a trailing carriage return dropped):
+    str.splitlines also splits at U+2028, U+0085 and others, which JSON strings may hold raw. A
+    leading UTF-8 BOM (some Windows editors write one) is skipped; a byte that is not UTF-8 is
+    named by its line and its place in it."""
+    try:
+        data = path.read_bytes().removeprefix(codecs.BOM_UTF8)
+    except OSError as e:
+        raise TaskFormatError(f"{path}: can't read the task file ({e})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        number = data.count(b"\n", 0, e.start) + 1
+        column = e.start - data.rfind(b"\n", 0, e.start)
+        raise TaskFormatError(
+            f"{path}:{number}: not UTF-8: byte {column} of the line is 0x{data[e.start]:02x} "
+            f"({e.reason}); save the file as UTF-8"
+        ) from None
+    return [line.removesuffix("\r") for line in text.split("\n")]
 
 
 def _check_uncond_everywhere_or_nowhere(numbered: list[tuple[int, TaskExample]], path: Path):
@@ -168,6 +197,11 @@ def resolve_task(spec: str, builtin_dir: str | Path | None = None) -> Path:
         if not path.is_file():
             build_next_line_task(path)
         return path
+    if storage.is_url(spec):
+        raise TaskFormatError(
+            f"task {spec!r}: task files are read from local paths, not fetched: copy it to a "
+            "path every node sees"
+        )
     path = Path(spec).expanduser()
     if not path.is_file():
         raise DataError(
@@ -185,20 +219,37 @@ def load_tasks(
     specs: list[str], builtin_dir: str | Path | None = None, max_examples: int = 0
 ) -> list[Task]:
     """The tasks a config names (``evals.tasks``), each cut to ``max_examples`` if > 0."""
-    tasks, paths = [], {}
+    names = _task_names(specs)
+    return [
+        read_task(resolve_task(spec, builtin_dir), name, max_examples)
+        for spec, name in zip(specs, names, strict=True)
+    ]
+
+
+def check_task_files(specs: list[str], max_examples: int = 0) -> None:
+    """Read the task files a config names as its runs will, so that a bad one stops a launch
+    before any run starts rather than in every run; built-in tasks are made by the runs (the
+    demo's beside its shards), not here."""
+    names = _task_names(specs)
+    for spec, name in zip(specs, names, strict=True):
+        if spec not in BUILTIN_TASKS:
+            read_task(resolve_task(spec), name, max_examples)
+
+
+def _task_names(specs: list[str]) -> list[str]:
+    """Each spec's task name (a built-in's, or its file's stem), refusing two of one name."""
+    names: dict[str, str] = {}
     for spec in specs:
-        name = spec if spec in BUILTIN_TASKS else None
-        path = resolve_task(spec, builtin_dir)
-        task = read_task(path, name, max_examples)
-        if task.name in paths:
+        where = spec if spec in BUILTIN_TASKS else str(Path(spec).expanduser())
+        name = spec if spec in BUILTIN_TASKS else Path(where).stem
+        if name in names:
             raise TaskFormatError(
-                f"evals.tasks: {paths[task.name]} and {path} are both task {task.name!r} (a task "
+                f"evals.tasks: {names[name]} and {where} are both task {name!r} (a task "
                 "is named by its file's stem, and its metrics by the task): list each file once, "
                 "and give files of different tasks different names"
             )
-        paths[task.name] = path
-        tasks.append(task)
-    return tasks
+        names[name] = where
+    return list(names)
 
 
 # The demo's next-line task.

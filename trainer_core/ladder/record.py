@@ -11,6 +11,7 @@ from typing import TypeVar
 from trainer_core.config.diff import changed_keys
 from trainer_core.config.loader import ConfigError, to_dict, to_yaml
 from trainer_core.config.sections import DataConfig, TrainConfig
+from trainer_core.data.tasks import TaskFormatError, check_task_files
 from trainer_core.data.token_data import TokenData, open_token_data
 from trainer_core.errors import UserError
 from trainer_core.io import storage
@@ -34,20 +35,25 @@ T = TypeVar("T")
 def preflight(
     job: LadderConfig, dry_run: bool = False, dir_key: str = "dir"
 ) -> tuple[list[str], TokenData | None]:
-    """Fail before any trial starts: unreadable data / tokenizer mismatch, unwritable output dir,
-    or a dir that already holds the other kind of experiment, whose runs and Tune state this one
-    would mix with. ``dir_key`` is the setting that chose ``job.dir`` (``sweep.dir`` for a
-    sweep), named in the message so the user knows what to change. Returns the problems and the
-    opened data (None where it can't be opened here), for :func:`data_repeats`.
+    """Fail before any trial starts: unreadable data / tokenizer mismatch, a missing or bad task
+    file (``evals.tasks``, else found by every run once Ray has launched them all), unwritable
+    output dir, or a dir that already holds the other kind of experiment, whose runs and Tune
+    state this one would mix with. ``dir_key`` is the setting that chose ``job.dir``
+    (``sweep.dir`` for a sweep), named in the message so the user knows what to change. Returns
+    the problems and the opened data (None where it can't be opened here), for
+    :func:`data_repeats`.
 
     A dry run plans from the config alone (the data and the dir may live on a cluster this
     machine cannot see): it returns those problems as warnings instead, and a launch still stops.
+    A task file that is here and wrong stops both: no cluster makes it right.
     """
     problems: list[str] = []
 
     def attempt(check: Callable[[], T]) -> T | None:
         try:
             return check()
+        except TaskFormatError:
+            raise
         except UserError as e:
             if not dry_run:
                 raise
@@ -55,6 +61,7 @@ def preflight(
             return None
 
     data = attempt(lambda: open_token_data(job.run.data, job.vocab_size, "vocab_size"))
+    attempt(lambda: check_task_files(job.run.evals.tasks, job.run.evals.max_examples))
     attempt(lambda: check_output_dir(job.dir, dir_key))
     out = job.exp_dir
     found = recorded_experiment_kind(out)

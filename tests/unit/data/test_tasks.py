@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 
 import pytest
@@ -11,6 +12,7 @@ from trainer_core.data.tasks import (
     NEXT_LINE_FILE,
     TaskExample,
     TaskFormatError,
+    check_task_files,
     load_tasks,
     next_line_examples,
     read_task,
@@ -53,6 +55,15 @@ def test_valid_file_round_trips(tmp_path):
         ({**GOOD, "fewshot": "x"}, "'fewshot' must be a list"),
         ({**GOOD, "uncond_context": 3}, "'uncond_context' must be str"),
         ({**GOOD, "choices": [" 4", " 5", " 4"]}, "lists ' 4' more than once"),
+        (
+            {**GOOD, "uncond_contxt": "A:"},
+            "unknown field 'uncond_contxt' (did you mean 'uncond_context'?); the fields are "
+            "context, choices, gold, fewshot, uncond_context",
+        ),
+        (
+            {**GOOD, "fewshot": [{**GOOD, "uncond_context": "A:"}]},
+            "fewshot[0]: unknown field 'uncond_context'; the fields are context, choices, gold",
+        ),
     ],
 )
 def test_bad_line_names_file_and_line(tmp_path, bad, words):
@@ -92,6 +103,35 @@ def test_invalid_json_names_file_and_line(tmp_path):
         read_task(path)
 
 
+def test_lines_end_at_newlines_alone(tmp_path):
+    """U+2028 and U+0085 may stand raw in a JSON string (``ensure_ascii=False``); split there as
+    str.splitlines did, a valid line was "Unterminated string" and later lines misnumbered."""
+    odd = {**GOOD, "context": "a\u2028b\u2029c\x85d 2 + 2 ="}
+    lines = [json.dumps(odd, ensure_ascii=False), json.dumps(GOOD) + "\r", '{"context": "x",']
+    path = _write(tmp_path, lines)
+    with pytest.raises(TaskFormatError, match=rf"^{path}:3: not valid JSON"):
+        read_task(path)
+    path = _write(tmp_path, lines[:2])
+    assert [e.prompt for e in read_task(path).examples] == [odd["context"], GOOD["context"]]
+
+
+def test_a_byte_order_mark_is_skipped(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(codecs.BOM_UTF8 + json.dumps(GOOD).encode() + b"\r\n")
+    assert read_task(path).examples == (TaskExample("2 + 2 =", (" 4", " 5"), 0),)
+
+
+def test_a_byte_that_is_not_utf8_is_named_by_its_line(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(json.dumps(GOOD).encode() + b'\n{"context": "caf\xe9 =", "choices": []}\n')
+    with pytest.raises(TaskFormatError) as err:
+        read_task(path)
+    assert str(err.value) == (
+        f"{path}:2: not UTF-8: byte 17 of the line is 0xe9 (invalid continuation byte); "
+        "save the file as UTF-8"
+    )
+
+
 def test_missing_task_file_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="no such file"):
         load_tasks([str(tmp_path / "nope.jsonl")])
@@ -107,6 +147,24 @@ def test_two_files_of_one_name_are_refused_naming_both(tmp_path):
     assert str(err.value).startswith(f"evals.tasks: {first} and {second} are both task 'val'")
     with pytest.raises(TaskFormatError, match="list each file once"):
         load_tasks([str(first), str(first)])
+
+
+def test_a_task_url_is_refused_not_looked_up_as_a_path():
+    with pytest.raises(TaskFormatError, match="read from local paths, not fetched"):
+        load_tasks(["s3://bucket/tasks/qa.jsonl"])
+
+
+def test_check_task_files_reads_the_files_and_leaves_the_built_ins(tmp_path, monkeypatch):
+    """What a launch checks before Ray starts: each file as its runs will read it (a bad line
+    beyond max_examples is not read), names included; a built-in task is not built here."""
+    good = write_task(tmp_path / "qa.jsonl", [GOOD, {**GOOD, "gold": 9}])
+    monkeypatch.setattr("trainer_core.data.tasks.build_next_line_task", pytest.fail)
+    check_task_files(["demo_next_line", str(good)], max_examples=1)
+    with pytest.raises(TaskFormatError, match=rf"^{good}:2: 'gold' is 9"):
+        check_task_files(["demo_next_line", str(good)])
+    twin = write_task(tmp_path / "demo_next_line.jsonl", [GOOD])
+    with pytest.raises(TaskFormatError, match=f"^evals.tasks: demo_next_line and {twin} are both"):
+        check_task_files(["demo_next_line", str(twin)])
 
 
 def test_next_line_examples_are_valid_and_deterministic():
