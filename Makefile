@@ -63,7 +63,7 @@ gpu-check: setup
 # wheels gpu_check.py installs there, at this venv's versions, into .gpu-wheels/ (ignored, ~9
 # MiB; carry it). GPU_PYTHON: that machine's Python. README's "GPU" section says how to run it.
 GPU_PYTHON ?= 3.12
-GPU_WHEELS := torchao zstandard draccus mergedeep toml
+GPU_WHEELS := torchao zstandard draccus mergedeep toml pytest-timeout
 gpu-wheels: setup
 	rm -rf .gpu-wheels
 	$(BIN)/python -m pip download --quiet --no-deps --only-binary=:all: -d .gpu-wheels \

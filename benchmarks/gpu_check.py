@@ -5,7 +5,7 @@ python benchmarks/gpu_check.py [--parts tests,bench,ladder] [--wheels .gpu-wheel
 On a bare GPU machine (its own ``python3`` with CUDA torch, no network, no ``make setup``), one
 part per command, each well under 10 minutes::
 
-    make gpu-wheels                      # here: torchao, zstandard, draccus into .gpu-wheels/
+    make gpu-wheels                      # here: torchao, zstandard, draccus, ... into .gpu-wheels/
     PYTHONPATH=. python3 benchmarks/gpu_check.py --parts tests    # there, .gpu-wheels carried
 
 The carried wheels are installed into ``.gpu-wheels/site`` (no index, no network) for the

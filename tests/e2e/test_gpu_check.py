@@ -131,7 +131,10 @@ def test_the_tiny_gpu_ladder_plans_one_gpu_per_run(gpu_check, tmp_path):
         assert trial.config.trainer.run_dir.startswith(str(tmp_path / "exp"))
 
 
-ABSENT = ("ray", "torchao", "zstandard", "draccus", "mergedeep", "toml", "wandb", "s3fs")
+ABSENT = (
+    *("ray", "torchao", "zstandard", "draccus", "mergedeep", "toml", "wandb", "s3fs"),
+    "pytest_timeout",
+)
 BARE_PYTHON = f"""
 import runpy, sys
 from pathlib import Path
@@ -142,7 +145,11 @@ class Absent:
 
     def find_spec(self, name, path=None, target=None):
         top = name.split(".")[0]
-        carried = any(Path(p, top).exists() for p in sys.path if p.endswith("site"))
+        carried = any(
+            Path(p, top).exists() or Path(p, top + ".py").exists()
+            for p in sys.path
+            if p.endswith("site")
+        )
         if top in {ABSENT!r} and not carried:
             raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
 
@@ -152,7 +159,7 @@ runpy.run_path("benchmarks/gpu_check.py", run_name="__main__")
 """
 """``python -c BARE_PYTHON ARGS``: gpu_check.py with the packages a bare GPU machine lacks
 hidden from this venv."""
-CARRIED = ("draccus", "mergedeep", "toml", "zstandard", "torchao")
+CARRIED = ("draccus", "mergedeep", "toml", "zstandard", "torchao", "pytest-timeout")
 """What ``make gpu-wheels`` carries (its ``GPU_WHEELS``)."""
 
 NO_CUDA = (
@@ -165,7 +172,10 @@ NO_CUDA = (
 @pytest.mark.parametrize(
     "part, why",
     [
-        ("tests", "zstandard is not installed (carry its wheel: make gpu-wheels, then --wheels)"),
+        (
+            "tests",
+            "pytest_timeout is not installed (carry its wheel: make gpu-wheels, then --wheels)",
+        ),
         ("bench", "zstandard is not installed (carry its wheel: make gpu-wheels, then --wheels)"),
         ("ladder", "ray is not installed (Ray's wheel (~70 MB) can't travel"),
     ],
@@ -180,6 +190,18 @@ def test_on_a_bare_python_each_part_says_what_it_lacks_in_one_line(processes, tm
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     assert len(lines) == 2 and lines[0].startswith(f"gpu-check: {part}: not run, {why}")
     assert lines[1] == NO_CUDA
+
+
+def test_the_wheels_carried_are_what_the_check_advises_carrying(repo_root):
+    """Every package a part needs that the GPU image may lack is one ``make gpu-wheels``
+    carries: the refusal says "carry its wheel: make gpu-wheels", which once left out
+    pytest-timeout (the tests part's --timeout needs it)."""
+    gpu_check = load_script("benchmarks/gpu_check.py")
+    (line,) = re.findall(r"^GPU_WHEELS := (.+)$", (repo_root / "Makefile").read_text(), re.M)
+    assert sorted(line.split()) == sorted(CARRIED)
+    needed = {m for part in gpu_check.NEEDS.values() for m in part}
+    lacking = needed & set(ABSENT) - set(gpu_check.WHY_MISSING)
+    assert lacking <= {name.replace("-", "_") for name in CARRIED}
 
 
 def wheel_of_installed(name: str, folder) -> None:
@@ -209,4 +231,6 @@ def test_on_a_bare_python_the_carried_wheels_are_installed_before_our_code_is_im
     out = processes.python("-c", BARE_PYTHON, "--parts", "bench", "--wheels", str(wheels), env=env)
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     assert [line for line in out.stderr.splitlines() if line.startswith("gpu-check:")] == [NO_CUDA]
-    assert all((wheels / "site" / name).is_dir() for name in CARRIED)
+    site = wheels / "site"
+    modules = [name.replace("-", "_") for name in CARRIED]
+    assert all((site / m).is_dir() or (site / f"{m}.py").is_file() for m in modules)
