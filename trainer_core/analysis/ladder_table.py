@@ -3,9 +3,12 @@
 A team's past ladders, or published ones, come as one row per evaluation: the run, its N, its
 tokens D (or its FLOPs, from which D = FLOPs / (6 N)), a loss column and task columns
 (``<task>/bpb`` and one or more accuracies: ``<task>/acc``, ``<task>/acc_norm``,
-``<task>/acc_pmi``). The result has the columns of
+``<task>/acc_pmi``; optionally ``<task>/examples``, how many examples were scored, and
+``<task>/chance``, a random guess's accuracy). The result has the columns of
 ``ExperimentResults.fit_points()`` (size, name, N, tokens, flops, eval_loss) plus the task
-columns, so every fit, flag and interval reads it as it reads a ladder run here.
+columns, so every fit, flag and interval reads it as it reads a ladder run here: with
+``<task>/examples`` the held-out check's accuracy intervals take in the measurement's binomial
+noise, as a ladder run's do.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import pandas as pd
 
 from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.labels import compact
-from trainer_core.analysis.load import analysis_flops
+from trainer_core.analysis.load import CHANCE_SUFFIX, analysis_flops
 
 TASK_LOSS_SUFFIX = "/bpb"
 TASK_ACC_SUFFIX = "/acc"
@@ -68,16 +71,26 @@ def read_ladder_table(path: str | Path, loss: str | None = "loss") -> pd.DataFra
         out["eval_loss"] = _positive(table, loss, path)
     for column in task_columns(table):
         values = _finite(table, column, path)
-        if column.endswith(ACC_SUFFIXES):
-            _check(table, column, path, (values >= 0) & (values <= 1), "an accuracy in 0 .. 1")
-        else:
-            _check(table, column, path, values > 0, "a positive number")
+        _check(table, column, path, *_task_value_ok(column, values))
         out[column] = values
     return out.reset_index(drop=True)
 
 
 def task_columns(table: pd.DataFrame) -> list[str]:
-    return [str(c) for c in table.columns if str(c).endswith((TASK_LOSS_SUFFIX, *ACC_SUFFIXES))]
+    """The columns a task's fits and checks read: its loss, accuracies, examples and chance."""
+    suffixes = (TASK_LOSS_SUFFIX, *ACC_SUFFIXES, EXAMPLES_SUFFIX, CHANCE_SUFFIX)
+    return [str(c) for c in table.columns if str(c).endswith(suffixes)]
+
+
+def _task_value_ok(column: str, values: np.ndarray) -> tuple[np.ndarray, str]:
+    """Which values of a task column are valid for it, and what a valid one is."""
+    if column.endswith(ACC_SUFFIXES):
+        return (values >= 0) & (values <= 1), "an accuracy in 0 .. 1"
+    if column.endswith(CHANCE_SUFFIX):
+        return (values > 0) & (values < 1), "a chance accuracy between 0 and 1"
+    if column.endswith(EXAMPLES_SUFFIX):
+        return (values >= 1) & (values == np.round(values)), "a whole number of examples >= 1"
+    return values > 0, "a positive number"
 
 
 def task_names(points: pd.DataFrame) -> list[str]:

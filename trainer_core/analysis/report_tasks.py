@@ -2,7 +2,9 @@
 prediction of the held-out (largest) size with its 95% interval beside what that size measured.
 
 A ladder's evals are WSD-S annealed points, each standing for a finished run of its length, so
-step 1 fits all of them (a table of published checkpoints fits each run's last one only).
+step 1 fits all of them (``fit_task``'s default, which fits a table of published checkpoints on
+each run's last one only). A task that cannot be fitted is skipped alone, with its reason; one
+not scored at some sizes is fitted on the others, with a flag naming them.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from rich.table import Table
 from trainer_core.analysis.ladder_table import ACC_SUFFIXES, AUTO, TASK_LOSS_SUFFIX
 from trainer_core.analysis.plots_tasks import plot_task_prediction
 from trainer_core.analysis.report_data import Report
-from trainer_core.analysis.tasks import final_points, task_holdout_check
+from trainer_core.analysis.tasks import final_points, task_holdout_check, task_rows
 
 
 def task_section(report: Report, console: Console, n_bootstrap: int, accuracy: str = AUTO) -> None:
@@ -28,22 +30,20 @@ def task_section(report: Report, console: Console, n_bootstrap: int, accuracy: s
     held = report.attempt(
         "held-out task prediction",
         lambda: task_holdout_check(
-            points,
-            results.task_chances(),
-            n_bootstrap=n_bootstrap,
-            final_only=False,
-            accuracy=accuracy,
+            points, results.task_chances(), n_bootstrap=n_bootstrap, accuracy=accuracy
         ),
     )
     if held is None:
         return
     report.task_holdout = held
+    report.skipped.extend(f"held-out task prediction: {why}" for why in held.skipped)
     console.print(str(held))
     train = points[points["N"] < points["N"].max()]
     for task, law in held.laws.items():
         preds = [p for p in held.predictions if p.task == task]
         path = report.out_dir / f"task_{task}.png"
-        report.plots.append(plot_task_prediction(law, train, preds, path, final_only=False))
+        fitted = task_rows(train, task, law.accuracy)[0]
+        report.plots.append(plot_task_prediction(law, fitted, preds, path, law.final_only))
 
 
 def task_table(points: pd.DataFrame, tasks: list[str]) -> Table:

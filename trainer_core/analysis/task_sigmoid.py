@@ -3,8 +3,9 @@
     acc(L) = floor + (ceiling - floor) / (1 + exp(k (L - L0)))
 
 fitted by bounded least squares from several starts (a steep and a gentle sigmoid fit the same
-narrow loss range), with a bootstrap over points for intervals. See
-:mod:`trainer_core.analysis.tasks` for why the ceiling is 1 and the floor free by default.
+narrow loss range), with a bootstrap over points for intervals. The ceiling is 1 by default,
+which is the paper's method in effect (:func:`fit_sigmoid` says why), and the floor is free
+(:mod:`trainer_core.analysis.tasks` says why).
 """
 
 from __future__ import annotations
@@ -134,9 +135,13 @@ def fit_sigmoid(
 ) -> SigmoidFit:
     """Step 2 on (task loss, accuracy) points; the bootstrap resamples points with replacement.
 
-    ``ceiling``: the accuracy as the task loss falls, fixed at 1 by default (None: fitted). A
-    ladder rarely sees the sigmoid bend over, and a free ceiling then settles on its best
-    accuracy: on OLMo's ladder ARC-Challenge's came out 0.42, where the 7B scored 0.62.
+    ``ceiling``: the accuracy as the task loss falls, fixed at 1 by default (None: fitted). This
+    is what Bhagia et al. (2024) do in effect: their sigmoid has four free parameters, but their
+    fit (OLMo-ladder, ``src/fitting/step2.py``) adds an ideal point, task loss 0 at accuracy 1,
+    and bounds the ceiling at 1, so it comes out at 0.99 .. 1.00; fitted so on OLMo's ladder, the
+    13B predictions of six tasks equal those of a ceiling fixed at 1 within 0.003. A ladder
+    rarely sees the sigmoid bend over, and a free ceiling without that point settles on its best
+    accuracy: on OLMo's ladder ARC-Challenge's came out 0.49, where the 7B scored 0.62.
     ``floor``: the accuracy at high task loss, fitted by default within 0 .. 1 (a number:
     fixed there, e.g. ``floor=chance``). Fitted, it reproduces the paper's own step-2 errors on
     OLMo's 13B (benchmarks/RESULTS.md, "Step 2's floor"), and it follows a metric that

@@ -8,13 +8,19 @@ sigmoid:
 
     acc(L) = floor + (ceiling - floor) / (1 + exp(k (L - L0)))
 
-(the paper's a / (1 + exp(-k (L - L0))) + b, with b = floor and a = ceiling - floor). The
-ceiling is 1 and the floor is fitted unless asked otherwise (see :func:`fit_sigmoid`): the
-ladder's points rarely reach the sigmoid's top, and its bottom is seldom at chance: a metric
-can plateau above it (the demo's calibrated accuracy) or, biased towards some choices, sit
+(the paper's a / (1 + exp(-k (L - L0))) + b with k > 0 and a < 0: b = ceiling, the accuracy as
+the loss falls, and a = floor - ceiling). The ceiling is 1 and the floor is fitted unless asked
+otherwise (see :func:`~trainer_core.analysis.task_sigmoid.fit_sigmoid`, which says why a ceiling
+of 1 is the paper's method in effect); the floor, because a metric's bottom is seldom at chance:
+it can plateau above it (the demo's calibrated accuracy) or, biased towards some choices, sit
 below it (length-normalised ARC-Challenge on OLMo's small models). Step 1's bootstrap is the
 residual resampling by size of ``fits.py``; step 2's resamples points. A prediction pairs the
-i-th refit of each step, so its interval holds both steps' spread.
+i-th refit of each step, so its interval holds both steps' spread, and has none when either
+step has no refits.
+
+A task not scored at some points (added to a ladder's evals after its first sizes ran, or an
+eval that failed) is fitted without them, with a flag naming the sizes; a task that cannot be
+fitted is skipped alone, the other tasks predicted.
 """
 
 from __future__ import annotations
@@ -70,6 +76,8 @@ class TaskPrediction:
     """Which accuracy (``acc``, ``acc_norm``, ``acc_pmi``) step 2 fitted and ``acc`` predicts."""
     acc_at_measured_loss: float = math.nan
     """Step 2 alone: the sigmoid at the measured task loss, to tell the steps' errors apart."""
+    no_interval: str = ""
+    """Why ``acc_interval`` is NaN though a bootstrap was asked for; empty otherwise."""
 
     @property
     def acc_error(self) -> float:
@@ -131,6 +139,8 @@ class TaskReport:
     predictions: list[TaskPrediction]
     title: str = "two-step task prediction"
     laws: dict[str, TaskLaw] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    """The tasks that could not be fitted, each line naming its task and why."""
 
     def __str__(self) -> str:
         lines = [self.title, TABLE_HEADER, *(p.row() for p in self.predictions)]
@@ -147,7 +157,9 @@ class TaskReport:
                 "(the fits' spread plus the measurement's binomial noise)"
             )
         flags = {(p.task, flag): None for p in self.predictions for flag in p.flags}
+        flags.update({(p.task, p.no_interval): None for p in self.predictions if p.no_interval})
         lines.extend(f"  {task}, {flag}" for task, flag in flags)
+        lines.extend(f"  skipped {why}" for why in self.skipped)
         return "\n".join(lines)
 
 
@@ -177,6 +189,8 @@ class TaskLaw:
     flags: list[str] = field(default_factory=list)
     accuracy: str = "acc"
     """The accuracy column step 2 was fitted to: ``<task>/<accuracy>``."""
+    final_only: bool = True
+    """Step 1 fitted each run's last point only (False: every point): :func:`step1_points`."""
 
     def predict_loss(self, N: float, D: float) -> float:
         if isinstance(self.step1, ChinchillaFit):
@@ -203,13 +217,9 @@ class TaskLaw:
         each refit's accuracy drawn as a score on ``examples`` examples when that is > 0."""
         loss = self.predict_loss(N, D)
         l_samples = self.loss_samples(N, D)
-        if l_samples.size and self.step2.n_bootstrap:
-            n = min(l_samples.size, self.step2.n_bootstrap)
-            acc_samples = self.step2.predict_samples(l_samples[:n])
-        elif self.step2.n_bootstrap:
-            acc_samples = self.step2.predict_samples(np.full(self.step2.n_bootstrap, loss))
-        else:
-            acc_samples = np.empty(0)
+        n = min(l_samples.size, self.step2.n_bootstrap)
+        acc_samples = self.step2.predict_samples(l_samples[:n]) if n else np.empty(0)
+        no_interval = NO_STEP1_INTERVAL if self.step2.n_bootstrap and not n else ""
         if examples > 0 and acc_samples.size:
             rng = np.random.default_rng(len(acc_samples))
             acc_samples = rng.binomial(examples, np.clip(acc_samples, 0.0, 1.0)) / examples
@@ -231,6 +241,7 @@ class TaskLaw:
             int(examples),
             self.accuracy,
             at_measured,
+            no_interval,
         )
 
     def __str__(self) -> str:
@@ -244,6 +255,12 @@ class TaskLaw:
         return "\n".join(lines)
 
 
+NO_STEP1_INTERVAL = (
+    "no 95% acc interval: step 1 has no bootstrap refits (its flag says why), and the chained "
+    "interval needs both steps' spread (step 2's alone would claim a precision the fits lack)"
+)
+
+
 def final_points(points: pd.DataFrame) -> pd.DataFrame:
     """Each run's last eval (most tokens): step 1's points, since a run's earlier checkpoints
     sit above the loss a run of that length would reach (its LR has not decayed yet)."""
@@ -251,10 +268,38 @@ def final_points(points: pd.DataFrame) -> pd.DataFrame:
     return points.loc[idx].reset_index(drop=True)
 
 
-def step1_points(points: pd.DataFrame, final_only: bool = True) -> pd.DataFrame:
-    """Step 1's points: each run's last one, or all of them when every point is annealed (a
-    WSD-S ladder's post-decay evals each stand for a finished run of that length)."""
+def every_point_annealed(points: pd.DataFrame) -> bool:
+    """Whether ``points`` says each of its evals is annealed (its ``annealed`` column, as
+    ``task_points()`` gives a ladder whose decays have run); a ladder table has no such column."""
+    return "annealed" in points and bool(points["annealed"].eq(True).all())
+
+
+def step1_points(points: pd.DataFrame, final_only: bool | None = None) -> pd.DataFrame:
+    """Step 1's points: each run's last one, or all of them, since a WSD-S ladder's annealed
+    evals each stand for a finished run of that length. ``None``: all of them when
+    :func:`every_point_annealed`, else each run's last (a table of published checkpoints)."""
+    if final_only is None:
+        final_only = not every_point_annealed(points)
     return final_points(points) if final_only else points.reset_index(drop=True)
+
+
+def task_rows(points: pd.DataFrame, task: str, accuracy: str) -> tuple[pd.DataFrame, str]:
+    """The points that scored ``task`` (a finite task loss and ``accuracy``), and which sizes
+    have points that did not ("" when none): a task added to a ladder's evals after its first
+    sizes ran, or an eval that failed, leaves them blank."""
+    columns = [task + TASK_LOSS_SUFFIX, f"{task}/{accuracy}"]
+    ok = np.isfinite(points[columns].to_numpy(float)).all(axis=1)
+    if ok.all():
+        return points, ""
+    total = points.groupby("size", sort=False).size()
+    lacking = points[~ok].groupby("size", sort=False).size()
+    sizes = points.drop_duplicates("size").sort_values("N")["size"]
+    where = [
+        f"{s} ({'every point' if lacking[s] == total[s] else f'{lacking[s]} of {total[s]} points'})"
+        for s in sizes
+        if s in lacking
+    ]
+    return points[ok], f"no finite {' / '.join(columns)} at {', '.join(where)}"
 
 
 def fit_task(
@@ -265,39 +310,49 @@ def fit_task(
     n_bootstrap: int = 200,
     seed: int = 0,
     ceiling: float | None = 1.0,
-    final_only: bool = True,
+    final_only: bool | None = None,
     accuracy: str = AUTO,
     floor: float | None = None,
 ) -> TaskLaw:
-    """Both steps of ``task`` on a points table (``ladder_table`` / ``fit_points`` columns plus
-    ``<task>/bpb`` and an accuracy, picked by :func:`accuracy_metric`): step 1 on
-    :func:`step1_points`, grouped by size; step 2 on every point. Both bootstraps draw
-    ``n_bootstrap`` refits, paired in predictions."""
+    """Both steps of ``task`` on a points table (``ladder_table`` / ``fit_points`` /
+    ``task_points()`` columns plus ``<task>/bpb`` and an accuracy, picked by
+    :func:`accuracy_metric`): step 1 on :func:`step1_points` (``final_only`` as there: by
+    default every point of a ladder's annealed evals, each run's last of a table), grouped by
+    size; step 2 on every point. Points without the task's loss or accuracy are left out, with
+    a flag (:func:`task_rows`). Both bootstraps draw ``n_bootstrap`` refits, paired in
+    predictions. A fit the points cannot support raises an error naming the task."""
     loss_col = task + TASK_LOSS_SUFFIX
     missing = [c for c in ("size", "name", "N", "tokens", loss_col) if c not in points]
     if missing:
-        raise AnalysisError(f"fit_task({task!r}): the points have no column {', '.join(missing)}")
+        raise AnalysisError(f"task {task!r}: the points have no column {', '.join(missing)}")
     accuracy = accuracy_metric(points, task, accuracy)
     acc_col = f"{task}/{accuracy}"
+    if final_only is None:
+        final_only = not every_point_annealed(points)
+    points, gaps = task_rows(points, task, accuracy)
     final = step1_points(points, final_only)
-    if step1 == STEP1_ND:
-        law = fit_chinchilla(
-            final["N"], final["tokens"], final[loss_col], n_bootstrap, seed, final["size"]
+    try:
+        if step1 == STEP1_ND:
+            law = fit_chinchilla(
+                final["N"], final["tokens"], final[loss_col], n_bootstrap, seed, final["size"]
+            )
+        elif step1 == STEP1_COMPUTE:
+            flops = analysis_flops(final["N"], final["tokens"])
+            law = fit_loss_vs_compute(flops, final[loss_col], n_bootstrap, seed, final["size"])
+        else:
+            raise AnalysisError(f"step1 = {step1!r}: use {STEP1_ND!r} or {STEP1_COMPUTE!r}")
+        sigmoid = fit_sigmoid(
+            points[loss_col], points[acc_col], chance, n_bootstrap, seed + 1, ceiling, floor
         )
-    elif step1 == STEP1_COMPUTE:
-        flops = analysis_flops(final["N"], final["tokens"])
-        law = fit_loss_vs_compute(flops, final[loss_col], n_bootstrap, seed, final["size"])
-    else:
-        raise AnalysisError(f"step1 = {step1!r}: use {STEP1_ND!r} or {STEP1_COMPUTE!r}")
-    sigmoid = fit_sigmoid(
-        points[loss_col], points[acc_col], chance, n_bootstrap, seed + 1, ceiling, floor
-    )
+    except AnalysisError as e:
+        raise AnalysisError(f"task {task!r}: {e}" + (f" ({gaps})" if gaps else "")) from e
+    flags = [f"MISSING: {gaps}: both steps fitted without those points"] if gaps else []
     min_loss = float(final[loss_col].min())
-    flags = [f"step 1 DEGENERATE: {f}" for f in fit_flags(law, min_loss)]
+    flags += [f"step 1 DEGENERATE: {f}" for f in fit_flags(law, min_loss)]
     flags += [f"step 1 UNRESOLVED: {f}" for f in unresolved(law, min_loss)]
     acc = points[acc_col].to_numpy(float)
     flags += [f"step 2 UNRESOLVED: {f}" for f in sigmoid_flags(sigmoid, acc)]
-    return TaskLaw(task, law, sigmoid, flags, accuracy)
+    return TaskLaw(task, law, sigmoid, flags, accuracy, final_only)
 
 
 def predict_tasks(
@@ -310,15 +365,32 @@ def predict_tasks(
     **fit_kw,
 ) -> TaskReport:
     """Every task of ``chances`` fitted on ``points`` and predicted at (N, D); ``measured``:
-    (task loss, accuracy) by task where known."""
+    (task loss, accuracy) by task where known. A task that cannot be fitted is skipped, the
+    report saying why (:func:`fit_each_task`)."""
     measured = measured or {}
+    laws, skipped = fit_each_task(points, chances, fit_kw)
     preds = [
-        fit_task(points, task, chance, **fit_kw).predict(
-            N, D, at, *measured.get(task, (math.nan, math.nan))
-        )
-        for task, chance in chances.items()
+        law.predict(N, D, at, *measured.get(task, (math.nan, math.nan)))
+        for task, law in laws.items()
     ]
-    return TaskReport(preds, f"two-step task prediction at N={N:.3g}, D={D:.3g}")
+    return TaskReport(preds, f"two-step task prediction at N={N:.3g}, D={D:.3g}", laws, skipped)
+
+
+def fit_each_task(
+    points: pd.DataFrame, chances: dict[str, float], fit_kw: dict
+) -> tuple[dict[str, TaskLaw], list[str]]:
+    """:func:`fit_task` for each task of ``chances``, and for those it cannot fit a line naming
+    the task and why: one task the points cannot support costs no other its prediction. None
+    fitted is an error that gives every task's reason."""
+    laws, skipped = {}, []
+    for task, chance in chances.items():
+        try:
+            laws[task] = fit_task(points, task, chance, **fit_kw)
+        except AnalysisError as e:
+            skipped.append(str(e))
+    if skipped and not laws:
+        raise AnalysisError("; ".join(skipped))
+    return laws, skipped
 
 
 def task_holdout_check(points: pd.DataFrame, chances: dict[str, float], **fit_kw) -> TaskReport:
@@ -330,9 +402,9 @@ def task_holdout_check(points: pd.DataFrame, chances: dict[str, float], **fit_kw
         raise AnalysisError(
             f"the held-out check needs >= 3 sizes below the largest, got {train['N'].nunique()}"
         )
-    preds, laws = [], {}
-    for task, chance in chances.items():
-        laws[task] = law = fit_task(train, task, chance, **fit_kw)
+    laws, skipped = fit_each_task(train, chances, fit_kw)
+    preds = []
+    for task, law in laws.items():
         for _, row in held.iterrows():
             measured = (row[task + TASK_LOSS_SUFFIX], row[f"{task}/{law.accuracy}"])
             at = f"{row['tokens']:.3g} tok"
@@ -340,4 +412,6 @@ def task_holdout_check(points: pd.DataFrame, chances: dict[str, float], **fit_kw
             examples = int(examples) if pd.notna(examples) else 0
             preds.append(law.predict(row["N"], row["tokens"], at, *map(float, measured), examples))
     size = held["size"].iloc[0]
-    return TaskReport(preds, f"held out {size} (N={largest:.3g}): predicted vs measured", laws)
+    return TaskReport(
+        preds, f"held out {size} (N={largest:.3g}): predicted vs measured", laws, skipped
+    )
