@@ -214,7 +214,7 @@ def _final_table(report: Report, console: Console) -> None:
             row.size,
             f"{row.N:,}",
             f"{row.peak_lr:.3e}",
-            row.status,
+            _status(row.status, run.workers),
             f"{row.step}/{run.total_steps}",
             f"{row.tokens:,}",
             fmt_loss(row.final_eval_loss),
@@ -222,6 +222,14 @@ def _final_table(report: Report, console: Console) -> None:
             fmt_loss(row.final_train_loss),
         )
     console.print(table)
+
+
+def _status(status: str, workers: object) -> str:
+    """A run's status, with how often it started where more than once (a worker group lost and
+    restarted, or the run resumed): the final table is where a restart would otherwise go
+    unseen (``run.json``'s ``workers`` has each start)."""
+    starts = len(workers) if isinstance(workers, list) else 1
+    return f"{status}, {starts} starts" if starts > 1 else status
 
 
 def _target_table(report: Report, settings: TargetSettings, least_flops: float) -> Table:

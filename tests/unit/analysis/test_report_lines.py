@@ -58,3 +58,20 @@ def test_a_ladder_whose_runs_all_ended_without_a_point_is_not_told_to_wait(tmp_p
     assert report.skipped == [
         "scaling-law fits: no annealed eval points yet (1 diverged, 1 running)"
     ]
+
+
+def test_the_final_table_says_how_often_a_run_started(tmp_path):
+    """A run restarted after a lost node finished as if in one go: its restart was in
+    run.json's workers alone."""
+    for size, starts in (("a", 1), ("b", 3)):
+        write_run(tmp_path / "runs" / size, size=size, n=2_000_000, lr=1e-3, total_steps=100)
+        path = tmp_path / "runs" / size / "run.json"
+        record = json.loads(path.read_text())
+        record["workers"] = [
+            {"start_step": 40 * i, "time": 0.0, "ranks": []} for i in range(starts)
+        ]
+        path.write_text(json.dumps(record))
+    console = Console(file=StringIO(), width=200)
+    report_experiment(tmp_path, n_bootstrap=0, console=console)
+    rows = {line.split()[1]: line for line in console.file.getvalue().splitlines() if "│" in line}
+    assert "finished, 3 starts" in rows["b"] and "starts" not in rows["a"]
