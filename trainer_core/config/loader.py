@@ -77,7 +77,9 @@ def apply_overrides(cls: type, data: dict[str, Any], overrides: list[str]) -> di
 def load_config(
     cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None
 ) -> T:
-    """Load ``cls`` from an optional YAML file plus dotted overrides; defaults fill the rest."""
+    """Load ``cls`` from an optional YAML file plus dotted overrides; defaults fill the rest.
+    A config with a ``check_given(data)`` method also checks which keys the user gave: the
+    typed config alone cannot tell a value given from its default."""
     data: dict[str, Any] = {}
     if path is not None:
         loaded = load_yaml(path)
@@ -85,4 +87,7 @@ def load_config(
             raise ConfigError(f"config file {str(path)!r} must hold a mapping at the top level")
         data = without_ignored(cls, loaded or {})
     apply_overrides(cls, data, overrides or [])
-    return from_dict(cls, data)
+    config = from_dict(cls, data)
+    if check_given := getattr(config, "check_given", None):
+        check_given(data)
+    return config

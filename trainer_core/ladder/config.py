@@ -171,6 +171,13 @@ class LadderConfig:
         )
         check_unplanned(self.run, TrainConfig(), self.planned(), "run.")
 
+    def check_given(self, data: dict) -> None:
+        """Refuse a planned run field the file or command line gives (``data``, as given),
+        whatever its value: one equal to the template's default (``optim.beta2: 0.95``,
+        ``model.n_kv_heads: 4``, a cosine schedule) passed :func:`check_unplanned` and was
+        replaced by the plan without a word."""
+        check_not_given(data.get("run"), self.planned(), "run.")
+
     def planned(self) -> dict[str, str]:
         """Every run-template field the plan fills in (dotted) -> the ladder key it comes from:
         :data:`PLANNED`, and ``trainer.eval_batches`` where ``eval_tokens`` sets it."""
@@ -228,10 +235,26 @@ def check_unplanned(
     plan fills in: the plan would replace the value without a word."""
     for key, owner in planned.items():
         if attrgetter(key)(template) != attrgetter(key)(default):
-            raise ConfigError(
-                f"{prefix}{key}: the ladder plans it from {owner} for every size; "
-                f"remove {prefix}{key} (or set {owner})"
-            )
+            raise unplanned_error(key, owner, prefix)
+
+
+def check_not_given(given: object, planned: dict[str, str], prefix: str) -> None:
+    """Fail, naming both keys, when ``given`` (a section's data as the user wrote it) holds a
+    field the plan fills in, whatever its value."""
+    for key, owner in planned.items():
+        node = given
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None:
+            raise unplanned_error(key, owner, prefix)
+
+
+def unplanned_error(key: str, owner: str, prefix: str) -> ConfigError:
+    """The refusal of a planned field ``prefix + key``, naming the ladder key ``owner``."""
+    return ConfigError(
+        f"{prefix}{key}: the ladder plans it from {owner} for every size; "
+        f"remove {prefix}{key} (or set {owner})"
+    )
 
 
 def _lookup(table: dict[str, float], device_type: str, default: float) -> float:

@@ -10,7 +10,13 @@ from trainer_core.config.sections import ScheduleConfig, TrainConfig
 from trainer_core.config.sizes import check_size
 from trainer_core.io import storage
 from trainer_core.io.run_dir import LR_SCHEDULE
-from trainer_core.ladder.config import EVAL_BATCHES, PLANNED, LadderConfig, check_unplanned
+from trainer_core.ladder.config import (
+    EVAL_BATCHES,
+    PLANNED,
+    LadderConfig,
+    check_not_given,
+    check_unplanned,
+)
 from trainer_core.ladder.plan import SizePlan, plan_ladder
 from trainer_core.ladder.record import plot_ladder_schedule, write_experiment_record
 from trainer_core.ray.run_config import RayConfig, RayTrainConfig
@@ -33,6 +39,10 @@ class LadderJobConfig(LadderConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_unplanned(self.ray, RayConfig(), PLANNED_RAY, "ray.")
+
+    def check_given(self, data: dict) -> None:
+        super().check_given(data)
+        check_not_given(data.get("ray"), PLANNED_RAY, "ray.")
 
 
 def planned_settings() -> dict[str, str]:

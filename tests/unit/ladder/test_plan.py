@@ -4,7 +4,7 @@ import warnings
 
 import pytest
 
-from trainer_core.config.loader import ConfigError, from_dict
+from trainer_core.config.loader import ConfigError, from_dict, load_config
 from trainer_core.config.sections import ModelConfig, ParallelConfig, TrainModuleConfig
 from trainer_core.ladder.batch import (
     batch_and_devices,
@@ -379,6 +379,29 @@ def test_a_planned_field_set_in_the_template_is_an_error_naming_both_keys(data, 
     template_key, ladder_key = keys
     with pytest.raises(ConfigError) as err:
         from_dict(LadderConfig, data)
+    assert str(err.value) == (
+        f"{template_key}: the ladder plans it from {ladder_key} for every size; "
+        f"remove {template_key} (or set {ladder_key})"
+    )
+
+
+@pytest.mark.parametrize(
+    "override, keys",
+    [
+        ("--run.optim.beta2=0.95", ("run.optim.beta2", "beta2")),
+        ("--run.model.n_kv_heads=4", ("run.model.n_kv_heads", "sizes")),
+        ("--run.schedule.kind=cosine", ("run.schedule", "duration")),
+        ("--ray.num_workers=1", ("ray.num_workers", "max_devices")),
+    ],
+)
+def test_a_planned_field_given_at_its_default_value_is_an_error_too(override, keys):
+    """Equal to the template's default, each passed the value check and the plan replaced it
+    without a word (small sizes trained with beta2 0.99 against the 0.95 given)."""
+    from trainer_core.ray.ladder_run import LadderJobConfig
+
+    template_key, ladder_key = keys
+    with pytest.raises(ConfigError) as err:
+        load_config(LadderJobConfig, None, [override])
     assert str(err.value) == (
         f"{template_key}: the ladder plans it from {ladder_key} for every size; "
         f"remove {template_key} (or set {ladder_key})"
