@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from trainer_core.io.run_dir import last_logged_step
+
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
@@ -19,9 +21,10 @@ def test_ctrl_c_stops_the_ladder_as_interrupted_and_resume_runs_what_never_start
 ):
     """Tune returns from a Ctrl+C as from a finished experiment: the ladder printed its
     analysis of the runs so far, exited 0 and recorded the interrupted run as stopped by early
-    stopping; an LR sweep went on to widen its grid from partial results. And the resume: a
-    run the interrupt left unstarted got Tune's placeholder for its config ('tuple' object has
-    no attribute 'ray'), was retried to failure, and the count said 1 of 1 unfinished."""
+    stopping (later it left it "running" at step 0, though the run had trained on); an LR sweep
+    went on to widen its grid from partial results. And the resume: a run the interrupt left
+    unstarted got Tune's placeholder for its config ('tuple' object has no attribute 'ray'), was
+    retried to failure, and the count said 1 of 1 unfinished."""
     cfg = tiny_experiment(
         "exp",
         sizes=["15K", "25K"],
@@ -41,8 +44,10 @@ def test_ctrl_c_stops_the_ladder_as_interrupted_and_resume_runs_what_never_start
     assert "interrupted with 2 of 2 runs unfinished" in out and "with --resume" in out
     assert "Traceback" not in out
     run = json.loads((metrics.parent / "run.json").read_text())
-    # Unfinished and resumable: neither stopped (early stopping's word) nor finished nor failed.
-    assert run["status"] == "running" and run["last_step"] < run["total_steps"], run
+    # Unfinished and resumable: neither stopped (early stopping's word) nor finished nor failed,
+    # nor "running" at step 0 as its start wrote it: interrupted where its metrics end.
+    assert run["status"] == "interrupted", run
+    assert 0 < run["last_step"] == last_logged_step(metrics.parent) < run["total_steps"], run
     assert not (runs / "15K" / "run.json").exists()
 
     resumed = processes.python("workflows/ladder.py", "--config", cfg, "--resume", timeout=600)
@@ -102,5 +107,5 @@ def test_sigterm_stops_the_ladder_as_ctrl_c_does_and_a_moved_copy_resumes(
         run = json.loads((moved / "runs" / size / "run.json").read_text())
         assert run["status"] == "finished" and run["last_step"] == run["total_steps"], run
     left = json.loads((tmp_path / "exp" / "runs" / "25K" / "run.json").read_text())
-    assert left["status"] == "running" and left["last_step"] < left["total_steps"], left
+    assert left["status"] == "interrupted" and left["last_step"] < left["total_steps"], left
     assert not (tmp_path / "exp" / "runs" / "15K" / "run.json").exists()

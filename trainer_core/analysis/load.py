@@ -153,8 +153,10 @@ class ExperimentResults:
         if annealed_only:
             pts = pts[pts["annealed"].astype(bool)]
         cols = ["size", "name", "N", "peak_lr", "step", "tokens", "flops", "eval_loss"]
-        pts = pts[cols].dropna(subset=["eval_loss"])
-        return pts[pts["eval_loss"].map(math.isfinite)].reset_index(drop=True)
+        # A boolean mask on no rows too: .map(math.isfinite) gave a float Series there, which
+        # pandas took as column labels (a frame without columns: each fit's KeyError).
+        finite = np.isfinite(pts["eval_loss"].to_numpy(dtype=float))
+        return pts.loc[finite, cols].reset_index(drop=True)
 
     @property
     def task_names(self) -> list[str]:
@@ -190,7 +192,9 @@ class ExperimentResults:
         Read-only: built from Tune's saved experiment state, so no trainable or Ray cluster is
         needed; best result = lowest ``eval/loss``. A trial's name (``config/trial/name``) is
         its run's ``trial`` in :attr:`runs`; its checkpoints are the run's own (``checkpoints``
-        here), not Tune's, so ``Result.checkpoint`` is None.
+        here), not Tune's, so ``Result.checkpoint`` is None. A trial's ``metrics_dataframe``
+        starts at the trial's last start (after a ``--resume``, that session's reports only):
+        :attr:`metrics` is the complete record.
         """
         tune_dir = storage.join(self.path, tune_name)
         names = storage.entries(tune_dir)  # one listing on the way to the grid
@@ -235,8 +239,9 @@ def load(exp_dir: str | Path) -> ExperimentResults:
 
     ``exp_dir`` may be a URL (``s3://bucket/prefix``): its records are staged to a temporary dir
     (checkpoint tensors left out, see :func:`storage.stage_records`) and read by the same code,
-    with the URL in place of the staged path in the result and in any error. ``results.path`` is
-    ``exp_dir`` made canonical (absolute, ``~`` expanded), the one spelling the analysis uses.
+    with the URL in place of the staged path in the result, in any error and in any warning.
+    ``results.path`` is ``exp_dir`` made canonical (absolute, ``~`` expanded), the one spelling
+    the analysis uses.
     """
     exp_dir = storage.canonical(exp_dir)
     if not storage.is_url(exp_dir):
@@ -247,9 +252,14 @@ def load(exp_dir: str | Path) -> ExperimentResults:
             raise AnalysisError(f"{url}: no such directory; pass an experiment dir or a run dir")
         staged = storage.stage_records(url, Path(tmp))
         try:
-            results = _load_local(staged)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                results = _load_local(staged)
         except AnalysisError as e:
             raise AnalysisError(str(e).replace(tmp, url)) from None
+        finally:  # outside the catching block, so the filters the caller set apply
+            for w in caught:
+                warnings.warn(str(w.message).replace(tmp, url), w.category, stacklevel=2)
 
     def relocate(value: Any) -> Any:
         return str(value).replace(tmp, url) if isinstance(value, str | Path) else value
@@ -292,6 +302,9 @@ def _load_local(root: Path) -> ExperimentResults:
 
 
 def find_run_dirs(root: Path) -> list[Path]:
+    """``root`` when it is a run dir, else its runs with a ``run.json``. A run dir without one is
+    left out with a warning: a live experiment's starting run has its dir 10-30 s before its
+    record (or a launch stopped before the run started); refused only when no run has one."""
     if not root.is_dir():
         raise AnalysisError(f"{root}: no such directory; pass an experiment dir or a run dir")
     if run_json_path(root).is_file():
@@ -303,16 +316,26 @@ def find_run_dirs(root: Path) -> list[Path]:
             f"{root}: no run dirs (expected {runs}/<run>/{RUN_JSON}, or {RUN_JSON} in the dir "
             "itself); has the experiment started?"
         )
-    return dirs
+    started = [d for d in dirs if run_json_path(d).is_file()]
+    if not started:
+        raise AnalysisError(
+            f"{runs}: no run has a {RUN_JSON} yet ({', '.join(d.name for d in dirs)}: starting, "
+            "or never started); load again once one has started, or, if the experiment is not "
+            "running, rerun it with --resume"
+        )
+    for run_dir in dirs:
+        if run_dir not in started:
+            warnings.warn(
+                f"{run_dir}: no {RUN_JSON} yet: starting, or never started; left out of the "
+                "analysis",
+                RunWarning,
+                stacklevel=3,
+            )
+    return started
 
 
 def read_run_json(run_dir: Path) -> dict[str, Any]:
     path = run_json_path(run_dir)
-    if not path.is_file():
-        raise AnalysisError(
-            f"{run_dir}: run dir without {RUN_JSON} (a run that never started?); remove the dir or "
-            "rerun the experiment with --resume"
-        )
     record = _read_json(path)
     if "peak_lr" not in record and "lr" in record:  # run.json before the field was renamed
         record["peak_lr"] = record.pop("lr")

@@ -116,8 +116,9 @@ RUN_FIELDS = (
     "workers",
 )
 """Every key of ``run.json`` in the order it is written. ``status``: running, finished, diverged
-(``diverged_step`` says when), stopped (by Tune's early stopping), interrupted (Ctrl+C on a run
-without Ray: re-running resumes it) or failed (with an ``error`` key);
+(``diverged_step`` says when), stopped (by Tune's early stopping), interrupted (Ctrl+C or SIGTERM on
+a run, or on a ladder or sweep that cut it off: re-running, with ``--resume`` for those,
+resumes it) or failed (with an ``error`` key);
 ``workers``: a :class:`WorkerGroup` per (re)start, oldest first."""
 
 

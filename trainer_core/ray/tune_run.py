@@ -23,7 +23,13 @@ from trainer_core.config.cli import planned_from
 from trainer_core.config.loader import ConfigError
 from trainer_core.errors import UserError
 from trainer_core.io import storage
-from trainer_core.io.run_dir import FINAL_STATUSES, TUNE, mark_failed, mark_stopped
+from trainer_core.io.run_dir import (
+    FINAL_STATUSES,
+    TUNE,
+    mark_failed,
+    mark_interrupted,
+    mark_stopped,
+)
 from trainer_core.io.sigterm import sigterm_as_ctrl_c
 from trainer_core.io.storage import Location
 from trainer_core.ray.failures import last_line, unretriable_error, user_error_in
@@ -287,11 +293,12 @@ def run_trials(
     # Tune returns from a Ctrl+C as from a finished experiment (its running trials marked
     # terminated): only a trial's last result says whether it ended (``done``, set too when a
     # scheduler stopped it) or was cut off; an interrupted run must not be recorded as stopped.
-    unstarted = len(specs) - len(grid)
-    unfinished = unstarted + sum(
-        r.error is None and not (r.metrics or {}).get("done") for r in grid
-    )
+    cut_off = {
+        storage.name(r.path) for r in grid if r.error is None and not (r.metrics or {}).get("done")
+    }
+    unfinished = len(specs) - len(grid) + len(cut_off)
     if unfinished:
+        record_interrupts(specs, cut_off)
         raise TrialsInterruptedError(
             f"interrupted with {unfinished} of {len(specs)} runs unfinished; finished runs, "
             f"checkpoints and metrics are kept in {exp_dir}: re-run the same command with "
@@ -431,6 +438,18 @@ def record_trial_ends(specs: list[TrialSpec], failed: Mapping[str, str], lost: s
             mark_failed(spec.config.trainer.run_dir, failed[spec.name])
         elif spec.name not in failed:
             mark_stopped(spec.config.trainer.run_dir)
+
+
+def record_interrupts(specs: list[TrialSpec], cut_off: set[str]) -> None:
+    """Runs whose trials an interrupt ``cut_off`` (by trial dir, the run's name) that still say
+    "running" (left at their start's step 0), recorded ``interrupted`` at their last logged
+    step, as a run interrupted without Ray records itself: Tune ends a trial before its ranks
+    can. Only once ``fit`` has returned: Tune has stopped every trial by then (killing any that
+    did not stop within seconds), so none still trains its run. A spec Tune made no trial of
+    this session is left as it is: this session did not run it."""
+    for spec in specs:
+        if spec.name in cut_off:
+            mark_interrupted(spec.config.trainer.run_dir)
 
 
 def fmt_lr(lr: float) -> str:

@@ -98,7 +98,7 @@ def test_load_errors_name_the_problem(tmp_path: Path):
     with pytest.raises(AnalysisError, match="no run dirs"):
         load(tmp_path)
     (tmp_path / "runs" / "ghost").mkdir()
-    with pytest.raises(AnalysisError, match=r"ghost: run dir without run\.json"):
+    with pytest.raises(AnalysisError, match=r"runs: no run has a run\.json yet \(ghost: starting"):
         load(tmp_path)
 
 
