@@ -18,6 +18,9 @@ change, regenerated: the tiny run reads a corpus the test writes (:func:`pinned_
 the demo corpus, which is the host's standard library and differs between Python builds. One
 size change, regenerated: the demo's 200K became its smaller sizes' shape (2 layers of width 96,
 not 4 of width 64), so its dry run and plan rows for 200K moved (N, steps, LR, checkpoints).
+One layout change, regenerated: the dry run's tables split in five with a total and the cost's
+assumptions, and plan.json's rows renamed two keys (``warmup steps``, ``layers/d/heads/kv/mlp``)
+and gained ``beta2`` and ``wall h``; every planned value and run config as before.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 The fewest devices that hold the model (memory estimate, :mod:`trainer_core.ladder.memory`)
 with the largest micro-batch that fits there; then the most devices (a power of two within a
-node, or whole nodes; multiples of dp_replicate x tp; at most ``max_devices``) whose batch, whole
+node, or whole nodes; multiples of dp_replicate x tp; at most ``max_devices``; none that would
+give a data-parallel rank fewer than ``min_rank_tokens`` of the target batch) whose batch, whole
 micro-batches per data-parallel rank, stays within 10% of the target (a warning otherwise); then
 the largest micro-batch that fits on that final mesh, including FSDP's unsharded gradients during
 accumulation, or reduced after every micro-batch where those would not fit (the plan says so).
@@ -11,6 +12,7 @@ accumulation, or reduced after every micro-batch where those would not fit (the 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import replace
 
 from trainer_core.config.sections import (
@@ -53,6 +55,46 @@ def min_mesh_and_micro(model: ModelConfig, ladder: LadderConfig) -> tuple[int, i
     ):
         micro *= 2
     return devices, micro
+
+
+DEVICE_SEARCH_LIMIT = 2**20
+"""How far past ``max_devices`` :func:`fewest_devices` looks."""
+
+
+def one_sequence_floor(model: ModelConfig, ladder: LadderConfig) -> MemoryEstimate:
+    """The part of a one-sequence step's memory no number of devices removes: its activations and
+    logits, and the parameters FSDP gathers (the sharded states, left out, shrink with the mesh)."""
+    most = device_counts(ladder, DEVICE_SEARCH_LIMIT)[-1]
+    estimate = step_memory(model, ladder, most, 1, 1, True)
+    return replace(estimate, params=0, grads=0, optimizer=0)
+
+
+def fewest_devices(model: ModelConfig, ladder: LadderConfig) -> int | None:
+    """The fewest devices, by the rules of :func:`device_counts` but past ``max_devices``, that
+    hold the model with one sequence per micro-batch; None where no count up to
+    :data:`DEVICE_SEARCH_LIMIT` does."""
+    counts = device_counts(ladder, DEVICE_SEARCH_LIMIT)
+
+    def fits(devices: int) -> bool:
+        return step_memory(model, ladder, devices, 1, 1, True).total <= ladder.memory_bytes
+
+    if not fits(counts[-1]):
+        return None
+    return counts[bisect_left(counts, True, key=fits)]
+
+
+def rank_token_floor(
+    counts: list[int], min_devices: int, target_tokens: int, ladder: LadderConfig
+) -> list[int]:
+    """The counts (of ``counts``, from ``min_devices`` on) whose data-parallel ranks each get at
+    least ``min_rank_tokens`` of the target batch; ``[min_devices]`` where even it gives fewer."""
+    floor = ladder.min_rank_tokens
+    parallel = ladder.run.parallel
+    return [
+        d
+        for d in counts
+        if d >= min_devices and target_tokens >= floor * dp_layout(parallel, d).dp_size
+    ] or [min_devices]
 
 
 BATCH_DRIFT = 0.1

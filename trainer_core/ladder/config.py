@@ -76,6 +76,15 @@ class LadderConfig:
     max_micro_batch_seqs: int = 64
     """Cap on the micro-batch (sequences per device per forward/backward); the plan picks the
     largest that fits in memory, up to this."""
+    min_rank_tokens: int = 32768
+    """Fewest tokens of the target batch each data-parallel rank gets per step: a size uses no
+    more devices than that allows (the fewest that hold the model, where even they give their
+    ranks fewer). FSDP's all-gathers and reduce-scatters move the whole model every step however
+    few tokens a rank computes, so a small size spread thin waits on them (a 100M on 56 H100s:
+    ~31 ms of compute at 40% MFU against ~37 ms of traffic at ~50 GB/s) while its device-hours
+    assume ``assumed_mfu``; as OLMo-core's ladder, devices are added to remove accumulation, not
+    to thin the micro-batch. 0 turns it off: the most devices that keep the batch near its
+    target."""
     assumed_mfu: float = 0.4
     """For the device-hours estimate (measure it with ``--benchmark SIZE``)."""
     seq_len: int = 128
@@ -146,6 +155,7 @@ class LadderConfig:
             self.device_memory_gb,
             "must be > 0 (or left unset: the device table's size)",
         )
+        require(self.min_rank_tokens >= 0, "min_rank_tokens", self.min_rank_tokens, "must be >= 0")
         require(0 < self.assumed_mfu <= 1, "assumed_mfu", self.assumed_mfu, "must be in (0, 1]")
         require(
             self.max_micro_batch_seqs >= 1,
@@ -187,9 +197,14 @@ class LadderConfig:
         return planned
 
     @property
+    def device_gib(self) -> float:
+        """Memory per device: ``device_memory_gb``, else the device table's figure."""
+        return self.device_memory_gb or _lookup(DEVICE_MEMORY_GB, self.device_type, 80)
+
+    @property
     def memory_bytes(self) -> float:
-        gb = self.device_memory_gb or _lookup(DEVICE_MEMORY_GB, self.device_type, 80)
-        return gb * 2**30 * self.memory_fraction
+        """The usable part of it: ``memory_fraction`` of the device's memory, in bytes."""
+        return self.device_gib * 2**30 * self.memory_fraction
 
     @property
     def peak_flops(self) -> float:
@@ -263,11 +278,13 @@ def _lookup(table: dict[str, float], device_type: str, default: float) -> float:
     return default if key is None else table[key]
 
 
-def device_counts(ladder: LadderConfig) -> list[int]:
+def device_counts(ladder: LadderConfig, up_to: int | None = None) -> list[int]:
     """Device counts a run may use, ascending: multiples of dp_replicate x tp that are a power of
-    two within one node or whole nodes, up to ``max_devices``."""
+    two within one node or whole nodes, up to ``max_devices`` (or ``up_to``: how many a size
+    would need)."""
+    most = ladder.max_devices if up_to is None else up_to
     group = ladder.run.parallel.tp * ladder.run.parallel.dp_replicate
     node = ladder.devices_per_node
     within = [2**k for k in range(node.bit_length()) if 2**k <= node and node % 2**k == 0]
-    counts = set(within) | set(range(node, ladder.max_devices + 1, node))
-    return sorted(d for d in counts if d <= ladder.max_devices and d % group == 0)
+    counts = set(within) | set(range(node, most + 1, node))
+    return sorted(d for d in counts if d <= most and d % group == 0)

@@ -1,9 +1,12 @@
 """The ladder's formulas: target batch, peak LR, duration and beta2 as functions of N.
 
-Defaults follow OLMo-core's model ladder (2025): N counts every parameter except the input
-embedding; target batch = 2048*160*(N/108e6)^(2/3) tokens; peak LR = 0.0047*(N/108e6)^(-1/3)/2;
-beta2 0.95 for batches of >= 524,288 tokens else 0.99; duration = 20*N*c tokens. Each formula is a
-config section a ladder file can override, and a named function a reader can find and test.
+Defaults follow OLMo-core's model ladder (``WSDSChinchillaRunConfigurator``): N counts every
+parameter except the input embedding; target batch = 2048*160*(N/108e6)^(2/3) tokens and peak
+LR = 0.0047*(N/108e6)^(-1/3) (halved for WSD), both as OLMo-core's code takes them from Porian
+et al. 2024 ("Resolving Discrepancies in Compute-Optimal Scaling of Language Models", which it
+cites); beta2 0.95 for batches of >= 524,288 tokens else 0.99 (:class:`Beta2Formula`); duration =
+20*N*c tokens. Each formula is a config section a ladder file can override, and a named function
+a reader can find and test.
 """
 
 from __future__ import annotations
@@ -143,7 +146,16 @@ class DurationFormula:
 
 @dataclass
 class Beta2Formula:
-    """AdamW's beta2 by global batch: ``large_batch`` from ``large_batch_tokens`` on."""
+    """AdamW's beta2 by global batch: ``large_batch`` from ``large_batch_tokens`` on.
+
+    OLMo-core's ladder rule (``WSDSChinchillaRunConfigurator.configure_optimizer``) since January
+    2026 (allenai/OLMo-core#543), the threshold as its code sets it; before that its ladder ran
+    0.95 at every size, noting that Porian et al. 2024 (their Table 4) suggest ~0.99 for small
+    batches. A step, not a curve: beta2 jumps between the two neighbouring sizes whose batches
+    straddle the threshold (the dry run's beta2 column shows where), so a fit across them sees an
+    optimizer change with the size; one value for both (``small_batch`` = ``large_batch``) keeps
+    the optimizer fixed across the ladder.
+    """
 
     large_batch: float = 0.95
     """beta2 for batches of large_batch_tokens or more."""

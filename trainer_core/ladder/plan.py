@@ -29,9 +29,13 @@ from trainer_core.io import storage
 from trainer_core.io.run_dir import RUNS
 from trainer_core.ladder.batch import (
     BATCH_DRIFT,
+    DEVICE_SEARCH_LIMIT,
     batch_and_devices,
+    fewest_devices,
     min_mesh_and_micro,
+    one_sequence_floor,
     rank_batch_and_micro,
+    rank_token_floor,
 )
 from trainer_core.ladder.config import LadderConfig, device_counts
 from trainer_core.ladder.formulas import (
@@ -131,19 +135,36 @@ class SizePlan:
     def device_hours(self, ladder: LadderConfig) -> float:
         return device_hours(self.total_flops, ladder.peak_flops, ladder.assumed_mfu)
 
+    def wall_hours(self, ladder: LadderConfig) -> float:
+        """Hours the run takes on its devices, at the assumed MFU."""
+        return self.device_hours(ladder) / self.devices
+
     def table_row(self, ladder: LadderConfig) -> dict[str, object]:
         m = self.model
         return {
             "size": self.size,
             "N": self.num_params,
-            "layers/d/heads": f"{m.n_layers}/{m.d_model}/{m.n_heads}",
+            "layers/d/heads/kv/mlp": (
+                f"{m.n_layers}/{m.d_model}/{m.n_heads}/{m.n_kv_heads}/{m.mlp_hidden}"
+            ),
+            "tokens": self.tokens,
+            "x Chinchilla": self.chinchilla_multiple,
             "target batch": self.target_batch_tokens,
             "batch tokens": self.batch_tokens,
             "batch seqs": self.batch_seqs,
-            "micro seqs": self.micro_batch_seqs,
+            "peak lr": self.lr,
+            "beta2": self.config.optim.beta2,
+            "steps": self.steps,
+            "warmup steps": (
+                f"{self.warmup_steps} (cap; formula {self.uncapped_warmup})"
+                if self.warmup_steps < self.uncapped_warmup
+                else self.warmup_steps
+            ),
+            "ckpt steps": ",".join(map(str, self.checkpoint_steps)),
             "devices": self.devices,
             "mesh r/s/tp": "/".join(map(str, self.mesh)),
             "dp": self.dp_size,
+            "micro seqs": self.micro_batch_seqs,
             "accum": self.grad_accum,
             "grad reduce": (
                 "every micro"
@@ -152,18 +173,9 @@ class SizePlan:
             ),
             "mem GiB": round(self.memory.total / 2**30, 2),
             "headroom": f"{100 * (1 - self.memory.total / ladder.memory_bytes):.0f}%",
-            "peak lr": self.lr,
-            "warmup": (
-                f"{self.warmup_steps} (cap; formula {self.uncapped_warmup})"
-                if self.warmup_steps < self.uncapped_warmup
-                else self.warmup_steps
-            ),
-            "tokens": self.tokens,
-            "x Chinchilla": self.chinchilla_multiple,
-            "steps": self.steps,
-            "ckpt steps": ",".join(map(str, self.checkpoint_steps)),
             "FLOPs": self.total_flops,
             "device-h": self.device_hours(ladder),
+            "wall h": self.wall_hours(ladder),
             **self._sweep_columns(),
         }
 
@@ -326,14 +338,11 @@ def _mesh_and_batch(
     seq = ladder.seq_len
     min_devices, micro_seqs = min_mesh_and_micro(model, ladder)
     if min_devices > ladder.max_devices:
-        raise ConfigError(
-            f"sizes: {size!r} needs more than {ladder.max_devices} devices of "
-            f"{ladder.device_type} (memory estimate); raise max_devices, turn on activation "
-            "checkpointing, or drop this size"
-        )
+        raise _too_few_devices(size, model, ladder)
     target_seqs = max(1, round(target / seq))
+    counts = rank_token_floor(device_counts(ladder), min_devices, target_seqs * seq, ladder)
     batch_seqs, devices = batch_and_devices(
-        target_seqs, micro_seqs, min_devices, device_counts(ladder), ladder.run.parallel, max_drift
+        target_seqs, micro_seqs, min_devices, counts, ladder.run.parallel, max_drift
     )
     dp_size = dp_layout(ladder.run.parallel, devices).dp_size
     rank_seqs, micro_seqs, sync_every, memory = rank_batch_and_micro(
@@ -356,6 +365,45 @@ def _mesh_and_batch(
         )
         warnings.warn(warning, RunWarning, stacklevel=3)
     return _MeshPlan(devices, rank_seqs, micro_seqs, sync_every, memory, batch, warning)
+
+
+def _too_few_devices(size: str, model: ModelConfig, ladder: LadderConfig) -> ConfigError:
+    """The error for a size ``max_devices`` can't hold: how many devices it needs, or, where the
+    part of a step no mesh shrinks is over the budget alone, that part and what shrinks it."""
+    parallel = ladder.run.parallel
+    checkpointing = (
+        ["set run.parallel.activation_checkpointing: full"]
+        if parallel.activation_checkpointing != "full"
+        else []
+    )
+    floor = one_sequence_floor(model, ladder)
+    usable = ladder.memory_bytes
+    if floor.total > usable:
+        fused = [] if parallel.compile else ["set run.parallel.compile: true (a fused loss)"]
+        changes = ["shorten seq_len", *fused, *checkpointing, "use a smaller vocab_size"]
+        return ConfigError(
+            f"sizes: {size!r} fits no number of {ladder.device_type}: one sequence of "
+            f"{ladder.seq_len:,} tokens takes {_gib(floor.total)} on every device however many "
+            f"share the model (activations {_gib(floor.activations)}, logits "
+            f"{_gib(floor.logits)}, gathered parameters {_gib(floor.gathered_params)}), over the "
+            f"{_gib(usable)} usable (memory_fraction x device memory); {', '.join(changes)}, "
+            "or drop this size"
+        )
+    need = fewest_devices(model, ladder)
+    needs, raise_to = (
+        (f"{need:,}", f"raise max_devices to {need}")
+        if need
+        else (f"more than {DEVICE_SEARCH_LIMIT:,}", "raise max_devices")
+    )
+    return ConfigError(
+        f"sizes: {size!r} needs {needs} devices of {ladder.device_type} (memory estimate, one "
+        f"sequence per micro-batch), more than max_devices={ladder.max_devices}; "
+        f"{', '.join([raise_to, *checkpointing])}, or drop this size"
+    )
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
 
 
 def _schedule_and_checkpoints(

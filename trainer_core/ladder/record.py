@@ -118,8 +118,9 @@ def data_repeats(data: TokenData | None, runs: list[tuple[str, TrainConfig]]) ->
 
 
 def plot_ladder_schedule(job: LadderConfig, plans: list[SizePlan], path: Location) -> Location:
-    """The LR schedule of the largest size (the last planned): the ladder's at a glance."""
-    largest = plans[-1]
+    """The LR schedule of the largest size (most parameters, wherever it is listed): the
+    ladder's at a glance."""
+    largest = max(plans, key=lambda p: p.num_params)
     title = f"{job.name} {largest.size}: LR schedule"
     return plot_schedule(largest.schedule, largest.steps, largest.lr, path, title=title)
 
@@ -176,7 +177,11 @@ def write_experiment_record(
     if resume and storage.is_file(record):
         recorded = read_yaml_record(record)
         ignored = DRIVER_KEYS | LOCATION_KEYS
-        changed = [k for k in changed_keys(recorded, to_dict(job)) if k not in ignored]
+        # one_side=False: a key the schema gained since the launch (min_rank_tokens) is not a
+        # change of the launched experiment
+        changed = [
+            k for k in changed_keys(recorded, to_dict(job), one_side=False) if k not in ignored
+        ]
         if changed:
             verb = "differs" if len(changed) == 1 else "differ"
             raise ConfigError(

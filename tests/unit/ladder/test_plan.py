@@ -118,6 +118,7 @@ def test_gpu_config_plans_its_mesh_and_the_worker_gets_it(repo_root, tp):
         with pytest.raises(ConfigError, match=f"run.parallel.tp: {tp} does not divide"):
             plan_ladder(job, [size])
     for p in plan_ladder(job, splittable):
+        assert p.target_batch_tokens >= job.min_rank_tokens * p.dp_size
         assert p.mesh == (1, p.devices // tp, tp)
         assert p.batch_tokens == p.micro_batch_seqs * job.seq_len * p.dp_size * p.grad_accum
         assert p.devices in (1, 2, 4, 8) or p.devices % job.devices_per_node == 0
@@ -218,7 +219,20 @@ def test_dry_run_table_shows_memory_headroom_and_the_warmup_cap():
     assert row["mem GiB"] == round(p.memory.total / 2**30, 2)
     assert row["headroom"] == f"{100 * (1 - p.memory.total / ladder.memory_bytes):.0f}%"
     assert p.warmup_steps == p.steps // 10 < p.uncapped_warmup
-    assert row["warmup"] == f"{p.warmup_steps} (cap; formula {p.uncapped_warmup})"
+    assert row["warmup steps"] == f"{p.warmup_steps} (cap; formula {p.uncapped_warmup})"
+
+
+def test_dry_run_row_has_the_shape_beta2_and_wall_clock_hours():
+    """The beta2 the batch picked (it changes within a ladder), the KV heads and MLP width of
+    the shape, and hours on the size's own devices."""
+    ladder = gpu_ladder(sizes=["7B"])
+    p = plan_size("7B", ladder)
+    row = p.table_row(ladder)
+    assert row["layers/d/heads/kv/mlp"] == "32/4096/32/8/14336"
+    assert row["beta2"] == p.config.optim.beta2 == 0.95
+    assert row["wall h"] == pytest.approx(row["device-h"] / p.devices, rel=1e-9)
+    small = gpu_ladder(sizes=["200M"], batch={"coef": 2048 * 100})
+    assert plan_size("200M", small).table_row(small)["beta2"] == 0.99
 
 
 def test_one_peak_flops_table_for_mfu_and_device_hours():
@@ -253,10 +267,83 @@ def test_cosine_override_has_single_decay():
     assert p.schedule.kind == "cosine" and p.checkpoint_steps == [p.steps]
 
 
-def test_too_few_devices_is_an_error():
-    ladder = gpu_ladder(sizes=["7B"], max_devices=1)
-    with pytest.raises(ConfigError, match="'7B' needs more than 1 devices of H100"):
-        plan_size("7B", ladder)
+def test_too_few_devices_names_the_fewest_that_hold_the_size():
+    """Said 'needs more than 1 devices' and never how many: it names the fewest device count
+    (of those a run may use) that holds the size, past max_devices."""
+    with pytest.raises(ConfigError) as err:
+        plan_size("7B", gpu_ladder(sizes=["7B"], max_devices=1))
+    assert str(err.value) == (
+        "sizes: '7B' needs 24 devices of H100 (memory estimate, one sequence per micro-batch), "
+        "more than max_devices=1; raise max_devices to 24, set "
+        "run.parallel.activation_checkpointing: full, or drop this size"
+    )
+    assert plan_size("7B", gpu_ladder(sizes=["7B"], max_devices=24)).devices >= 24
+    with pytest.raises(ConfigError, match="'7B' needs 24 devices"):
+        plan_size("7B", gpu_ladder(sizes=["7B"], max_devices=16))
+
+
+def test_a_sequence_no_mesh_holds_is_said_with_its_bytes_and_what_shrinks_them():
+    """1B at seq_len 32768, vocab 100352, z-loss, full activation checkpointing: one sequence's
+    fp32 logits alone are 61 GiB (20 bytes an entry) on every device, which more devices never
+    shrink; the error said to raise max_devices and turn on the checkpointing already on."""
+    run = {
+        "parallel": {"activation_checkpointing": "full"},
+        "train_module": {"z_loss_multiplier": 1e-5},
+    }
+    ladder = gpu_ladder(sizes=["1B"], seq_len=32768, max_devices=1024, run=run)
+    with pytest.raises(ConfigError) as err:
+        plan_size("1B", ladder)
+    message = str(err.value)
+    logits = 32768 * 100352 * 20 / 2**30
+    assert message.startswith(
+        "sizes: '1B' fits no number of H100: one sequence of 32,768 tokens takes "
+    )
+    assert f"logits {logits:.1f} GiB" in message and "over the 64.0 GiB usable" in message
+    assert message.endswith(
+        "shorten seq_len, set run.parallel.compile: true (a fused loss), use a smaller "
+        "vocab_size, or drop this size"
+    )
+    assert "max_devices" not in message and "activation_checkpointing" not in message
+    compiled = {**run, "parallel": {**run["parallel"], "compile": True}}  # the advice holds
+    assert plan_size("1B", gpu_ladder(sizes=["1B"], seq_len=32768, run=compiled)).devices >= 1
+
+
+def test_small_sizes_keep_min_rank_tokens_per_rank_rather_than_spread_thin():
+    """A target batch of 64 sequences of 128 tokens, micro-batches that fit whole: 8 devices
+    would give each rank 1,024 tokens; the floor of 2,048 allows 4. A floor above the whole
+    batch leaves the fewest devices that hold the model; 0 turns it off."""
+
+    def devices(floor: int) -> int:
+        ladder = from_dict(
+            LadderConfig,
+            {
+                "sizes": ["1M"],
+                "max_devices": 8,
+                "batch": {"coef": 64 * 128, "exponent": 0},
+                "min_rank_tokens": floor,
+            },
+        )
+        p = plan_size("1M", ladder)
+        assert p.batch_tokens == 64 * 128
+        return p.devices
+
+    assert (devices(0), devices(2048), devices(1024), devices(10**6)) == (8, 4, 8, 1)
+    with pytest.raises(ConfigError, match="min_rank_tokens: -1 is not allowed; must be >= 0"):
+        from_dict(LadderConfig, {"min_rank_tokens": -1})
+
+
+def test_a_gpu_ladders_small_sizes_stay_on_few_devices():
+    """At seq 4096 and vocab 100352, compiled, 50M went on 40 H100s (8,192 tokens each) and 100M
+    on 56: FSDP's traffic outlasted their compute. Now each rank keeps 32,768 tokens."""
+    run = {"parallel": {"param_dtype": "bfloat16", "reduce_dtype": "float32", "compile": True}}
+    ladder = gpu_ladder(sizes=["50M", "100M"], run=run)
+    plans = plan_ladder(ladder)
+    assert [p.devices for p in plans] == [8, 8]
+    for p in plans:
+        assert p.batch_tokens // p.dp_size >= ladder.min_rank_tokens
+        assert abs(p.batch_tokens - p.target_batch_tokens) / p.target_batch_tokens <= 0.1
+    spread = plan_ladder(gpu_ladder(sizes=["50M", "100M"], run=run, min_rank_tokens=0))
+    assert [p.devices for p in spread] == [40, 56]
 
 
 def test_batch_drift_warns():
@@ -447,6 +534,20 @@ def test_demo_ladder_is_designed_to_carry_a_scaling_law(repo_root):
     assert max(eval_tokens) / min(eval_tokens) < 1.1
     covered = [c for c, _ in ranges if sum(lo <= c <= hi for lo, hi in ranges) >= 3]
     assert covered, ranges
+
+
+def test_gpu_ladder_says_its_shapes_as_the_size_table_has_them(repo_root):
+    """The config said only the width grows from 100M to the held-out 1B, whose heads are twice
+    as wide (128 dims, OLMo-core's 1B, against 64 below it)."""
+    from trainer_core.ray.ladder_run import LadderJobConfig
+
+    path = repo_root / "workflows" / "configs" / "ladder-gpu.yaml"
+    job = load_config(LadderJobConfig, path)
+    head_dims = {p.size: p.model.head_dim for p in plan_ladder(job)}
+    assert head_dims == {"100M": 64, "200M": 64, "400M": 64, "700M": 64, "1B": 128}
+    comment = " ".join(line.lstrip("# ") for line in path.read_text().splitlines())
+    assert "heads of 64 dims up to 700M; the 1B is OLMo-core's, 16 heads of 128 dims" in comment
+    assert "only the width grows" not in comment
 
 
 def test_gpu_ladder_gives_approach_2_budgets_with_three_sizes(repo_root):

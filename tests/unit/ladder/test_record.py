@@ -12,8 +12,9 @@ import yaml
 
 from trainer_core.config.diff import changed_keys
 from trainer_core.config.loader import ConfigError, from_dict, to_yaml
+from trainer_core.ladder import record as ladder_record
 from trainer_core.ladder.plan import plan_ladder
-from trainer_core.ladder.record import write_experiment_record
+from trainer_core.ladder.record import plot_ladder_schedule, write_experiment_record
 from trainer_core.ray.ladder_run import LadderJobConfig, ladder_trials, run_ladder
 from trainer_core.ray.tune_run import check_unchanged_runs
 
@@ -36,6 +37,18 @@ def test_resume_with_a_changed_config_is_refused_and_the_record_kept(tmp_path):
     )
     assert "launch the changed config into a new --dir" in str(err.value)
     assert (tmp_path / "experiment.yaml").read_text() == before
+
+
+def test_resume_takes_a_record_written_before_a_key_was_added(tmp_path):
+    """An experiment launched before ``min_rank_tokens`` existed: its record lacks the key,
+    which is no change of what it launched (its resume was refused, naming the key)."""
+    record(tmp_path, BASE, resume=False)
+    path = tmp_path / "experiment.yaml"
+    old = yaml.safe_load(path.read_text())
+    del old["min_rank_tokens"]
+    path.write_text(yaml.safe_dump(old))
+    record(tmp_path, BASE, resume=True)
+    assert "min_rank_tokens" in yaml.safe_load(path.read_text())
 
 
 def test_resume_takes_the_same_config_and_a_new_ray_address(tmp_path):
@@ -132,3 +145,22 @@ def test_resume_takes_a_copied_experiment_where_it_now_is(tmp_path):
     assert yaml.safe_load((moved / "experiment.yaml").read_text())["dir"] == str(moved)
     with pytest.raises(ConfigError, match=r"^--resume: lr\.coef differs from "):
         record(moved, {**BASE, "lr": {"coef": 1e-3}}, resume=True)
+
+
+def test_the_schedule_plotted_is_the_largest_sizes_wherever_it_is_listed(tmp_path, monkeypatch):
+    """``sizes: [200K, 15K, 50K]`` plotted 50K's schedule (the last listed) as the ladder's."""
+    drawn = {}
+
+    def plot(schedule, steps, lr, path, title):
+        drawn.update(steps=steps, lr=lr, title=title)
+        return path
+
+    monkeypatch.setattr(ladder_record, "plot_schedule", plot)
+    job = from_dict(
+        LadderJobConfig, {**BASE, "sizes": ["200K", "15K", "50K"], "dir": str(tmp_path)}
+    )
+    plans = plan_ladder(job)
+    plot_ladder_schedule(job, plans, tmp_path / "lr.png")
+    largest = plans[0]
+    assert largest.size == "200K" and largest.num_params == max(p.num_params for p in plans)
+    assert drawn == {"steps": largest.steps, "lr": largest.lr, "title": "demo 200K: LR schedule"}
