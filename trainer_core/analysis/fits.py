@@ -10,6 +10,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -43,7 +44,7 @@ def _format(title: str, values: dict[str, float], fit: PowerLawFit | ChinchillaF
     lines = [f"{title}   ({fit.n_points} points, {fit.n_bootstrap} bootstrap resamples)"]
     for name, value in values.items():
         line = f"  {name:<6}= {value:.4g}"
-        if math.isfinite(std[name]):
+        if math.isfinite(std.get(name, math.nan)):
             lo, hi = ci[name]
             # A std beyond the value itself is a heavy tail's (A trading off with alpha): the
             # percentile interval says it, the std would only mislead.
@@ -51,6 +52,61 @@ def _format(title: str, values: dict[str, float], fit: PowerLawFit | ChinchillaF
             line += f"{spread}   ({100 * CI_LEVEL:.0f}% CI {lo:.4g} .. {hi:.4g})"
         lines.append(line)
     return "\n".join(lines)
+
+
+def require_positive(what: str, value: ArrayLike | float) -> np.ndarray | float:
+    """``value`` as a float (an array of floats for an array), every one a positive finite
+    number: a law's powers of anything else are complex, zero or infinite, and fail far from the
+    value that caused them (an isoFLOP N_opt at C = 0 divided by zero). A string is refused, not
+    parsed: it passed this check as its number and then failed a format code downstream."""
+    if isinstance(value, str | bytes):
+        raise AnalysisError(f"{what} = {value!r}: must be a positive finite number, not a string")
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        arr = np.array(math.nan)
+    bad = int(np.count_nonzero(~(np.isfinite(arr) & (arr > 0))))
+    if arr.ndim == 0:
+        if bad:
+            raise AnalysisError(f"{what} = {value!r}: must be a positive finite number")
+        return float(arr)
+    if bad:
+        raise AnalysisError(
+            f"{what}: every value must be a positive finite number ({bad} of {arr.size} are not)"
+        )
+    return arr
+
+
+POINT_COLUMNS = ("size", "N", "tokens", "flops", "eval_loss")
+"""The columns of ``ExperimentResults.fit_points()`` the fits of a points table read."""
+
+
+def require_fit_points(
+    what: str, points: pd.DataFrame, columns: Sequence[str] = POINT_COLUMNS
+) -> None:
+    """Refuse a points table a fit would misread: not a frame, lacking ``columns``, or holding
+    evals from before a decay ended. ``ExperimentResults.points`` has those too (``annealed``
+    False, at peak LR, far above the curve), and the fits took them in silently: a ladder's
+    L(N, D) came out E 0.19, alpha 0.27 on every eval against E 0.57, alpha 1.23 on the
+    annealed ones."""
+    if not isinstance(points, pd.DataFrame):
+        raise AnalysisError(
+            f"{what}: points must be a DataFrame (results.fit_points()), not "
+            f"{type(points).__name__}"
+        )
+    missing = [c for c in columns if c not in points.columns]
+    if missing:
+        raise AnalysisError(
+            f"{what}: the points lack column(s) {', '.join(missing)} (it reads "
+            f"{', '.join(columns)}); pass results.fit_points()"
+        )
+    if "annealed" in points.columns and not points["annealed"].astype(bool).all():
+        early = int((~points["annealed"].astype(bool)).sum())
+        raise AnalysisError(
+            f"{what}: {early} of the {len(points)} points are evals before a decay ended "
+            "(annealed False), above the curve a fit is of; pass results.fit_points(): the "
+            "annealed evals; .points holds every eval"
+        )
 
 
 def _groups(groups: ArrayLike | None, n: int, what: str) -> np.ndarray | None:
@@ -97,6 +153,36 @@ class FitStats:
     no_intervals: str = ""
     """Why there are no bootstrap intervals, one line for the report ("" when there are, or when
     none were asked for and nothing else stood in the way)."""
+    min_loss: float = math.nan
+    """The smallest loss of the points fitted, which E is judged against
+    (:func:`~trainer_core.analysis.checks.fit_flags`); NaN where not known (a fit built by hand)."""
+
+    def describe(self, flags: bool = True) -> str:
+        """The parameters and their intervals; with ``flags``, under them the DEGENERATE and
+        UNRESOLVED lines the report prints, from the same checks: ``print(fit)`` showed
+        E = 1.4e-10 with its interval and no word that it is zero in effect."""
+        text = _format(self.title, self.params(), self)
+        if not flags:
+            return text
+        # imported here: checks.py imports this module
+        from trainer_core.analysis.checks import fit_flags, unresolved
+
+        return flagged(text, fit_flags(self, self.min_loss), unresolved(self, self.min_loss))
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def flagged(text: str, degenerate: list[str], open_params: list[str]) -> str:
+    """``text`` with a fit's flag lines under it, as the report prints them."""
+    from trainer_core.analysis.checks import format_flags  # checks.py imports this module
+
+    lines = [text]
+    if degenerate:
+        lines.append(format_flags(degenerate))
+    if open_params:
+        lines.append(format_flags(open_params, "UNRESOLVED"))
+    return "\n".join(lines)
 
 
 def _fit_stats(
@@ -105,6 +191,7 @@ def _fit_stats(
     objective: float,
     n_params: int,
     spread: dict[str, np.ndarray] | None = None,
+    min_loss: float = math.nan,
 ) -> dict:
     """FitStats fields from the bootstrap refits' named parameters; ``spread``: the copy of them
     that ``std`` and ``ci`` describe, when not ``named`` (refits moved onto the estimate)."""
@@ -119,6 +206,7 @@ def _fit_stats(
         "n_bootstrap": n_bootstrap,
         "samples": named,
         "no_intervals": why,
+        "min_loss": min_loss,
     }
 
 
@@ -160,6 +248,7 @@ class PowerLawFit(FitStats):
         objective: float,
         title: str,
         reference: np.ndarray | None = None,
+        min_loss: float = math.nan,
     ) -> PowerLawFit:
         """From raw parameters (log E, log A, alpha) and an (n_bootstrap, 3) array of refits.
 
@@ -169,11 +258,12 @@ class PowerLawFit(FitStats):
         interval is this estimate's spread, and :meth:`predict_interval` moves predictions, not
         parameters, by the two laws' ratio: moved parameters would break the trade-off of E, A
         and alpha (on the demo, prediction intervals of 0.5 .. 7.3). The refits are kept as
-        they are, so that moving predictions needs no moving back.
+        they are, so that moving predictions needs no moving back. ``min_loss``: the smallest
+        loss of the points fitted (:attr:`FitStats.min_loss`).
         """
         around = np.asarray(theta if reference is None else reference, dtype=float)
         named, spread = _power_law_named(samples), _power_law_named(_moved(samples, theta, around))
-        stats = _fit_stats(named, n_points, objective, len(theta), spread)
+        stats = _fit_stats(named, n_points, objective, len(theta), spread, min_loss)
         law = None
         if reference is not None and np.all(np.isfinite(around)):
             law = (math.exp(around[0]), math.exp(around[1]), float(around[2]))
@@ -184,7 +274,7 @@ class PowerLawFit(FitStats):
         return {"E": self.E, "A": self.A, "alpha": self.alpha}
 
     def predict(self, C: ArrayLike | float) -> np.ndarray | float:
-        c = np.asarray(C, dtype=float)
+        c = np.asarray(require_positive("L(C).predict: C", C))
         out = self.E + self.A * c ** (-self.alpha)
         return float(out) if out.ndim == 0 else out
 
@@ -197,7 +287,7 @@ class PowerLawFit(FitStats):
         s = self.samples
         if not s:
             return np.empty(0)
-        c = float(C)
+        c = require_positive("L(C).predict_samples: C", C)
         refits = s["E"] + s["A"] * c ** -s["alpha"]
         if self.reference is None:
             return refits
@@ -207,9 +297,6 @@ class PowerLawFit(FitStats):
     def predict_interval(self, C: float) -> tuple[float, float]:
         """The CI_LEVEL interval of :meth:`predict_samples` (NaNs without a bootstrap)."""
         return percentile_interval(self.predict_samples(C))
-
-    def __str__(self) -> str:
-        return _format(self.title, self.params(), self)
 
 
 def _power_law_problem(c: np.ndarray, loss: np.ndarray) -> Problem:
@@ -249,7 +336,7 @@ def fit_loss_vs_compute(
     prob = _power_law_problem(c, loss)
     fit = fit_problem(prob, n_bootstrap, seed, _groups(groups, c.size, "fit_loss_vs_compute"), 3)
     return PowerLawFit.from_samples(
-        fit.theta, fit.samples, c.size, fit.objective, PowerLawFit.title
+        fit.theta, fit.samples, c.size, fit.objective, PowerLawFit.title, min_loss=float(loss.min())
     )
 
 
@@ -267,12 +354,14 @@ class ChinchillaFit(FitStats):
     beta: float
 
     EXPONENTS = ("alpha", "beta")
+    title: ClassVar[str] = "L(N, D) = E + A / N^alpha + B / D^beta"
 
     def params(self) -> dict[str, float]:
         return {"E": self.E, "A": self.A, "B": self.B, "alpha": self.alpha, "beta": self.beta}
 
     def predict(self, N: ArrayLike | float, D: ArrayLike | float) -> np.ndarray | float:
-        n, d = np.asarray(N, dtype=float), np.asarray(D, dtype=float)
+        n = np.asarray(require_positive("L(N, D).predict: N", N))
+        d = np.asarray(require_positive("L(N, D).predict: D", D))
         out = self.E + self.A * n ** (-self.alpha) + self.B * d ** (-self.beta)
         return float(out) if out.ndim == 0 else out
 
@@ -284,7 +373,9 @@ class ChinchillaFit(FitStats):
         s = self.samples
         if not s:
             return np.empty(0)
-        return s["E"] + s["A"] * float(N) ** (-s["alpha"]) + s["B"] * float(D) ** (-s["beta"])
+        n = require_positive("L(N, D).predict_samples: N", N)
+        d = require_positive("L(N, D).predict_samples: D", D)
+        return s["E"] + s["A"] * n ** (-s["alpha"]) + s["B"] * d ** (-s["beta"])
 
     def predict_interval(self, N: float, D: float) -> tuple[float, float]:
         """The CI_LEVEL interval of :meth:`predict_samples` (NaNs without a bootstrap)."""
@@ -311,6 +402,7 @@ class ChinchillaFit(FitStats):
         Refits without a frontier (an exponent or coefficient at zero) give no value and are
         left out of the intervals.
         """
+        c = require_positive("L(N, D).optimal_intervals: C", C)
         if not self.samples:
             return {k: (math.nan, math.nan) for k in ("a", "b", "N", "D", "loss")}
         frontier = np.all([self.samples[k] > FRONTIER_MIN for k in ("A", "alpha", "B", "beta")], 0)
@@ -318,8 +410,8 @@ class ChinchillaFit(FitStats):
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             total = s["alpha"] + s["beta"]
             g = (s["alpha"] * s["A"] / (s["beta"] * s["B"])) ** (1 / total)
-            n_opt = g * (float(C) / 6) ** (s["beta"] / total)
-            d_opt = float(C) / (6 * n_opt)
+            n_opt = g * (c / 6) ** (s["beta"] / total)
+            d_opt = c / (6 * n_opt)
             loss = s["E"] + s["A"] * n_opt ** -s["alpha"] + s["B"] * d_opt ** -s["beta"]
         return {
             "a": percentile_interval(s["beta"] / total),
@@ -359,7 +451,7 @@ class ChinchillaFit(FitStats):
         self, C: ArrayLike | float
     ) -> tuple[np.ndarray | float, np.ndarray | float]:
         """(N*, D*) minimising L under C = 6 N D (Hoffmann et al. eq. 4)."""
-        c6 = np.asarray(C, dtype=float) / 6
+        c6 = np.asarray(require_positive("L(N, D).compute_optimal: C", C)) / 6
         n_opt = self.G * c6**self.a
         d_opt = c6**self.b / self.G
         if n_opt.ndim == 0:
@@ -368,17 +460,15 @@ class ChinchillaFit(FitStats):
 
     def optimal_tokens(self, N: float) -> float:
         """D on the compute-optimal frontier for a model of N parameters."""
-        c6 = (N / self.G) ** (1 / self.a)
-        return float(c6 / N)
+        n = require_positive("L(N, D).optimal_tokens: N", N)
+        c6 = (n / self.G) ** (1 / self.a)
+        return float(c6 / n)
 
     def optimal_params(self, D: float) -> float:
         """N on the compute-optimal frontier for a budget of D tokens."""
-        c6 = (D * self.G) ** (1 / self.b)
-        return float(c6 / D)
-
-    def __str__(self) -> str:
-        title = "L(N, D) = E + A / N^alpha + B / D^beta"
-        return _format(title, self.params(), self)
+        d = require_positive("L(N, D).optimal_params: D", D)
+        c6 = (d * self.G) ** (1 / self.b)
+        return float(c6 / d)
 
 
 FRONTIER_MIN = 1e-6
@@ -431,6 +521,6 @@ def fit_chinchilla(
         "alpha": s[:, 2],
         "beta": s[:, 4],
     }
-    stats = _fit_stats(named, n.size, fit.objective, fit.theta.size)
+    stats = _fit_stats(named, n.size, fit.objective, fit.theta.size, min_loss=float(loss.min()))
     stats["n_sizes"] = 0 if groups is None else np.unique(groups).size
     return ChinchillaFit(math.exp(e), math.exp(a), math.exp(b), float(alpha), float(beta), **stats)

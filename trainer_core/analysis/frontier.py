@@ -30,6 +30,7 @@ from trainer_core.analysis.fits import (
     fit_chinchilla,
     fit_loss_vs_compute,
     power_law_theta,
+    require_fit_points,
 )
 from trainer_core.analysis.solver import BOOTSTRAP_STARTS
 
@@ -79,6 +80,7 @@ def fit_frontier(
     Without such an L(N, D) (3 sizes at least) the fit has no intervals, and says why
     (``no_intervals``).
     """
+    require_fit_points("fit_frontier", points)
     if points["size"].nunique() < 2:
         raise AnalysisError("frontier needs annealed points from >= 2 sizes")
     front, trimmed = _envelope(points)
@@ -100,7 +102,10 @@ def fit_frontier(
             samples = _bootstrap(points, smoother, trimmed, n_bootstrap, seed)
             noise_free = np.log(np.asarray(smoother.predict_frame(points), dtype=float))
             reference = _refit_envelope(points, trimmed, noise_free)
-    fit = PowerLawFit.from_samples(theta, samples, len(front), full.objective, title, reference)
+    min_loss = float(points["eval_loss"].min())
+    fit = PowerLawFit.from_samples(
+        theta, samples, len(front), full.objective, title, reference, min_loss
+    )
     fit.n_sizes = points["size"].nunique() if len(samples) else 0
     fit.no_intervals = why or fit.no_intervals
     return fit

@@ -24,7 +24,12 @@ from trainer_core.analysis.bootstrap import (
 )
 from trainer_core.analysis.curves import budget_grid, size_curves
 from trainer_core.analysis.errors import AnalysisError
-from trainer_core.analysis.fits import ChinchillaFit
+from trainer_core.analysis.fits import (
+    ChinchillaFit,
+    flagged,
+    require_fit_points,
+    require_positive,
+)
 from trainer_core.analysis.frontier import chinchilla_smoother, smoother_resamples
 
 MIN_SIZES = 3
@@ -122,16 +127,18 @@ class IsoFLOPFit:
         return sum(p.valid for p in self.parabolas)
 
     def compute_optimal(self, C: float) -> tuple[float, float]:
-        n_opt = math.exp(self.log_k) * float(C) ** self.a
-        return n_opt, float(C) / (6 * n_opt)
+        c = require_positive("isoFLOP.compute_optimal: C", C)
+        n_opt = math.exp(self.log_k) * c**self.a
+        return n_opt, c / (6 * n_opt)
 
     def optimal_intervals(self, C: float) -> dict[str, tuple[float, float]]:
         """Bootstrap CIs of N_opt and D_opt at C (NaNs without a bootstrap)."""
+        c = require_positive("isoFLOP.optimal_intervals: C", C)
         s = self.samples
         if not s:
             return {"N": (math.nan, math.nan), "D": (math.nan, math.nan)}
-        n_opt = np.exp(s["log_k"]) * float(C) ** s["a"]
-        return {"N": percentile_interval(n_opt), "D": percentile_interval(float(C) / (6 * n_opt))}
+        n_opt = np.exp(s["log_k"]) * c ** s["a"]
+        return {"N": percentile_interval(n_opt), "D": percentile_interval(c / (6 * n_opt))}
 
     def resamples_used(self) -> str:
         """How many resamples the interval is of, and of how many where some gave no slope."""
@@ -140,7 +147,9 @@ class IsoFLOPFit:
             return f"{used} bootstrap resamples"
         return f"{used} of {self.n_bootstrap} bootstrap resamples gave a slope"
 
-    def __str__(self) -> str:
+    def describe(self, flags: bool = True) -> str:
+        """a and b with their intervals; with ``flags``, the DEGENERATE and UNRESOLVED lines the
+        report prints under them, from the same checks (``print(fit)`` left them out)."""
         lines = [
             f"isoFLOP (Chinchilla approach 2): N_opt ~ C^a, D_opt ~ C^b   ({self.n_budgets} of "
             f"{len(self.parabolas)} budgets with the minimum inside the sizes, "
@@ -152,7 +161,16 @@ class IsoFLOPFit:
             if math.isfinite(lo):
                 line += f"   ({100 * CI_LEVEL:.0f}% CI {lo:.4g} .. {hi:.4g})"
             lines.append(line)
-        return "\n".join(lines)
+        text = "\n".join(lines)
+        if not flags:
+            return text
+        # imported here: checks.py imports this module
+        from trainer_core.analysis.checks import isoflop_flags, isoflop_unresolved
+
+        return flagged(text, isoflop_flags(self), isoflop_unresolved(self))
+
+    def __str__(self) -> str:
+        return self.describe()
 
 
 def fit_isoflop(
@@ -167,6 +185,7 @@ def fit_isoflop(
     same points, fitted here when not given) and redoes every parabola and the line; the refits
     are centred on this fit (:func:`centred_on_estimate`).
     """
+    require_fit_points("fit_isoflop", points)
     parabolas = isoflop_parabolas(points)
     a, log_k = _slope(parabolas)
     valid = sum(p.valid for p in parabolas)

@@ -203,13 +203,19 @@ def optimal_lr(
     )
 
 
-def optimal_lrs(table: pd.DataFrame, loss: str = COMPARED) -> dict[str, OptimalLR]:
+def optimal_lrs(
+    table: pd.DataFrame | ExperimentResults, loss: str = COMPARED
+) -> dict[str, OptimalLR]:
     """optimal_lr of every size with a usable trial, smallest size first, their intervals
-    under the loss noise pooled over the sizes (a sweep's trials share it).
+    under the loss noise pooled over the sizes (a sweep's trials share it). ``table``: an
+    :func:`lr_sweep_table`, or the sweep's results it is made from (``load(dir)``, as
+    :func:`fit_sweep_lr` takes them).
 
     A size whose trials all diverged (or have no eval yet) is left out, so one bad size doesn't
     block the LR fit of the others; callers see it missing from the result.
     """
+    if isinstance(table, ExperimentResults):
+        table = lr_sweep_table(table)
     order = table.groupby("size")["N"].first().sort_values().index
     rows = {size: table[table["size"] == size] for size in order}
     usable = {s: r for s, r in rows.items() if np.isfinite(lr_curve(r, loss)[1]).any()}

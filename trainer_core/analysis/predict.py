@@ -11,7 +11,13 @@ import pandas as pd
 from trainer_core.analysis.bootstrap import percentile_interval
 from trainer_core.analysis.checks import fit_flags, too_few_sizes
 from trainer_core.analysis.errors import AnalysisError
-from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit, fit_chinchilla
+from trainer_core.analysis.fits import (
+    ChinchillaFit,
+    PowerLawFit,
+    fit_chinchilla,
+    require_fit_points,
+    require_positive,
+)
 from trainer_core.analysis.frontier import fit_frontier, smoother_resamples
 from trainer_core.analysis.load import analysis_flops
 
@@ -19,21 +25,12 @@ LAW_CHINCHILLA = "L(N, D)"
 LAW_FRONTIER = "frontier L(C)"
 
 
-def require_positive(what: str, value: float) -> None:
-    """A size, token count or compute budget must be a positive finite number: a law's powers of
-    anything else are complex or meaningless, and fail far from the value that caused them."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if not (math.isfinite(number) and number > 0):
-        raise AnalysisError(f"{what} = {value!r}: must be a positive finite number")
-
-
 def chinchilla_from_points(
     points: pd.DataFrame, n_bootstrap: int = 0, seed: int = 0
 ) -> ChinchillaFit:
-    """Approach 3 on a points table; the points of one size share a bootstrap offset."""
+    """Approach 3 on a points table (``ExperimentResults.fit_points()``: N, tokens, eval_loss,
+    size); the points of one size share a bootstrap offset."""
+    require_fit_points("chinchilla_from_points", points, ("size", "N", "tokens", "eval_loss"))
     return fit_chinchilla(
         points["N"], points["tokens"], points["eval_loss"], n_bootstrap, seed, points["size"]
     )
@@ -115,6 +112,7 @@ def extrapolation_check(
     one when there is no such fit, and says so when even that one is far off. Either law may be
     skipped (too few sizes left), not both.
     """
+    require_fit_points("extrapolation_check", points)
     if points["N"].nunique() < 2:
         raise AnalysisError("extrapolation_check needs points from at least 2 sizes")
     largest = points["N"].max()
@@ -267,8 +265,8 @@ def predict_loss(
     given = {k: v for k, v in (("N", N), ("D", D), ("C", C)) if v is not None}
     if not given:
         raise AnalysisError("predict_loss: give N, D and/or C")
-    for name, value in given.items():
-        require_positive(f"predict_loss: {name}", value)
+    given = {name: require_positive(f"predict_loss: {name}", v) for name, v in given.items()}
+    N, D, C = (given.get(name) for name in ("N", "D", "C"))
     if isinstance(fit, PowerLawFit):
         if C is None:
             raise AnalysisError("predict_loss: the L(C) power law needs a compute budget C")

@@ -89,7 +89,7 @@ def ladder_section(
         if fit is not None:
             report.flags[name] = flags(fit)
             report.unresolved[name] = open_params(fit, min_loss)
-            console.print(str(fit))
+            console.print(fit.describe(flags=False))  # its flags follow, in colour
             _print_flags(console, report.flags[name])
             if report.unresolved[name]:
                 console.print(format_flags(report.unresolved[name], "UNRESOLVED"), style="yellow")

@@ -28,13 +28,12 @@ import numpy as np
 import pandas as pd
 
 from trainer_core.analysis.errors import AnalysisError
-from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit
+from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit, require_positive
 from trainer_core.analysis.hparam_laws import SYMBOL
 from trainer_core.analysis.hparam_table import SweepCells
 from trainer_core.analysis.isoflop import IsoFLOPFit
 from trainer_core.analysis.load import load
 from trainer_core.analysis.lr import LRPowerLawFit
-from trainer_core.analysis.predict import require_positive
 from trainer_core.config.loader import ConfigError
 from trainer_core.devices import (
     CPU_NOMINAL_FLOPS,
@@ -155,13 +154,7 @@ class TargetSettings:
         if self.device or self.mfu is not None:
             device_cost(self.device or "cpu", DEFAULT_MFU if self.mfu is None else self.mfu)
         if self.hparam_sweep:
-            kind = recorded_experiment_kind(self.hparam_sweep)
-            if kind != "LR sweep":
-                what = f"holds no {EXPERIMENT}" if kind is None else "is a ladder, not an LR sweep"
-                raise AnalysisError(
-                    f"--hparam-sweep: {self.hparam_sweep} {what}: give an LR sweep's dir "
-                    "(python workflows/lr_sweep.py writes <dir>-lr-sweep)"
-                )
+            _require_lr_sweep(self.hparam_sweep, "--hparam-sweep")
 
     def resolve(self, exp_dir: Location) -> tuple[DeviceCost, LawSources]:
         """(the cost model, the sweeps LR* and B* are read from) with the experiment's record
@@ -172,6 +165,18 @@ class TargetSettings:
         lr, batch = (self.hparam_sweep,) * 2 if self.hparam_sweep else _from_sweeps(record)
         law = _ladder_batch_law(record, storage.join(exp_dir, EXPERIMENT), batch)
         return device_cost(device, float(mfu)), LawSources(lr, batch, law)
+
+
+def _require_lr_sweep(where: Location, label: str) -> None:
+    """Refuse a dir that is no LR sweep's: a ladder's cells (one LR per size) gave a sweep's
+    advice, to widen a grid (sweep.factors) it does not have."""
+    kind = recorded_experiment_kind(where)
+    if kind != "LR sweep":
+        what = f"holds no {EXPERIMENT}" if kind is None else "is a ladder, not an LR sweep"
+        raise AnalysisError(
+            f"{label}: {where} {what}: give an LR sweep's dir "
+            "(python workflows/lr_sweep.py writes <dir>-lr-sweep)"
+        )
 
 
 @dataclass(frozen=True)
@@ -289,12 +294,16 @@ def sweep_laws(
     ``batch_sweep`` where given (a ladder's ``batch.from_sweep`` naming another sweep), by
     ``sweep_law`` (a ladder's ``batch.sweep_law`` for that sweep); "": the one the batch sweep's
     own record names, else the default. ``lr_of_n``: the sweep's LR*(N) already fitted by
-    :func:`fit_sweep_lr` (the report's), taken on a one-horizon sweep, not refitted."""
+    :func:`fit_sweep_lr` (the report's), taken on a one-horizon sweep, not refitted. A dir
+    that is no LR sweep's (a ladder's: one LR per size) is refused."""
     cells = sweep if isinstance(sweep, SweepCells) else SweepCells(load(sweep))
     where = str(cells.results.path)
+    _require_lr_sweep(where, "sweep_laws")
     other = batch_sweep and storage.canonical(batch_sweep) != storage.canonical(where)
     batch_cells = SweepCells(load(batch_sweep)) if other else cells
     batch_where = str(batch_cells.results.path)
+    if other:
+        _require_lr_sweep(batch_where, "sweep_laws: batch_sweep")
     law = _checked_batch_law(sweep_law, f"B* of {batch_where}")
     law = law or _recorded_batch_law(batch_cells.results.path) or BatchFormula.sweep_law
     laws = SweepLaws(SweepRules(lr_dir=where, batch_dir=batch_where), law)
@@ -509,7 +518,15 @@ def target_answer(
     """The table at C from whichever fits there are; each column with an N_opt and D_opt gets
     LR* and B* from ``laws`` there (:func:`sweep_laws`) and its cost on ``cost``'s device.
     ``hparam_source``: how the footer names the sweep (default: the dir ``laws`` came from)."""
-    require_positive("target compute C", C)
+    C = require_positive("target compute C", C)
+    _require_type("cost", cost, DeviceCost, optional=False)
+    for name, value, expected in (
+        ("isoflop", isoflop, IsoFLOPFit),
+        ("chinchilla", chinchilla, ChinchillaFit),
+        ("frontier", frontier, PowerLawFit),
+        ("laws", laws, SweepLaws),
+    ):
+        _require_type(name, value, expected)
     built = [
         (fit, build(fit, C))
         for fit, build in (
@@ -543,6 +560,18 @@ def target_answer(
         if col.N is not None and col.D is not None:
             _price_and_tune(col, cost, laws, answer.notes)
     return answer
+
+
+def _require_type(name: str, value: object, expected: type, optional: bool = True) -> None:
+    """Refuse an argument of another type: fits given in the wrong order (isoflop comes before
+    chinchilla) failed deep inside, on an attribute the other fit lacks ('splits_compute')."""
+    if (optional and value is None) or isinstance(value, expected):
+        return
+    what = expected.__name__ + (" or None" if optional else "")
+    raise AnalysisError(
+        f"target_answer: {name} is a {type(value).__name__}, expected {what}; the order is "
+        "(C, cost, isoflop, chinchilla, frontier, laws): give the fits by name"
+    )
 
 
 def _price_and_tune(

@@ -247,7 +247,7 @@ class TaskLaw:
     def __str__(self) -> str:
         lines = [
             f"task {self.task}: step 1",
-            str(self.step1),
+            self.step1.describe(flags=False),
             f"step 2 ({self.accuracy})",
             str(self.step2),
         ]
