@@ -18,6 +18,7 @@ from trainer_core.ladder.lr_feedback import sweep_rules
 from trainer_core.ladder.plan import plan_ladder
 from trainer_core.ladder.plan_notes import print_plan
 from trainer_core.ladder.record import (
+    as_launched,
     data_line,
     data_repeats,
     dry_run_plot_path,
@@ -68,6 +69,8 @@ def main() -> int:
             f"MFU {100 * result['mfu']:.1f}% on {result['devices']} device(s)"
         )
         return 0
+    if "--resume" in own:
+        job = as_launched(job, job.exp_dir)
     problems, data = preflight(job, dry_run=dry_run)
     plans = plan_ladder(job, sizes, sweep_rules(job))
     print(data_line(data, job.run.data))

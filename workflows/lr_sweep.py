@@ -17,7 +17,7 @@ import sys
 
 from trainer_core.config.cli import DEMO_LADDER, exit_on_error, parse_command
 from trainer_core.ladder.plan_notes import sweep_short_decay_warnings
-from trainer_core.ladder.record import data_line, data_repeats, preflight
+from trainer_core.ladder.record import as_launched, data_line, data_repeats, preflight
 from trainer_core.ray.ladder_run import SIZES_HELP, planned_settings
 from trainer_core.ray.sweep_run import (
     SweepJobConfig,
@@ -43,6 +43,8 @@ def main() -> int:
     if parsed is None:
         return 0
     own, job = parsed[0], as_sweep(parsed[1])
+    if "--resume" in own:
+        job = as_launched(job, job.exp_dir)
     dry_run = "--dry-run" in own
     problems, data = preflight(job, dry_run=dry_run, dir_key="sweep.dir")
     sizes = own["--sizes"].split(",") if "--sizes" in own else None

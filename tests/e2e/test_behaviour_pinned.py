@@ -20,7 +20,8 @@ size change, regenerated: the demo's 200K became its smaller sizes' shape (2 lay
 not 4 of width 64), so its dry run and plan rows for 200K moved (N, steps, LR, checkpoints).
 One layout change, regenerated: the dry run's tables split in five with a total and the cost's
 assumptions, and plan.json's rows renamed two keys (``warmup steps``, ``layers/d/heads/kv/mlp``)
-and gained ``beta2`` and ``wall h``; every planned value and run config as before.
+and gained ``beta2`` and ``wall h``; the header says ``model vocab_size``; every planned value
+and run config as before.
 """
 
 from __future__ import annotations

@@ -329,7 +329,7 @@ def find_run_dirs(root: Path) -> list[Path]:
                 f"{run_dir}: no {RUN_JSON} yet: starting, or never started; left out of the "
                 "analysis",
                 RunWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
     return started
 

@@ -250,7 +250,7 @@ def _target_table(report: Report, settings: TargetSettings, least_flops: float) 
         report.chinchilla,
         report.frontier,
         laws,
-        str(sweeps.lr if laws is not None else sweeps),
+        laws.rules.lr_dir if laws is not None else str(sweeps),
     )
     if report.target_flops < least_flops:
         answer.notes.append(

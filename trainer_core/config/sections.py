@@ -525,7 +525,8 @@ class TrainConfig:
             f"train_module.rank_microbatch_seqs={micro}",
         )
         # The weight gradient's float8 matmul runs over the micro-batch's tokens, which
-        # _scaled_mm needs in multiples of 16 (the CPU's emulated float8 does not).
+        # _scaled_mm needs in multiples of 16. Emulated float8 (CPU) takes any count but is
+        # refused alike, so a config checked on CPU runs on the GPU it stands in for.
         seq_len, micro_seqs = self.data.seq_len, micro or seqs // dp_size
         require(
             self.parallel.float8 == "none" or micro_seqs * seq_len % 16 == 0,

@@ -55,7 +55,7 @@ def print_plan(job: LadderConfig, plans: list[SizePlan]) -> None:
     rows = [p.table_row(job) for p in plans]
     print(
         f"ladder {job.name}: {job.max_devices} x {job.device_type}, seq {job.seq_len}, "
-        f"vocab {job.vocab_size:,}"
+        f"model vocab_size {job.vocab_size:,}"
     )
     console = Console(width=1000)
     for title, keys in PLAN_TABLES.items():

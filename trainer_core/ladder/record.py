@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -30,6 +31,7 @@ from trainer_core.ladder.plan import SizePlan
 from trainer_core.train.schedule import plot_schedule
 
 T = TypeVar("T")
+J = TypeVar("J", bound=LadderConfig)
 
 
 def preflight(
@@ -155,6 +157,28 @@ where it is now (the record compared is the one found there), as a relaunch with
 ``--resume`` already does."""
 
 
+PREDATING = {"min_rank_tokens": 0}
+"""Top-level ladder keys added since experiments were first recorded -> the behaviour before
+each: a record without one launched with that value (a new key with a new default must be added
+here, or a resume of an older experiment would be refused, or replanned)."""
+
+
+def as_launched(job: J, exp_dir: Location) -> J:
+    """``job`` for a ``--resume`` of the experiment recorded in ``exp_dir``: each key in
+    :data:`PREDATING` that its record lacks (launched before the key existed) and ``job`` leaves
+    at its default takes the value it launched with, so the resume plans as the launch did."""
+    record = storage.join(exp_dir, EXPERIMENT)
+    if not storage.is_file(record):
+        return job
+    recorded = read_yaml_record(record)
+    predating = {
+        key: value
+        for key, value in PREDATING.items()
+        if key not in recorded and getattr(job, key) == getattr(type(job), key)
+    }
+    return replace(job, **predating) if predating else job
+
+
 def write_experiment_record(
     job: LadderConfig, plans: list[SizePlan], exp_dir: Location, resume: bool = False
 ) -> None:
@@ -177,11 +201,8 @@ def write_experiment_record(
     if resume and storage.is_file(record):
         recorded = read_yaml_record(record)
         ignored = DRIVER_KEYS | LOCATION_KEYS
-        # one_side=False: a key the schema gained since the launch (min_rank_tokens) is not a
-        # change of the launched experiment
-        changed = [
-            k for k in changed_keys(recorded, to_dict(job), one_side=False) if k not in ignored
-        ]
+        recorded = {**PREDATING, **recorded}
+        changed = [k for k in changed_keys(recorded, to_dict(job)) if k not in ignored]
         if changed:
             verb = "differs" if len(changed) == 1 else "differ"
             raise ConfigError(

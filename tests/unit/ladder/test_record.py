@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from trainer_core.config.diff import changed_keys
-from trainer_core.config.loader import ConfigError, from_dict, to_yaml
+from trainer_core.config.loader import ConfigError, from_dict, load_config, to_dict, to_yaml
 from trainer_core.ladder import record as ladder_record
 from trainer_core.ladder.plan import plan_ladder
-from trainer_core.ladder.record import plot_ladder_schedule, write_experiment_record
+from trainer_core.ladder.record import as_launched, plot_ladder_schedule, write_experiment_record
 from trainer_core.ray.ladder_run import LadderJobConfig, ladder_trials, run_ladder
 from trainer_core.ray.tune_run import check_unchanged_runs
 
@@ -39,16 +39,35 @@ def test_resume_with_a_changed_config_is_refused_and_the_record_kept(tmp_path):
     assert (tmp_path / "experiment.yaml").read_text() == before
 
 
-def test_resume_takes_a_record_written_before_a_key_was_added(tmp_path):
-    """An experiment launched before ``min_rank_tokens`` existed: its record lacks the key,
-    which is no change of what it launched (its resume was refused, naming the key)."""
+def test_an_experiment_recorded_before_a_key_existed_resumes_as_it_launched(tmp_path, repo_root):
+    """A GPU ladder launched before ``min_rank_tokens``: its record lacks the key, so its resume
+    plans with the behaviour it launched with (no floor), not the new default's devices, and
+    the record check takes it (it was refused, naming the key; then replanned and refused by
+    the runs' configs)."""
+    path = repo_root / "workflows" / "configs" / "ladder-gpu.yaml"
+    job = load_config(LadderJobConfig, path, [f"--dir={tmp_path}"])
+    old = from_dict(LadderJobConfig, {**to_dict(job), "min_rank_tokens": 0})
+    launched = plan_ladder(old, None)
+    write_experiment_record(old, launched, tmp_path, resume=False)
+    recorded = yaml.safe_load((tmp_path / "experiment.yaml").read_text())
+    del recorded["min_rank_tokens"]
+    (tmp_path / "experiment.yaml").write_text(yaml.safe_dump(recorded))
+    resumed = as_launched(job, tmp_path)
+    assert resumed.min_rank_tokens == 0
+    plans = plan_ladder(resumed, None)
+    assert [p.devices for p in plans] == [p.devices for p in launched]
+    assert [p.devices for p in plans] != [p.devices for p in plan_ladder(job, None)]
+    write_experiment_record(resumed, plans, tmp_path, resume=True)
+    given = from_dict(LadderJobConfig, {**to_dict(job), "min_rank_tokens": 4096})
+    assert as_launched(given, tmp_path).min_rank_tokens == 4096  # a value given is kept
+
+
+def test_resume_with_an_entry_added_to_a_mapping_is_refused(tmp_path):
+    """A key on one side of a mapping setting is a change: a new duration.multiple_by_size entry
+    would be recorded while Tune restores the trial at its launch's multiple."""
     record(tmp_path, BASE, resume=False)
-    path = tmp_path / "experiment.yaml"
-    old = yaml.safe_load(path.read_text())
-    del old["min_rank_tokens"]
-    path.write_text(yaml.safe_dump(old))
-    record(tmp_path, BASE, resume=True)
-    assert "min_rank_tokens" in yaml.safe_load(path.read_text())
+    with pytest.raises(ConfigError, match=r"^--resume: duration.multiple_by_size.15K differs"):
+        record(tmp_path, {**BASE, "duration": {"multiple_by_size": {"15K": 16}}}, resume=True)
 
 
 def test_resume_takes_the_same_config_and_a_new_ray_address(tmp_path):
