@@ -259,8 +259,10 @@ class Processes:
                 pytest.fail(f"not reached in {timeout} s:\n{log.read_text()[-3000:]}")
             time.sleep(0.2)
 
-    def kill(self, proc: subprocess.Popen, sig: int = signal.SIGKILL, timeout: float = 60) -> None:
-        """Signal the process group of ``proc`` (one this harness started) and reap it."""
+    def kill(self, proc: subprocess.Popen, sig: int = signal.SIGKILL, timeout: float = 180) -> None:
+        """Signal the process group of ``proc`` (one this harness started) and reap it. The
+        wait is long: a Ctrl+C'd run finishes its async save before it exits, which took over
+        60 s once on a loaded 2-core machine (alone: under a second)."""
         assert proc in self.started, "only processes this harness started are signalled"
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
