@@ -261,8 +261,8 @@ class Processes:
 
     def kill(self, proc: subprocess.Popen, sig: int = signal.SIGKILL, timeout: float = 180) -> None:
         """Signal the process group of ``proc`` (one this harness started) and reap it. The
-        wait is long: a Ctrl+C'd run finishes its async save before it exits, which took over
-        60 s once on a loaded 2-core machine (alone: under a second)."""
+        wait is long: a Ctrl+C'd run took over 60 s to exit once on a loaded 2-core machine
+        (alone, a second or so); a process that never exits still fails the test."""
         assert proc in self.started, "only processes this harness started are signalled"
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
