@@ -68,6 +68,21 @@ Ray at a time, while the other worker takes the rest: two Rays at once would ove
 and a single-process test leaves the second core idle (benchmarks/RESULTS.md, "Suite time")."""
 
 
+@pytest.fixture(autouse=True)
+def signal_handlers_restored():
+    """Each test ends with the SIGINT and SIGTERM handlers it started with. Ray Train's and
+    Tune's ``fit`` set their own in the main thread and can leave them: a later test on the same
+    pytest worker then got no KeyboardInterrupt from a Ctrl+C (``sigterm_as_ctrl_c``'s test),
+    and its child processes inherited an ignored SIGINT (a Ctrl+C'd run trained on)."""
+    signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)  # a mask is inherited by children
+    saved = {sig: signal.getsignal(sig) for sig in signals}
+    yield
+    for sig, handler in saved.items():
+        if handler is not None and signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
+
+
 def pytest_collection_modifyitems(config, items):
     """Marks ``ray`` every test that needs a Ray, and stops the run if one sits outside
     :data:`RAY_TEST_FILES` (the scheduler below would run it beside the other Ray tests)."""

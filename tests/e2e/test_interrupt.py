@@ -45,9 +45,11 @@ def test_ctrl_c_stops_the_ladder_as_interrupted_and_resume_runs_what_never_start
     assert "Traceback" not in out
     run = json.loads((metrics.parent / "run.json").read_text())
     # Unfinished and resumable: neither stopped (early stopping's word) nor finished nor failed,
-    # nor "running" at step 0 as its start wrote it: interrupted where its metrics end.
+    # nor "running" at step 0 as its start wrote it: interrupted where its metrics end (a Ray
+    # Train worker of the stopped trial, killed a moment later, may log one step more).
     assert run["status"] == "interrupted", run
-    assert 0 < run["last_step"] == last_logged_step(metrics.parent) < run["total_steps"], run
+    logged = last_logged_step(metrics.parent)
+    assert 0 < logged - 2 <= run["last_step"] <= logged < run["total_steps"], run
     assert not (runs / "15K" / "run.json").exists()
 
     resumed = processes.python("workflows/ladder.py", "--config", cfg, "--resume", timeout=600)
