@@ -302,6 +302,11 @@ class KillController(tune.Callback):
         os.kill(self.killed, signal.SIGKILL)
 
 
+def trial_losing_its_controller(cfg: RayTrainConfig, exp_dir: Path, kill: KillController) -> None:
+    """``cfg`` as one Tune trial under ``exp_dir`` whose Ray Train controller ``kill`` SIGKILLs."""
+    run_trials([TrialSpec("run", cfg)], exp_dir, TuneSettings(callbacks=[kill]), resume=False)
+
+
 def test_a_lost_ray_train_controller_costs_its_trial_one_retry(
     ray_session, config, tmp_path, capfd, ray_log
 ):
@@ -309,14 +314,8 @@ def test_a_lost_ray_train_controller_costs_its_trial_one_retry(
     driver records the run failed with why, Tune retries the trial (``ray.max_failures=1``)
     and the retry resumes the run from its latest checkpoint to the end. The console says so
     in one line, with no traceback."""
-    run_dir = tmp_path / "runs" / "run"
-    kill = KillController(step=8)
-    run_trials(
-        [TrialSpec("run", config(run_dir, "--ray.max_failures=1"))],
-        tmp_path,
-        TuneSettings(callbacks=[kill]),
-        resume=False,
-    )
+    run_dir, kill = tmp_path / "runs" / "run", KillController(step=8)
+    trial_losing_its_controller(config(run_dir, "--ray.max_failures=1"), tmp_path, kill)
     assert kill.killed is not None
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "finished" and record["last_step"] == 16
@@ -333,15 +332,9 @@ def test_a_lost_controller_with_no_retry_left_records_its_run_failed(ray_session
     """``ray.max_failures=0``: the trial fails for good, and nothing of the run is left to say
     so but the experiment's driver; run.json went on saying "running" (the lost controller's
     error is a one-line run failure, which the driver took for a refused launch)."""
-    run_dir = tmp_path / "runs" / "run"
-    kill = KillController(step=8)
+    run_dir, kill = tmp_path / "runs" / "run", KillController(step=8)
     with pytest.raises(TrialsFailedError) as failed:
-        run_trials(
-            [TrialSpec("run", config(run_dir, "--ray.max_failures=0"))],
-            tmp_path,
-            TuneSettings(callbacks=[kill]),
-            resume=False,
-        )
+        trial_losing_its_controller(config(run_dir, "--ray.max_failures=0"), tmp_path, kill)
     assert kill.killed is not None
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "failed" and record["last_step"] >= 8

@@ -246,7 +246,9 @@ def run_trials(
 
     from trainer_core.ray.node_view import data_inputs, driver_view
 
-    inputs = {i for s in specs for i in data_inputs(s.config.data)}
+    # one read of each data setting, not one per trial (a sweep's trials share theirs)
+    data = {(s.config.data.mix, s.config.data.shards): s.config.data for s in specs}
+    inputs = {i for cfg in data.values() for i in data_inputs(cfg)}
     view = driver_view(exp_dir, "dir", sorted(inputs, key=str))
     trainable, failure, callbacks, reuse = _trial_setup(specs, view)
     tune_dir = storage.join(exp_dir, settings.name)

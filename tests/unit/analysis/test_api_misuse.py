@@ -70,7 +70,7 @@ def test_annealed_points_with_their_column_are_fitted(ladder_dir: Path):
     res = load(ladder_dir)
     annealed = chinchilla_from_points(res.points[res.points["annealed"]])
     assert annealed.params() == pytest.approx(
-        chinchilla_from_points(res.fit_points()).params(), rel=1e-6
+        chinchilla_from_points(res.fit_points()).params(), rel=1e-4
     )
 
 
@@ -231,5 +231,5 @@ def test_a_law_refuses_an_array_with_a_value_that_is_not_positive():
         "L(N, D).compute_optimal: C: every value must be a positive finite number (2 of 3 are not)"
     )
     n_opt, d_opt = SYMMETRIC.compute_optimal(np.array([6e20, 6e22]))
-    assert n_opt == pytest.approx([1e10, 1e11], rel=1e-6)
+    assert n_opt == pytest.approx([1e10, 1e11], rel=1e-4)
     assert FRONTIER.predict(np.array([1e20, 1e21])).shape == (2,)

@@ -85,7 +85,7 @@ def test_a_nan_task_loss_at_one_point_leaves_out_that_point(tmp_path: Path):
     gappy.loc[row, "synth/bpb"] = math.nan
     law = fit_task(gappy, "synth", TRUTH.chance, n_bootstrap=0)
     without = fit_task(points.drop(index=row), "synth", TRUTH.chance, n_bootstrap=0)
-    assert law.predict(4e9, 8e10).acc == pytest.approx(without.predict(4e9, 8e10).acc, rel=1e-6)
+    assert law.predict(4e9, 8e10).acc == pytest.approx(without.predict(4e9, 8e10).acc, rel=1e-4)
     size = points.loc[row, "size"]
     assert law.flags[0] == (
         f"MISSING: no finite synth/bpb / synth/acc at {size} (1 of 16 points): both steps "
@@ -137,7 +137,7 @@ def test_fit_task_by_default_fits_a_ladder_as_the_report_does(tmp_path: Path):
     law = fit_task(points, TASK, TASK_TRUTH.chance, n_bootstrap=0)
     every = fit_task(points, TASK, TASK_TRUTH.chance, n_bootstrap=0, final_only=False)
     assert not law.final_only and law.step1.n_points == len(points) == 16
-    assert law.predict_loss(1e9, 2e10) == pytest.approx(every.predict_loss(1e9, 2e10), rel=1e-6)
+    assert law.predict_loss(1e9, 2e10) == pytest.approx(every.predict_loss(1e9, 2e10), rel=1e-4)
     with pytest.raises(AnalysisError, match="needs >= 5 points, got 4"):
         fit_task(points, TASK, TASK_TRUTH.chance, n_bootstrap=0, final_only=True)
     published = table(tmp_path, task_ladder(TRUTH, seed=1))

@@ -230,7 +230,7 @@ def test_dry_run_row_has_the_shape_beta2_and_wall_clock_hours():
     row = p.table_row(ladder)
     assert row["layers/d/heads/kv/mlp"] == "32/4096/32/8/14336"
     assert row["beta2"] == p.config.optim.beta2 == 0.95
-    assert row["wall h"] == pytest.approx(row["device-h"] / p.devices, rel=1e-6)
+    assert row["wall h"] == pytest.approx(row["device-h"] / p.devices, rel=1e-4)
     small = gpu_ladder(sizes=["200M"], batch={"coef": 2048 * 100})
     assert plan_size("200M", small).table_row(small)["beta2"] == 0.99
 
