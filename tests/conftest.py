@@ -68,12 +68,18 @@ Ray at a time, while the other worker takes the rest: two Rays at once would ove
 and a single-process test leaves the second core idle (benchmarks/RESULTS.md, "Suite time")."""
 
 
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # pytest started in the background of a script (`bash .ci/run > log &`) inherits an ignored
+    # SIGINT, and so would every run the tests start: the Ctrl+C tests' runs then trained on to
+    # exit 0 (three local CI runs of stop 48). A terminal's pytest has Python's default.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @pytest.fixture(autouse=True)
 def signal_handlers_restored():
-    """Each test ends with the SIGINT and SIGTERM handlers it started with. Ray Train's and
-    Tune's ``fit`` set their own in the main thread and can leave them: a later test on the same
-    pytest worker then got no KeyboardInterrupt from a Ctrl+C (``sigterm_as_ctrl_c``'s test),
-    and its child processes inherited an ignored SIGINT (a Ctrl+C'd run trained on)."""
+    """Each test ends with the SIGINT and SIGTERM handlers it started with, and starts with
+    neither blocked (a child inherits the mask): Ray Train's and Tune's ``fit`` set their own
+    handlers in the main thread and leave them, for whatever test runs next on that worker."""
     signals = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)  # a mask is inherited by children
     saved = {sig: signal.getsignal(sig) for sig in signals}

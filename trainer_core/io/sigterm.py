@@ -36,7 +36,14 @@ def _exit(signum: int, frame: object) -> None:
 
 
 def _ctrl_c(signum: int, frame: object) -> None:
-    signal.raise_signal(signal.SIGINT)
+    # What a Ctrl+C runs: the SIGINT handler (Tune's, or Python's KeyboardInterrupt), called
+    # here rather than by raising SIGINT, which a process can have ignored or blocked from its
+    # start (a shell script's `cmd &` ignores it; Ray's own processes block it): the SIGTERM
+    # would then do nothing, and `ray job stop` SIGKILLs the driver 3 s later.
+    handler = signal.getsignal(signal.SIGINT)
+    if not callable(handler):
+        raise KeyboardInterrupt
+    handler(signal.SIGINT, frame)
 
 
 def sigterm_raises_exit() -> AbstractContextManager[None]:
@@ -47,6 +54,7 @@ def sigterm_raises_exit() -> AbstractContextManager[None]:
 
 
 def sigterm_as_ctrl_c() -> AbstractContextManager[None]:
-    """Within the block SIGTERM raises SIGINT in the main thread, so Tune stops as on a Ctrl+C.
-    Enter it after ``ray.init``, which replaces any handler set before."""
+    """Within the block SIGTERM runs the SIGINT handler in the main thread, so Tune stops as on
+    a Ctrl+C (KeyboardInterrupt where no handler is set). Enter it after ``ray.init``, which
+    replaces any handler set before."""
     return _handled_by(_ctrl_c)
