@@ -23,6 +23,7 @@ from trainer_core.analysis.bootstrap import (
     percentile_interval,
     scaled_onto_estimate,
 )
+from trainer_core.analysis.display import ShownAsText
 from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.solver import (
     LOCAL_STARTS,
@@ -139,7 +140,7 @@ def _as_arrays(what: str, min_points: int, **columns: ArrayLike) -> list[np.ndar
 
 
 @dataclass(kw_only=True)
-class FitStats:
+class FitStats(ShownAsText):
     """What every fit carries besides its parameters: its size, objective and bootstrap."""
 
     n_points: int

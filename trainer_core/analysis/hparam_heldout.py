@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainer_core.analysis.bootstrap import percentile_interval
+from trainer_core.analysis.display import ShownAsText
 from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.hparam_laws import (
     N_BOOTSTRAP,
@@ -23,7 +24,7 @@ from trainer_core.analysis.hparam_laws import (
 
 
 @dataclass
-class HparamHeldOut:
+class HparamHeldOut(ShownAsText):
     """One cell left out of the law: its measured optimum against the law's prediction.
 
     ``interval`` is where the cell's measurement should fall: the law's bootstrap at the cell

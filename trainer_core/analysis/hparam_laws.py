@@ -29,6 +29,7 @@ from scipy.stats import t as student_t
 
 from trainer_core.analysis.bootstrap import CI_LEVEL, percentile_interval
 from trainer_core.analysis.checks import format_flags
+from trainer_core.analysis.display import ShownAsText
 from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.optimum import N_BOOTSTRAP, grid_optimum, not_bracketed, pooled_noise
 
@@ -47,7 +48,7 @@ OTHER: dict[Param, Param] = {"lr": "batch", "batch": "lr"}
 
 
 @dataclass
-class CellOptimum:
+class CellOptimum(ShownAsText):
     """The optimal LR (or batch) of one (N, D) cell, with its 95% interval.
 
     ``method``: "quadratic" (vertex of a parabola in log ``param`` through the lowest points)
@@ -198,7 +199,7 @@ def cell_optima(
 
 
 @dataclass
-class HparamLawFit:
+class HparamLawFit(ShownAsText):
     """``param``*(N, D) = c N^a D^b over the bracketed cells (weighted least squares in log
     space). Terms the data cannot resolve are left out of ``terms`` and named in ``notes``."""
 
@@ -436,7 +437,7 @@ def fit_hparam_law(
 
 
 @dataclass
-class HparamPrediction:
+class HparamPrediction(ShownAsText):
     """LR* and B* at one (N, D), each with the 95% interval of its law's bootstrap."""
 
     N: float
@@ -458,7 +459,7 @@ class HparamPrediction:
 
 
 @dataclass
-class HparamLaws:
+class HparamLaws(ShownAsText):
     """The cells' optima and the laws through them: LR*(N, D) and, when batch is swept, B*."""
 
     lr_cells: list[CellOptimum]

@@ -23,6 +23,7 @@ from trainer_core.analysis.bootstrap import (
     percentile_interval,
 )
 from trainer_core.analysis.curves import budget_grid, size_curves
+from trainer_core.analysis.display import ShownAsText
 from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.fits import (
     ChinchillaFit,
@@ -96,7 +97,7 @@ def _resampled_slope(points: pd.DataFrame, log_loss: np.ndarray) -> tuple[float,
 
 
 @dataclass
-class IsoFLOPFit:
+class IsoFLOPFit(ShownAsText):
     """N_opt = k C^a and D_opt = C / (6 N_opt) ~ C^b from the valid isoFLOP parabolas."""
 
     a: float

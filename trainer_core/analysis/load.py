@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from trainer_core.analysis.display import ShownAsText
 from trainer_core.analysis.errors import AnalysisError
 from trainer_core.checkpoint.listing import list_checkpoints
 from trainer_core.errors import RunWarning
@@ -87,7 +88,7 @@ admit a cosine run's checkpoints past mid-decay, which the flag does not."""
 
 
 @dataclass
-class ExperimentResults:
+class ExperimentResults(ShownAsText):
     """An experiment (or a single run) as DataFrames; see :func:`load`."""
 
     path: Path | str
@@ -99,6 +100,25 @@ class ExperimentResults:
     tasks: pd.DataFrame
     """Every eval with task metrics, one row per (run, step): checkpoint evals and those of
     ``metrics.jsonl`` (``annealed`` from the LR logged with them; unknown counts as not)."""
+
+    def __str__(self) -> str:
+        """What was read, in three lines: the runs by status and size, the evals, and where to
+        look next (the notebook display of a result)."""
+        runs = self.runs.sort_values("num_params") if len(self.runs) else self.runs
+        statuses = ", ".join(f"{n} {s}" for s, n in runs["status"].value_counts().items())
+        sizes = ", ".join(dict.fromkeys(str(s) for s in runs["size"]))
+        annealed = int(self.points["annealed"].astype(bool).sum()) if len(self.points) else 0
+        return "\n".join(
+            [
+                f"{self.kind} {self.path}: {len(runs)} runs ({statuses or 'none'}); "
+                f"sizes {sizes or '-'}",
+                f"{len(self.metrics)} metrics lines, {len(self.points)} checkpoint evals "
+                f"({annealed} annealed), {len(self.tasks)} task evals of "
+                f"{', '.join(self.task_names) or 'no task'}",
+                "frames: .runs .metrics .points .checkpoints .tasks; "
+                ".final() .fit_points() .task_points() .result_grid()",
+            ]
+        )
 
     @property
     def kind(self) -> str:

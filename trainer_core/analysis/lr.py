@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import t as student_t
 
+from trainer_core.analysis.display import ShownAsText
 from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.hparam_laws import SIGMA_FLOOR, CellOptimum, weighted_log_fit
 from trainer_core.analysis.hparam_table import run_groups
@@ -128,7 +129,7 @@ def batches_differ(table: pd.DataFrame) -> bool:
 
 
 @dataclass
-class OptimalLR:
+class OptimalLR(ShownAsText):
     """The best peak LR of one size, with its 95% interval (:mod:`~trainer_core.analysis.optimum`)."""
 
     lr: float
@@ -224,7 +225,7 @@ def optimal_lrs(
 
 
 @dataclass
-class LRPowerLawFit:
+class LRPowerLawFit(ShownAsText):
     """lr*(N) = a * N^b, a log-log least-squares fit weighted by each size's own LR* interval,
     compared to the ladder's exponent.
 

@@ -10,6 +10,7 @@ import pandas as pd
 
 from trainer_core.analysis.bootstrap import percentile_interval
 from trainer_core.analysis.checks import fit_flags, too_few_sizes
+from trainer_core.analysis.display import ShownAsText
 from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.fits import (
     ChinchillaFit,
@@ -37,7 +38,7 @@ def chinchilla_from_points(
 
 
 @dataclass
-class HeldOutPrediction:
+class HeldOutPrediction(ShownAsText):
     """One law's prediction of a held-out point's loss, with the interval a measurement of it
     should fall in: the law's bootstrap spread and the noise one measured point carries
     (:func:`measurement_noise`)."""
@@ -72,7 +73,7 @@ class HeldOutPrediction:
 
 
 @dataclass
-class ExtrapolationCheck:
+class ExtrapolationCheck(ShownAsText):
     """Both laws fitted without the largest size, scored on that size's final (annealed) eval."""
 
     held_out_size: str
@@ -217,7 +218,7 @@ def _nearest_the_frontier(
 
 
 @dataclass
-class LossPrediction:
+class LossPrediction(ShownAsText):
     """A predicted loss and the (N, D, C) it was predicted at; ``how`` says what was assumed,
     ``interval`` is the fit's bootstrap interval there (NaNs without a bootstrap)."""
 

@@ -27,6 +27,7 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
+from trainer_core.analysis.display import ShownAsText
 from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.fits import ChinchillaFit, PowerLawFit, require_positive
 from trainer_core.analysis.hparam_laws import SYMBOL
@@ -68,7 +69,7 @@ REFUSED = "refused (see below)"
 
 
 @dataclass(frozen=True)
-class FlopsPerToken:
+class FlopsPerToken(ShownAsText):
     """A token's training FLOPs at N parameters: 6 N plus attention, whose FLOPs per parameter
     ``coef * N^-power`` fall as the ladder's shapes widen (fitted over its runs' counts)."""
 
@@ -105,7 +106,7 @@ class FlopsPerToken:
 
 
 @dataclass(frozen=True)
-class DeviceCost:
+class DeviceCost(ShownAsText):
     """What one device delivers: its peak FLOP/s times the MFU a run is assumed to reach."""
 
     device: str
@@ -180,7 +181,7 @@ def _require_lr_sweep(where: Location, label: str) -> None:
 
 
 @dataclass(frozen=True)
-class LawSources:
+class LawSources(ShownAsText):
     """The sweep dirs the LR* and B* rows read ("" for none), and the ``batch.sweep_law`` B* is
     fitted with ("": the batch sweep's own)."""
 
@@ -356,7 +357,7 @@ ROWS = (
 
 
 @dataclass
-class TargetAnswer:
+class TargetAnswer(ShownAsText):
     """The table at compute C: a column per approach, and how LR*, B* and the cost were had."""
 
     C: float
@@ -391,6 +392,26 @@ class TargetAnswer:
             (label, [_cell(getattr(col, attr), fmt) for col in self.columns])
             for label, attr, fmt in ROWS
         ]
+
+    def to_frame(self) -> pd.DataFrame:
+        """The table as numbers, one row per approach: each value with its interval's ends
+        (``N``, ``N_lo``, ``N_hi``; NaN where an approach has none) and ``flops`` and
+        ``device_hours``; an LR* or B* that a ladder's plan refuses is NaN, with its reason
+        in ``lr_note`` / ``batch_note``."""
+        rows = []
+        for col in self.columns:
+            row: dict[str, object] = {"approach": col.approach}
+            for _, attr, _ in ROWS:
+                value = getattr(col, attr)
+                if attr in ("flops", "device_hours"):
+                    row[attr] = math.nan if value is None else float(value)
+                    continue
+                v, lo, hi = value if isinstance(value, tuple) else (math.nan,) * 3
+                row.update({attr: v, f"{attr}_lo": lo, f"{attr}_hi": hi})
+                if attr in ("lr", "batch"):
+                    row[f"{attr}_note"] = value if isinstance(value, str) else ""
+            rows.append(row)
+        return pd.DataFrame(rows).set_index("approach")
 
     def footer(self) -> list[str]:
         """What the table assumes: the device and MFU, where LR* and B* come from."""

@@ -18,6 +18,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from trainer_core.analysis.bootstrap import CI_LEVEL, percentile_interval
+from trainer_core.analysis.display import ShownAsText
 from trainer_core.analysis.errors import AnalysisError
 
 NEAR_CHANCE = 0.1
@@ -30,7 +31,7 @@ K_RANGE = (1e-3, 1e3)
 
 
 @dataclass
-class SigmoidFit:
+class SigmoidFit(ShownAsText):
     """acc(L) = floor + (ceiling - floor) / (1 + exp(k (L - L0))); ``chance`` for the flags."""
 
     chance: float

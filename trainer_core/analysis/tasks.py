@@ -33,6 +33,7 @@ import pandas as pd
 
 from trainer_core.analysis.bootstrap import percentile_interval
 from trainer_core.analysis.checks import fit_flags, unresolved
+from trainer_core.analysis.display import ShownAsText
 from trainer_core.analysis.errors import AnalysisError
 from trainer_core.analysis.fits import (
     ChinchillaFit,
@@ -55,7 +56,7 @@ STEP1_COMPUTE = "compute"
 
 
 @dataclass
-class TaskPrediction:
+class TaskPrediction(ShownAsText):
     """One task's two-step prediction at (N, D), beside the measured values when known."""
 
     task: str
@@ -132,7 +133,7 @@ TABLE_NOTE = (
 
 
 @dataclass
-class TaskReport:
+class TaskReport(ShownAsText):
     """Predictions of several tasks, printed as a table; flags follow under it. ``laws``: the
     fits behind them by task, for the plots."""
 
@@ -180,7 +181,7 @@ def _miss(p: TaskPrediction) -> str:
 
 
 @dataclass
-class TaskLaw:
+class TaskLaw(ShownAsText):
     """Both steps of one task: task loss vs (N, D) or compute, accuracy vs task loss."""
 
     task: str
