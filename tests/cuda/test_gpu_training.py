@@ -12,6 +12,7 @@ import json
 import pytest
 import torch
 
+from trainer_core.checkpoint.rng import restore_rng, rng_state
 from trainer_core.config.loader import ConfigError
 from trainer_core.config.sections import ModelConfig
 from trainer_core.model.attention import SDPA_BACKENDS, attention_backends_run
@@ -145,6 +146,17 @@ def test_checkpoint_save_and_resume_on_gpu(tmp_path, tiny_config):
     assert [r["step"] for r in lines] == [5, 10, 15, 20]
     assert [r["train/loss"] for r in lines] == pytest.approx(straight_losses, abs=1e-5)
     assert resumed["eval/loss"] == pytest.approx(straight["eval/loss"], abs=1e-5)
+
+
+def test_a_gpu_runs_checkpoint_keeps_its_devices_cuda_generator():
+    """The CUDA generator of the run's device is saved and restored (a CPU run's is not)."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.manual_seed(3)
+    saved = rng_state(0, device)
+    after_save = torch.rand(4, device=device)
+    torch.cuda.manual_seed(4)
+    assert "cuda" in saved["rank0"] and restore_rng(saved, 0, device)
+    assert torch.equal(torch.rand(4, device=device), after_save)
 
 
 class SyncsAreErrors(BaseCallback):

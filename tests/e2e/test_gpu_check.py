@@ -29,6 +29,7 @@ GPU_TESTS = {
         for kv in (4, 2)  # key/value heads of 4: plain and grouped-query attention
     ),
     "test_checkpoint_save_and_resume_on_gpu",
+    "test_a_gpu_runs_checkpoint_keeps_its_devices_cuda_generator",
     "test_steps_between_log_steps_make_no_host_sync_on_cuda",
     "test_the_cuda_group_takes_device_tensors_and_objects",
 }

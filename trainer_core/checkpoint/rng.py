@@ -10,8 +10,10 @@ import numpy as np
 import torch
 
 
-def rng_state(rank: int) -> dict[str, Any]:
-    """This rank's RNG states, keyed ``rank<r>`` so DCP keeps every rank's copy.
+def rng_state(rank: int, device: torch.device | None = None) -> dict[str, Any]:
+    """This rank's RNG states, keyed ``rank<r>`` so DCP keeps every rank's copy; the CUDA
+    generator's of ``device`` when the run computes there (a CPU run on a GPU machine touched
+    CUDA for it: a context on GPU 0 for every rank).
 
     Python and NumPy states are plain tuples/lists of ints (``weights_only``-loadable); the torch
     states are byte tensors.
@@ -23,13 +25,16 @@ def rng_state(rank: int) -> dict[str, Any]:
         "numpy": (str(kind), [int(k) for k in keys], int(pos), int(has_gauss), float(cached)),
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
+    if device is not None and device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return {f"rank{rank}": state}
 
 
-def restore_rng(states: dict[str, Any], rank: int | None = None) -> bool:
-    """Restore the RNG states of ``rank`` (or of the only rank in ``states``); False if absent.
+def restore_rng(
+    states: dict[str, Any], rank: int | None = None, device: torch.device | None = None
+) -> bool:
+    """Restore the RNG states of ``rank`` (or of the only rank in ``states``), the CUDA one
+    into ``device``'s generator when the run computes there; False if absent.
 
     Absent means the checkpoint came from a smaller world: this rank keeps its current states.
     """
@@ -49,6 +54,6 @@ def restore_rng(states: dict[str, Any], rank: int | None = None) -> bool:
         np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     if "torch" in state:
         torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
+    if "cuda" in state and device is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], device)
     return True

@@ -31,6 +31,10 @@ CPU_BACKENDS = ("auto", "flash", "math")
 SIXTEEN_BIT_BACKENDS = ("flash", "cudnn")
 """GPU kernels that take only fp16/bf16 inputs."""
 
+MIN_CAPABILITY = {"flash": (8, 0), "cudnn": (8, 0)}
+"""CUDA compute capability the forced GPU kernels need (Ampere on); older GPUs (V100 7.0, T4
+7.5) run 'efficient' or 'math'."""
+
 REPEATS_KV_HEADS = ("efficient",)
 """Backends given every key/value head repeated for its query heads: the memory-efficient kernel
 takes no grouped-query inputs (``enable_gqa``), so forcing it on a GQA model would fail with
@@ -72,10 +76,29 @@ def check_attention_backend(backend: str, device: torch.device, sixteen_bit: boo
     where = f"model.attention_backend: {backend!r}"
     if device.type == "cpu" and backend not in CPU_BACKENDS:
         raise ConfigError(f"{where} needs a CUDA GPU; on CPU use one of {', '.join(CPU_BACKENDS)}")
-    if device.type == "cuda" and backend in SIXTEEN_BIT_BACKENDS and not sixteen_bit:
+    if device.type != "cuda":
+        return
+    if backend in SIXTEEN_BIT_BACKENDS and not sixteen_bit:
         raise ConfigError(
             f"{where} takes only 16-bit inputs; set parallel.param_dtype=bfloat16, or use "
             "'efficient' or 'auto' for fp32"
+        )
+    if backend in MIN_CAPABILITY:
+        check_backend_capability(
+            backend, torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device)
+        )
+
+
+def check_backend_capability(backend: str, gpu_name: str, capability: tuple[int, int]) -> None:
+    """Refuse, naming the GPU, a forced ``backend`` its compute ``capability`` lacks: torch
+    said so only at the first forward, as "No available kernel", after the model was built.
+    Pure, so each GPU generation's answer is tested without that GPU."""
+    need = MIN_CAPABILITY[backend]
+    if capability < need:
+        raise ConfigError(
+            f"model.attention_backend: {backend!r} needs compute capability "
+            f"{need[0]}.{need[1]}+ and {gpu_name} has {capability[0]}.{capability[1]}: use "
+            "'efficient' or 'auto' on this GPU"
         )
 
 

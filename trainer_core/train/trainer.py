@@ -193,7 +193,7 @@ class Trainer:
         """What a checkpoint holds. The log window's sums differ by rank, so they go in the
         checkpoint's per-rank section beside the RNG states, which loads what it holds: a
         checkpoint saved without them still loads."""
-        per_rank = rng_state(self.rank)
+        per_rank = rng_state(self.rank, self.module.device)
         per_rank[f"rank{self.rank}"][_WINDOW_KEY] = self.window.state(self._layout)
         return {
             "train_module": self.module,
@@ -233,7 +233,7 @@ class Trainer:
         saved = state["rng"].get(f"rank{self.rank}", {})
         self.window = _Window.on(self.module.device, start_time=0.0)
         self.window.resume(saved.get(_WINDOW_KEY), self._layout)
-        restore_rng(state["rng"], self.rank)
+        restore_rng(state["rng"], self.rank, self.module.device)
         return self.step
 
     # -- the loop -----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from trainer_core.config.sections import ModelConfig
 from trainer_core.model.attention import (
     attention_backends_run,
     check_attention_backend,
+    check_backend_capability,
     grouped_kv,
     sdpa_context,
 )
@@ -75,7 +76,6 @@ def test_a_gpu_only_backend_on_cpu_is_a_config_error(tmp_path, tiny_config, back
     [
         ("flash", False, True),
         ("cudnn", False, True),
-        ("flash", True, False),
         ("efficient", False, False),  # takes fp32 too
         ("math", False, False),
         ("auto", False, False),
@@ -90,6 +90,24 @@ def test_sixteen_bit_only_gpu_kernels_refuse_fp32(backend, sixteen_bit, refused)
         ConfigError, match=rf"model.attention_backend: '{backend}' takes only 16-bit"
     ):
         check_attention_backend(backend, torch.device("cuda"), sixteen_bit)
+
+
+@pytest.mark.parametrize(
+    "gpu, capability, refused",
+    [("Tesla V100", (7, 0), True), ("Tesla T4", (7, 5), True), ("A100", (8, 0), False)],
+)
+@pytest.mark.parametrize("backend", ["flash", "cudnn"])
+def test_forced_ampere_kernels_refuse_an_older_gpu_by_name(backend, gpu, capability, refused):
+    """A V100 or T4 failed at the first forward ("No available kernel"), the model built."""
+    if not refused:
+        check_backend_capability(backend, gpu, capability)
+        return
+    with pytest.raises(ConfigError) as e:
+        check_backend_capability(backend, gpu, capability)
+    assert str(e.value) == (
+        f"model.attention_backend: '{backend}' needs compute capability 8.0+ and {gpu} has "
+        f"{capability[0]}.{capability[1]}: use 'efficient' or 'auto' on this GPU"
+    )
 
 
 def test_an_unknown_backend_lists_the_choices(tiny_config, tmp_path):
