@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from trainer_core.analysis.bootstrap import CI_LEVEL, percentile_interval
+from trainer_core.analysis.bootstrap import CI_LEVEL, parallel_map, percentile_interval
 from trainer_core.analysis.display import ShownAsText
 from trainer_core.analysis.errors import AnalysisError
 
@@ -125,6 +126,20 @@ def _starts(loss: np.ndarray, acc: np.ndarray, chance: float) -> list[np.ndarray
     ]
 
 
+def _refit_resample(
+    loss: np.ndarray,
+    acc: np.ndarray,
+    chance: float,
+    fixed: dict[str, float],
+    theta: np.ndarray,
+    idx: np.ndarray,
+) -> np.ndarray:
+    """The parameters refitted to the points ``idx`` (one bootstrap resample), started at the
+    fit's own ``theta`` and a third of the usual starts."""
+    starts = [theta, *_starts(loss[idx], acc[idx], chance)[::3]]
+    return _fit_sigmoid_once(loss[idx], acc[idx], chance, fixed, starts)[0]
+
+
 def fit_sigmoid(
     loss: np.ndarray | pd.Series,
     acc: np.ndarray | pd.Series,
@@ -164,12 +179,9 @@ def fit_sigmoid(
         )
     fixed = {k: v for k, v in (("floor", floor), ("ceiling", ceiling)) if v is not None}
     theta, mse = _fit_sigmoid_once(loss, acc, chance, fixed, _starts(loss, acc, chance))
-    rng = np.random.default_rng(seed)
-    refits = []
-    for _ in range(n_bootstrap):
-        idx = rng.integers(0, loss.size, loss.size)
-        starts = [theta, *_starts(loss[idx], acc[idx], chance)[::3]]
-        refits.append(_fit_sigmoid_once(loss[idx], acc[idx], chance, fixed, starts)[0])
+    resamples = np.random.default_rng(seed).integers(0, loss.size, (n_bootstrap, loss.size))
+    refit = partial(_refit_resample, loss, acc, chance, fixed, theta)
+    refits = parallel_map(refit, resamples)
     samples = {}
     if refits:
         arr = np.array(refits)
