@@ -24,16 +24,27 @@ import yaml
 from scripts import load_script
 from synthetic_experiments import make_ladder, make_sweep
 
+from trainer_core.analysis.bootstrap import WORKERS_ENV
 from trainer_core.data.demo_corpus import CACHE_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    # One compute thread per pytest worker (and for what it starts): with two workers on two
-    # cores, torch's and BLAS's default of a thread per core puts four busy threads on two cores,
-    # and OpenMP's spin-waiting threads then slow every test that shares the machine. Set before
-    # anything here imports torch; subprocesses and the Rays started here inherit it.
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+ONE_CORE_EACH = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", WORKERS_ENV: "1"}
+"""Under ``pytest -n N``: one compute thread per pytest worker and per process it starts, and
+the analysis's refits in-process. With two workers on two cores, torch's, OpenBLAS's and
+joblib's default of one per core put four or more busy threads on two cores, and spin-waiting
+threads then slow every test that shares the machine (benchmarks/RESULTS.md, "Suite time")."""
+
+
+def pytest_configure(config):
+    """Set :data:`ONE_CORE_EACH` in the xdist controller, before it starts its workers: they
+    inherit it from their start. Set in a worker's conftest it came too late for OpenBLAS,
+    which numpy (imported with the helpers above) had started with a thread per core."""
+    if getattr(config.option, "numprocesses", None):
+        for name, value in ONE_CORE_EACH.items():
+            os.environ.setdefault(name, value)
+
+
 os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
 # Ray reads its auth mode once per process: every Ray this process starts or joins (the local

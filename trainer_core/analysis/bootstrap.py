@@ -28,6 +28,9 @@ CI_LEVEL = 0.95
 MIN_PARALLEL_ROWS = 8
 """Fewer rows than this run in-process: the pool's start-up (~1 s, once per process) costs more."""
 MAX_FIT_WORKERS = 8
+WORKERS_ENV = "RAYLADDER_ANALYSIS_WORKERS"
+"""Processes the refits may use (default: the cores this process may run on, at most
+:data:`MAX_FIT_WORKERS`); 1 keeps them in-process, for a machine whose cores are busy already."""
 
 T = TypeVar("T")
 _in_worker = False
@@ -143,7 +146,7 @@ def parallel_map(fn: Callable[[np.ndarray], T], rows: np.ndarray) -> list[T]:
     benchmark's) stay in-process.
     """
     rows = np.asarray(rows)
-    workers = min(_cores(), MAX_FIT_WORKERS)
+    workers = fit_workers()
     nested = _in_worker or multiprocessing.parent_process() is not None
     if workers < 2 or nested or len(rows) < MIN_PARALLEL_ROWS:
         return [fn(r) for r in rows]
@@ -156,6 +159,16 @@ def _map_chunk(fn: Callable[[np.ndarray], T], chunk: np.ndarray) -> list[T]:
     global _in_worker
     _in_worker = True
     return [fn(r) for r in chunk]
+
+
+def fit_workers() -> int:
+    """How many processes :func:`parallel_map` spreads over (:data:`WORKERS_ENV`)."""
+    given = os.environ.get(WORKERS_ENV, "").strip()
+    if not given:
+        return min(_cores(), MAX_FIT_WORKERS)
+    if not given.isdigit() or int(given) < 1:
+        raise AnalysisError(f"{WORKERS_ENV}={given!r}: give a whole number of processes, >= 1")
+    return int(given)
 
 
 def _cores() -> int:
