@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from trainer_core.config.decode import ConfigError
 from trainer_core.errors import RunWarning
 
 if TYPE_CHECKING:
@@ -144,3 +145,16 @@ def device_hours(flops: float, peak_flops: float, mfu: float) -> float:
     """Hours of one device for ``flops`` at ``mfu`` of its peak: the one rule the ladder's plan
     and the analysis's target table both price runs with."""
     return flops / (peak_flops * mfu) / 3600
+
+
+def require_capability(
+    setting: str, need: tuple[int, int], gpu_name: str, capability: tuple[int, int], instead: str
+) -> None:
+    """Refuse, naming the GPU, a ``setting`` that needs compute capability ``need`` on a GPU of
+    ``capability``; ``instead``: what to set on this GPU. Pure, so each GPU generation's answer
+    is tested without that GPU."""
+    if capability < need:
+        raise ConfigError(
+            f"{setting} needs compute capability {need[0]}.{need[1]}+ and {gpu_name} has "
+            f"{capability[0]}.{capability[1]}: {instead}"
+        )

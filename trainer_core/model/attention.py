@@ -16,6 +16,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from trainer_core.config.loader import ConfigError
+from trainer_core.devices import require_capability
 
 SDPA_BACKENDS = {
     "flash": SDPBackend.FLASH_ATTENTION,
@@ -91,15 +92,14 @@ def check_attention_backend(backend: str, device: torch.device, sixteen_bit: boo
 
 def check_backend_capability(backend: str, gpu_name: str, capability: tuple[int, int]) -> None:
     """Refuse, naming the GPU, a forced ``backend`` its compute ``capability`` lacks: torch
-    said so only at the first forward, as "No available kernel", after the model was built.
-    Pure, so each GPU generation's answer is tested without that GPU."""
-    need = MIN_CAPABILITY[backend]
-    if capability < need:
-        raise ConfigError(
-            f"model.attention_backend: {backend!r} needs compute capability "
-            f"{need[0]}.{need[1]}+ and {gpu_name} has {capability[0]}.{capability[1]}: use "
-            "'efficient' or 'auto' on this GPU"
-        )
+    said so only at the first forward, as "No available kernel", after the model was built."""
+    require_capability(
+        f"model.attention_backend: {backend!r}",
+        MIN_CAPABILITY[backend],
+        gpu_name,
+        capability,
+        "use 'efficient' or 'auto' on this GPU",
+    )
 
 
 def attention_backends_run(fn: Callable[[], object]) -> set[str]:

@@ -25,6 +25,7 @@ from torch import nn
 
 from trainer_core.config.loader import ConfigError
 from trainer_core.config.sections import ParallelConfig
+from trainer_core.devices import require_capability
 from trainer_core.errors import RunWarning
 
 MIN_CAPABILITY = {"tensorwise": (8, 9), "rowwise": (9, 0)}
@@ -53,15 +54,14 @@ def check_float8(cfg: ParallelConfig, device: torch.device) -> None:
 
 
 def check_capability(recipe: str, gpu_name: str, capability: tuple[int, int]) -> None:
-    """Refuse, naming the GPU, a ``recipe`` that a GPU of this compute ``capability`` can't run.
-    Pure, so each GPU generation's answer is tested without that GPU."""
-    need = MIN_CAPABILITY[recipe]
-    if capability < need:
-        raise ConfigError(
-            f"parallel.float8: {recipe!r} needs compute capability {need[0]}.{need[1]}+ and "
-            f"{gpu_name} has {capability[0]}.{capability[1]}: set parallel.float8=none (bf16) "
-            "on this GPU"
-        )
+    """Refuse, naming the GPU, a ``recipe`` that a GPU of this compute ``capability`` can't run."""
+    require_capability(
+        f"parallel.float8: {recipe!r}",
+        MIN_CAPABILITY[recipe],
+        gpu_name,
+        capability,
+        "set parallel.float8=none (bf16) on this GPU",
+    )
 
 
 def converts(module: nn.Module, fqn: str) -> bool:
