@@ -79,6 +79,15 @@ class SigmoidFit(ShownAsText):
 PARAMS = ("floor", "ceiling", "k", "L0")
 
 
+def rise_noise(accuracy: float, examples: float) -> float:
+    """How far apart two scores of ``accuracy`` on ``examples`` examples each fall by chance
+    alone, 1 time in 20 (1.96 standard errors of their difference); 0 where the count is
+    unknown."""
+    if not (math.isfinite(examples) and examples >= 1):
+        return 0.0
+    return 1.96 * math.sqrt(2 * accuracy * (1 - accuracy) / examples)
+
+
 def _sigmoid(L, floor, ceiling, k, L0):
     with np.errstate(over="ignore"):
         return floor + (ceiling - floor) / (1 + np.exp(k * (L - L0)))
@@ -197,11 +206,20 @@ def fit_sigmoid(
     )
 
 
-def sigmoid_flags(fit: SigmoidFit, acc: np.ndarray) -> list[str]:
-    """What the accuracies leave open: a ceiling never approached, a steepness at its bound."""
+def sigmoid_flags(fit: SigmoidFit, acc: np.ndarray, examples: float = math.nan) -> list[str]:
+    """What the accuracies leave open: a ceiling never approached, a rise no larger than the
+    scores' own sampling noise (on ``examples`` examples each, where known), a steepness at
+    its bound."""
     notes = []
     span = 1 - fit.chance
     top, bottom = float(np.max(acc)), float(np.min(acc))
+    noise = rise_noise(float(np.mean(acc)), examples)
+    if top - bottom < noise:
+        notes.append(
+            f"noise: the accuracies span {bottom:.3g} .. {top:.3g}, less than two scores on "
+            f"{examples:,.0f} examples differ by chance alone 1 time in 20 ({noise:.3g}): the "
+            "rise is not resolved, so the sigmoid's step is a guess (score more examples)"
+        )
     if top - fit.chance < NEAR_CHANCE * span:
         notes.append(
             f"ceiling: every accuracy is within {NEAR_CHANCE:.0%} of chance ({fit.chance:.3g}; "

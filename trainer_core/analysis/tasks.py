@@ -352,7 +352,9 @@ def fit_task(
     flags += [f"step 1 DEGENERATE: {f}" for f in fit_flags(law, min_loss)]
     flags += [f"step 1 UNRESOLVED: {f}" for f in unresolved(law, min_loss)]
     acc = points[acc_col].to_numpy(float)
-    flags += [f"step 2 UNRESOLVED: {f}" for f in sigmoid_flags(sigmoid, acc)]
+    examples_col = task + EXAMPLES_SUFFIX
+    examples = float(points[examples_col].median()) if examples_col in points else math.nan
+    flags += [f"step 2 UNRESOLVED: {f}" for f in sigmoid_flags(sigmoid, acc, examples)]
     return TaskLaw(task, law, sigmoid, flags, accuracy, final_only)
 
 

@@ -219,6 +219,23 @@ def test_a_plateau_above_chance_is_flagged_and_an_impossible_ceiling_refused():
         fit_sigmoid(loss, acc, 0.25, ceiling=0.3, floor=0.6)
 
 
+def test_a_rise_within_the_scores_sampling_noise_is_flagged():
+    """Accuracies rising 0.40 -> 0.48 over the ladder on 100 examples each: two scores of one
+    model differ by 0.138 1 time in 20, so the rise is noise as far as they show; on 10,000
+    examples it is real."""
+    loss = np.linspace(1.6, 1.0, 12)
+    acc = np.linspace(0.40, 0.48, 12)
+    fit = fit_sigmoid(loss, acc, 0.25, n_bootstrap=0)
+    noisy = [f for f in sigmoid_flags(fit, acc, examples=100) if f.startswith("noise:")]
+    assert noisy == [
+        "noise: the accuracies span 0.4 .. 0.48, less than two scores on 100 examples differ by "
+        "chance alone 1 time in 20 (0.138): the rise is not resolved, so the sigmoid's step is "
+        "a guess (score more examples)"
+    ]
+    assert not [f for f in sigmoid_flags(fit, acc, examples=10_000) if f.startswith("noise:")]
+    assert not [f for f in sigmoid_flags(fit, acc) if f.startswith("noise:")]
+
+
 def test_a_resolved_sigmoid_has_no_step2_flags(law, points):
     assert sigmoid_flags(law.step2, points["synth/acc"].to_numpy()) == []
 
