@@ -214,7 +214,9 @@ class ExperimentResults(ShownAsText):
         its run's ``trial`` in :attr:`runs`; its checkpoints are the run's own (``checkpoints``
         here), not Tune's, so ``Result.checkpoint`` is None. A trial's ``metrics_dataframe``
         starts at the trial's last start (after a ``--resume``, that session's reports only):
-        :attr:`metrics` is the complete record.
+        :attr:`metrics` is the complete record. Its last row is the run's summary, reported
+        once training ended (``finished`` = 1, with ``train/loss_last`` and ``diverged``): its
+        step repeats the last eval's.
         """
         tune_dir = storage.join(self.path, tune_name)
         names = storage.entries(tune_dir)  # one listing on the way to the grid
