@@ -17,6 +17,7 @@ import math
 import multiprocessing
 import os
 from collections.abc import Callable
+from statistics import NormalDist
 from typing import TypeVar
 
 import numpy as np
@@ -25,6 +26,8 @@ from joblib import Parallel, delayed
 from trainer_core.analysis.errors import AnalysisError
 
 CI_LEVEL = 0.95
+Z_CI = NormalDist().inv_cdf(0.5 + CI_LEVEL / 2)
+"""Standard normal quantile of the CI_LEVEL interval's upper end (1.96)."""
 MIN_PARALLEL_ROWS = 8
 """Fewer rows than this run in-process: the pool's start-up (~1 s, once per process) costs more."""
 MAX_FIT_WORKERS = 8

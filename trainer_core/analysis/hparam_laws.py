@@ -24,10 +24,9 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
 from scipy.stats import t as student_t
 
-from trainer_core.analysis.bootstrap import CI_LEVEL, percentile_interval
+from trainer_core.analysis.bootstrap import CI_LEVEL, Z_CI, percentile_interval
 from trainer_core.analysis.checks import format_flags
 from trainer_core.analysis.display import ShownAsText
 from trainer_core.analysis.errors import AnalysisError
@@ -38,7 +37,6 @@ COLUMNS = ("N", "D", "lr", "batch", "loss")
 SIGMA_FLOOR = 0.02
 """No cell pins its optimum better than 2% (in log units): without a floor, a cell whose few
 points happen to lie on a parabola would get all the weight of the law's fit."""
-Z_CI = float(norm.ppf(0.5 + CI_LEVEL / 2))
 MISFIT_SCATTER = 2.0
 """Cells straying from the law by more than this many times their own intervals: the law's form
 misses something (a term, a bend), beyond what widening its intervals fixes."""

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from trainer_core.analysis.bootstrap import CI_LEVEL, parallel_map, percentile_interval
+from trainer_core.analysis.bootstrap import CI_LEVEL, Z_CI, parallel_map, percentile_interval
 from trainer_core.analysis.display import ShownAsText
 from trainer_core.analysis.errors import AnalysisError
 
@@ -81,11 +81,11 @@ PARAMS = ("floor", "ceiling", "k", "L0")
 
 def rise_noise(accuracy: float, examples: float) -> float:
     """How far apart two scores of ``accuracy`` on ``examples`` examples each fall by chance
-    alone, 1 time in 20 (1.96 standard errors of their difference); 0 where the count is
-    unknown."""
+    alone, 1 time in 20 (:data:`Z_CI` standard errors of their difference); 0 where the count
+    is unknown."""
     if not (math.isfinite(examples) and examples >= 1):
         return 0.0
-    return 1.96 * math.sqrt(2 * accuracy * (1 - accuracy) / examples)
+    return Z_CI * math.sqrt(2 * accuracy * (1 - accuracy) / examples)
 
 
 def _sigmoid(L, floor, ceiling, k, L0):
