@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,8 @@ def test_sweep_stops_bad_lrs_flags_divergence_and_widens_past_an_edge(
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "[startup]" not in again.stdout + again.stderr  # no training loop started
     said = [line for line in again.stdout.splitlines() if "before at step" in line]
-    assert len(said) == len(before) and all(line.endswith(": not trained again") for line in said)
+    named = {json.loads(record)["name"]: record for record, _ in before.values()}
+    assert sorted(line.split("]", 1)[0][1:] for line in said) == sorted(named)
+    assert all(re.fullmatch(r"\[\S+\] \w+ before at step \d+: not trained again", x) for x in said)
     assert run_records(sweep_dir) == before
     assert optimal_lr(lr_sweep_table(load(sweep_dir))).lr == pytest.approx(best.lr)

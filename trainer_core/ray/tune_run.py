@@ -88,13 +88,7 @@ def trial_driver(config: dict[str, Any], driver_view: DriverView | None = None) 
     cfg: RayTrainConfig = spec["train"]
     _unretried(check_node_sees, driver_view)
     summary = run_summary(cfg.trainer.run_location)
-    if summary.get("status") in TRIAL_END_STATUSES:
-        print(
-            f"[{spec['name']}] {summary['status']} before at step {summary.get('last_step')}: "
-            "not trained again",
-            flush=True,
-        )
-    else:
+    if summary.get("status") not in TRIAL_END_STATUSES:  # the driver said so for those
         summary = _train(cfg, spec["tags"], started_at, summary)
     final = {
         k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -234,6 +228,24 @@ class TrialsRun:
         )
 
 
+def ended_runs(specs: list[TrialSpec]) -> list[str]:
+    """A line for each spec whose run already ended, named as its training lines were: its
+    trial reports that record and trains no more. Said by the driver before Tune starts: a
+    trial's own print reaches the driver's stdout whenever Ray's log monitor gets to it, in the
+    middle of the report's lines."""
+    from trainer_core.ray.train_driver import run_summary
+
+    lines = []
+    for spec in specs:
+        summary = run_summary(spec.config.trainer.run_location)
+        if summary.get("status") in TRIAL_END_STATUSES:
+            lines.append(
+                f"[{summary.get('name', spec.name)}] {summary['status']} before at step "
+                f"{summary.get('last_step')}: not trained again"
+            )
+    return lines
+
+
 def run_trials(
     specs: list[TrialSpec], exp_dir: Location, settings: TuneSettings, resume: bool
 ) -> TrialsRun:
@@ -250,6 +262,8 @@ def run_trials(
     data = {(s.config.data.mix, s.config.data.shards): s.config.data for s in specs}
     inputs = {i for cfg in data.values() for i in data_inputs(cfg)}
     view = driver_view(exp_dir, "dir", sorted(inputs, key=str))
+    for line in ended_runs(specs):
+        print(line, flush=True)
     trainable, failure, callbacks, reuse = _trial_setup(specs, view)
     tune_dir = storage.join(exp_dir, settings.name)
     concurrency = settings.max_concurrent or max_concurrent_trials(specs)
