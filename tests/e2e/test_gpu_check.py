@@ -52,30 +52,42 @@ def test_without_cuda_it_says_so_in_one_line_and_fails(run_script, monkeypatch):
     ]
 
 
-def collected(processes, tmp_path, *args: str, fake_cuda: bool) -> tuple[int, set[str]]:
-    """``pytest --collect-only`` of tests/cuda in a fresh process, with ``torch.cuda`` claiming
-    a GPU when ``fake_cuda`` (a plugin loaded before any conftest): its exit code and test ids."""
-    (tmp_path / "fake_cuda.py").write_text(
-        "import torch\n\ntorch.cuda.is_available = lambda: True\n"
-    )
-    plugin = ("-p", "fake_cuda") if fake_cuda else ()
+FAKE_CUDA = """import torch
+
+torch.cuda.is_available = lambda: True
+
+
+def pytest_collection_finish(session):
+    unmarked = [i.nodeid for i in session.items if i.get_closest_marker("cuda") is None]
+    print("not marked cuda:", unmarked)
+"""
+"""A plugin, loaded before any conftest: ``torch.cuda`` claims a GPU, and the collection ends
+with the tests not marked ``cuda``."""
+
+
+def collected(processes, tmp_path, fake_cuda: bool) -> tuple[int, set[str], str]:
+    """``pytest --collect-only`` of tests/cuda in a fresh process, with :data:`FAKE_CUDA` when
+    ``fake_cuda`` (else ``-m cuda``): its exit code, test ids and output."""
+    (tmp_path / "fake_cuda.py").write_text(FAKE_CUDA)
+    plugin = ("-p", "fake_cuda") if fake_cuda else ("-m", "cuda")
     out = processes.python(
-        *("-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *plugin, *args),
+        *("-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *plugin),
         "tests/cuda",
         env={"PYTHONPATH": str(tmp_path)},
     )
     ids = set(re.findall(r"^tests/cuda/test_gpu_training\.py::(\S+)$", out.stdout, re.M))
-    return out.returncode, ids
+    return out.returncode, ids, out.stdout
 
 
 @pytest.mark.slow
 def test_cuda_tests_are_collected_only_where_cuda_is(processes, tmp_path):
     """Without CUDA nothing in tests/cuda is collected (pytest's exit code 5: no tests), so
     nothing is skipped; with CUDA every test the issue names is there, all marked cuda."""
-    assert collected(processes, tmp_path, "-m", "cuda", fake_cuda=False) == (5, set())
-    code, ids = collected(processes, tmp_path, "-m", "cuda", fake_cuda=True)
+    code, ids, _ = collected(processes, tmp_path, fake_cuda=False)
+    assert (code, ids) == (5, set())
+    code, ids, out = collected(processes, tmp_path, fake_cuda=True)
     assert code == 0 and ids == GPU_TESTS
-    assert collected(processes, tmp_path, "-m", "not cuda", fake_cuda=True) == (5, set())
+    assert "not marked cuda: []" in out.splitlines(), out[-2000:]
 
 
 @pytest.mark.slow

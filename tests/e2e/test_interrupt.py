@@ -23,8 +23,9 @@ def interrupted_ladder(processes, tiny_experiment, tmp_path, stop) -> tuple[Path
     cfg = tiny_experiment(
         "exp",
         sizes=["15K", "25K"],
-        # 25K first (largest first), 1,449 steps: still running at the stop
-        duration={"chinchilla_multiple": 0.015625, "multiple_by_size": {"25K": 0.25}},
+        # 25K first (largest first), 725 steps: still running at the stop (near step 110 of a
+        # 60-step/s run here), yet few to train on when resumed
+        duration={"chinchilla_multiple": 0.015625, "multiple_by_size": {"25K": 0.125}},
         run={
             "trainer": {"log_interval": 1, "eval_interval": 1000000},
             "checkpoint": {"save_interval_steps": 50},

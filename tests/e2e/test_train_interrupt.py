@@ -44,8 +44,9 @@ def _ended_as_interrupted(proc: subprocess.Popen, log: Path, run_dir: Path) -> i
     line names, its last logged one; return the checkpoint the line says re-running resumes."""
     out = log.read_text()
     assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
-    # Ray's own processes, signalled with the group, may print after it (abseil's mutex lines).
-    said = [m for line in out.splitlines() if (m := SAID.fullmatch(line))]
+    # Ray's own processes, signalled with the group, may print after it (abseil's mutex lines),
+    # and a worker's last line, forwarded by Ray's log thread, may land just before it unended.
+    said = [m for line in out.splitlines() if (m := SAID.search(line)) and m.end() == len(line)]
     assert len(said) == 1, out[-3000:]
     match = said[0]
     step, checkpoint = int(match[1]), int(match[2])
