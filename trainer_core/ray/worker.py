@@ -10,6 +10,7 @@ same step.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -71,7 +72,11 @@ class StartupClock(BaseCallback):
     """Prints, once per start of the training loop, when it reached each stage of its start-up,
     in seconds after ``t0`` (``since`` names that moment): where a short trial's first seconds
     go. "first log" is the first logged step (a log interval of 1 makes it the first step).
-    Rank 0 alone prints: the ranks start together, and N copies of the line would bury it."""
+    Rank 0 alone prints: the ranks start together, and N copies of the line would bury it.
+
+    A worker group that Ray Train restarted inside the same ``fit()`` (the run's record holds a
+    start since ``t0``) is timed from its own process instead: from ``fit()`` its line counted
+    the failed group's training as start-up."""
 
     def __init__(self, t0: float | None, since: str, rank: int = 0):
         ready = runtime.process_ready_at
@@ -86,6 +91,10 @@ class StartupClock(BaseCallback):
 
     def on_start(self, info: dict[str, Any]) -> None:
         self.mark("trainer built")
+        restarted = self.t0 is not None and any(t >= self.t0 for t in info["earlier_starts"])
+        if restarted and math.isfinite(runtime.process_ready_at):
+            self.t0 = self.marks.pop("process ready", runtime.process_ready_at)
+            self.since = "this restarted worker group's process came up"
 
     def on_step_end(self, step: int) -> None:
         if "first log" in self.marks or self.t0 is None:

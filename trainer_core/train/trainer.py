@@ -246,8 +246,15 @@ class Trainer:
         # Only now, with the resume accepted: a refused one leaves the run dir as it was.
         self._write_config()
         self._write_run_json("running")
+        earlier = [g.time for g in self.workers[:-1]]  # rank 0's: when each earlier start began
         self._emit(
-            "on_start", {**self.info.__dict__, "start_step": start_step, "total_steps": total}
+            "on_start",
+            {
+                **self.info.__dict__,
+                "start_step": start_step,
+                "total_steps": total,
+                "earlier_starts": earlier,
+            },
         )
         started = time.time()
         try:

@@ -48,8 +48,44 @@ def test_rank_zero_alone_prints_the_startup_line(capsys):
 
     for rank in (0, 1):
         clock = StartupClock(time.time(), "fit()", rank)
-        clock.on_start({})
+        clock.on_start({"earlier_starts": []})
         clock.on_step_end(1)
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1 and lines[0].startswith("[startup] after fit(): ")
     assert "trainer built +" in lines[0] and lines[0].endswith("s (first log: step 1)")
+
+
+def test_a_worker_group_restarted_inside_one_fit_is_timed_from_its_own_process(
+    tiny_config, tmp_path, capsys, monkeypatch
+):
+    """Ray Train restarts a failed worker group inside the driver's one ``fit()``: the new
+    group's line counted from that ``fit()``, the failed group's training included. A relaunch
+    (a new ``fit()``) is timed from its own."""
+    import time
+
+    from stops import crash_after
+
+    from trainer_core.ray import runtime
+    from trainer_core.ray.worker import StartupClock
+    from trainer_core.train.build import build_trainer
+
+    cfg = tiny_config(tmp_path / "run", "--checkpoint.save_interval_steps=5")
+    fit_called = time.time()
+    crash_after(build_trainer(cfg, extra_callbacks=[StartupClock(fit_called, "fit()")]), 5)
+    time.sleep(0.2)  # the failed group trained for this long after fit()
+    monkeypatch.setattr(runtime, "process_ready_at", time.time())  # the new group's setup hook
+    restarted = StartupClock(fit_called, "fit()")
+    crash_after(build_trainer(cfg, extra_callbacks=[restarted]), 10)
+    relaunched = StartupClock(time.time(), "fit()")
+    build_trainer(cfg, extra_callbacks=[relaunched]).fit()
+
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[startup]")]
+    assert len(lines) == 3
+    assert lines[0].startswith("[startup] after fit(): train fn +")
+    assert lines[1].startswith("[startup] after this restarted worker group's process came up: ")
+    assert lines[1].endswith("s (first log: step 10)") and "process ready" not in lines[1]
+    since_fit = time.time() - fit_called
+    assert restarted.t0 == runtime.process_ready_at and restarted.t0 - fit_called >= 0.2
+    assert all(0 <= t - restarted.t0 < since_fit - 0.2 for t in restarted.marks.values())
+    assert lines[2].startswith("[startup] after fit(): train fn +")
+    assert relaunched.t0 > runtime.process_ready_at  # not re-based: its own fit()
