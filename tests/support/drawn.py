@@ -55,6 +55,14 @@ def marker(ax: Axes, xy) -> Line2D:
     return found[0]
 
 
+def band(ax: Axes, label: str) -> np.ndarray:
+    """The vertices of the one filled band labelled ``label``, without repeats, sorted: its
+    lower and upper edges' points together (a ``fill_between`` closes its outline)."""
+    found = [c for c in ax.collections if c.get_label() == label]
+    assert len(found) == 1, f"{len(found)} bands labelled {label!r}"
+    return np.unique(np.concatenate([p.vertices for p in found[0].get_paths()]), axis=0)
+
+
 def bars(ax: Axes, segments) -> LineCollection:
     """The one set of error bars drawing exactly ``segments`` ([[x0, y0], [x1, y1]] each): the
     intervals themselves, wherever the estimate's marker sits."""

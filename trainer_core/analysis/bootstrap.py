@@ -138,6 +138,30 @@ def percentile_interval(values: np.ndarray) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
+def percentile_band(values: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`percentile_interval` of each point: ``values`` holds one row per refit, each of
+    ``shape`` (a prediction's points); NaN arrays without refits."""
+    refits = np.asarray(values, dtype=float).reshape(-1, *shape)
+    refits = np.where(np.isfinite(refits), refits, np.nan)
+    enough = np.count_nonzero(np.isfinite(refits), axis=0) >= 2
+    lo, hi = np.full(shape, math.nan), np.full(shape, math.nan)
+    if np.any(enough):
+        tail = 100 * (1 - CI_LEVEL) / 2
+        band = np.nanpercentile(refits[:, enough], [tail, 100 - tail], axis=0)
+        lo[enough], hi[enough] = band
+    return lo, hi
+
+
+def prediction_interval(
+    samples: np.ndarray, shape: tuple[int, ...]
+) -> tuple[float, float] | tuple[np.ndarray, np.ndarray]:
+    """A law's prediction interval from its refits' predictions: floats at one point
+    (``shape`` ()), arrays of ``shape`` at many."""
+    if shape == ():
+        return percentile_interval(samples)
+    return percentile_band(samples, shape)
+
+
 def parallel_map(fn: Callable[[np.ndarray], T], rows: np.ndarray) -> list[T]:
     """``fn(row)`` for every row of ``rows`` (resamples, or a fit's start points), in order,
     over the machine's cores when there are enough rows to pay for it.

@@ -121,18 +121,31 @@ def _exponents_reaching_zero(fit: ChinchillaFit | PowerLawFit) -> list[str]:
 
 def _coefficient_spans(fit: ChinchillaFit | PowerLawFit) -> list[str]:
     """Coefficients whose interval spans more than ``COEFFICIENT_SPAN``: traded off against
-    their exponent, so not identified on their own."""
+    their exponent, so not identified on their own; what is, their term at the points' centre
+    (:meth:`~trainer_core.analysis.fits.FitStats.term_at_centre`), is given with them."""
     notes = []
-    for name in ("A", "B"):
+    for name in fit.TERMS:
         if name not in fit.ci:
             continue
         lo, hi = fit.ci[name]
-        if lo > 0 and hi / lo > COEFFICIENT_SPAN:
-            notes.append(
-                f"{name}: 95% CI {lo:.3g} .. {hi:.3g} spans {math.log10(hi / lo):.1f} orders of "
-                "magnitude, traded off against its exponent; read the predictions, not "
-                f"{name} alone"
+        if not (lo > 0 and hi / lo > COEFFICIENT_SPAN):
+            continue
+        note = (
+            f"{name}: 95% CI {lo:.3g} .. {hi:.3g} spans {math.log10(hi / lo):.1f} orders of "
+            "magnitude, traded off against its exponent; "
+        )
+        term = fit.term_at_centre(name)
+        if term is not None and all(map(math.isfinite, term[3])):
+            var, at, value, (t_lo, t_hi) = term
+            exponent = fit.TERMS[name][1]
+            note += (
+                f"its term at the points' centre is pinned down: {name} * {var}^-{exponent} at "
+                f"{var} = {at:.3g} is {value:.3g} (95% CI {t_lo:.3g} .. {t_hi:.3g}); read that, "
+                f"or the predictions, not {name} alone"
             )
+        else:
+            note += f"read the predictions, not {name} alone"
+        notes.append(note)
     return notes
 
 

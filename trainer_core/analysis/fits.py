@@ -21,6 +21,7 @@ from trainer_core.analysis.bootstrap import (
     fits_every_point,
     no_noise_to_redraw,
     percentile_interval,
+    prediction_interval,
     scaled_onto_estimate,
 )
 from trainer_core.analysis.display import ShownAsText
@@ -157,6 +158,31 @@ class FitStats(ShownAsText):
     min_loss: float = math.nan
     """The smallest loss of the points fitted, which E is judged against
     (:func:`~trainer_core.analysis.checks.fit_flags`); NaN where not known (a fit built by hand)."""
+    centre: dict[str, float] = field(default_factory=dict)
+    """The points' geometric mean of each variable (N and D; C for L(C)): where a coefficient's
+    term is pinned down though the coefficient and its exponent are not apart
+    (:meth:`term_at_centre`); empty where not known (a fit built by hand)."""
+
+    TERMS: ClassVar[dict[str, tuple[str, str]]] = {}
+    """Each coefficient's variable and exponent: its term is ``coef * variable^-exponent``."""
+
+    def term_at_centre(self, coef: str) -> tuple[str, float, float, tuple[float, float]] | None:
+        """``coef``'s term at the points' centre: (variable, centre, value, CI_LEVEL interval of
+        the refits'). Over a ladder's few sizes A and alpha trade off (A's interval can span
+        orders of magnitude) while the loss their term adds where the points are is measured
+        well. None without a centre."""
+        var, exponent = self.TERMS[coef]
+        at = self.centre.get(var, math.nan)
+        if not math.isfinite(at):
+            return None
+        value = getattr(self, coef) * at ** -getattr(self, exponent)
+        s = self.samples
+        refits = s[coef] * at ** -s[exponent] if s else np.empty(0)
+        return var, at, value, percentile_interval(self._onto_this_fit(refits, coef, at))
+
+    def _onto_this_fit(self, refits: np.ndarray, coef: str, at: float) -> np.ndarray:
+        """Refits' terms as this fit's spread (they spread around this fit unless overridden)."""
+        return refits
 
     def describe(self, flags: bool = True) -> str:
         """The parameters and their intervals; with ``flags``, under them the DEGENERATE and
@@ -239,6 +265,7 @@ class PowerLawFit(FitStats):
     they spread around this fit."""
 
     EXPONENTS = ("alpha",)
+    TERMS: ClassVar[dict[str, tuple[str, str]]] = {"A": ("C", "alpha")}
 
     @classmethod
     def from_samples(
@@ -250,6 +277,7 @@ class PowerLawFit(FitStats):
         title: str,
         reference: np.ndarray | None = None,
         min_loss: float = math.nan,
+        centre: float = math.nan,
     ) -> PowerLawFit:
         """From raw parameters (log E, log A, alpha) and an (n_bootstrap, 3) array of refits.
 
@@ -260,7 +288,8 @@ class PowerLawFit(FitStats):
         parameters, by the two laws' ratio: moved parameters would break the trade-off of E, A
         and alpha (on the demo, prediction intervals of 0.5 .. 7.3). The refits are kept as
         they are, so that moving predictions needs no moving back. ``min_loss``: the smallest
-        loss of the points fitted (:attr:`FitStats.min_loss`).
+        loss of the points fitted (:attr:`FitStats.min_loss`); ``centre``: their compute's
+        geometric mean (:attr:`FitStats.centre`).
         """
         around = np.asarray(theta if reference is None else reference, dtype=float)
         named, spread = _power_law_named(samples), _power_law_named(_moved(samples, theta, around))
@@ -269,6 +298,7 @@ class PowerLawFit(FitStats):
         if reference is not None and np.all(np.isfinite(around)):
             law = (math.exp(around[0]), math.exp(around[1]), float(around[2]))
         e, a, alpha = theta
+        stats["centre"] = {"C": centre} if math.isfinite(centre) else {}
         return cls(math.exp(e), math.exp(a), float(alpha), title=title, reference=law, **stats)
 
     def params(self) -> dict[str, float]:
@@ -282,22 +312,43 @@ class PowerLawFit(FitStats):
     def predict_frame(self, df: pd.DataFrame) -> np.ndarray:
         return np.asarray(self.predict(df["flops"].to_numpy(float)))
 
-    def predict_samples(self, C: float) -> np.ndarray:
+    def predict_samples(self, C: ArrayLike | float) -> np.ndarray:
         """The bootstrap refits' L(C) (empty without a bootstrap): each refit's own prediction,
-        times this fit's over the ``reference`` law's when they spread around that."""
+        times this fit's over the ``reference`` law's when they spread around that. One row
+        per refit, of ``C``'s shape."""
         s = self.samples
         if not s:
             return np.empty(0)
-        c = require_positive("L(C).predict_samples: C", C)
-        refits = s["E"] + s["A"] * c ** -s["alpha"]
+        c = np.asarray(require_positive("L(C).predict_samples: C", C))
+        e, a, alpha = (_per_refit(s[k], c) for k in ("E", "A", "alpha"))
+        refits = e + a * c**-alpha
         if self.reference is None:
             return refits
         e, a, alpha = self.reference
         return refits * self.predict(c) / (e + a * c**-alpha)
 
-    def predict_interval(self, C: float) -> tuple[float, float]:
-        """The CI_LEVEL interval of :meth:`predict_samples` (NaNs without a bootstrap)."""
-        return percentile_interval(self.predict_samples(C))
+    def predict_interval(
+        self, C: ArrayLike | float
+    ) -> tuple[float, float] | tuple[np.ndarray, np.ndarray]:
+        """The CI_LEVEL interval of :meth:`predict_samples` at each ``C`` (a band: arrays of
+        ``C``'s shape, for an array); NaNs without a bootstrap."""
+        return prediction_interval(self.predict_samples(C), np.shape(C))
+
+    def _onto_this_fit(self, refits: np.ndarray, coef: str, at: float) -> np.ndarray:
+        """Times this fit's term over the ``reference`` law's, as :meth:`predict_samples` does."""
+        if self.reference is None:
+            return refits
+        _, a, alpha = self.reference
+        return refits * self.A * at**-self.alpha / (a * at**-alpha)
+
+
+def _per_refit(values: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """One parameter's refits shaped to broadcast against the points ``at``: a row each."""
+    return values.reshape(-1, *([1] * at.ndim))
+
+
+def geometric_mean(values: ArrayLike) -> float:
+    return float(np.exp(np.log(np.asarray(values, dtype=float)).mean()))
 
 
 def _power_law_problem(c: np.ndarray, loss: np.ndarray) -> Problem:
@@ -337,7 +388,13 @@ def fit_loss_vs_compute(
     prob = _power_law_problem(c, loss)
     fit = fit_problem(prob, n_bootstrap, seed, _groups(groups, c.size, "fit_loss_vs_compute"), 3)
     return PowerLawFit.from_samples(
-        fit.theta, fit.samples, c.size, fit.objective, PowerLawFit.title, min_loss=float(loss.min())
+        fit.theta,
+        fit.samples,
+        c.size,
+        fit.objective,
+        PowerLawFit.title,
+        min_loss=float(loss.min()),
+        centre=geometric_mean(c),
     )
 
 
@@ -355,6 +412,7 @@ class ChinchillaFit(FitStats):
     beta: float
 
     EXPONENTS = ("alpha", "beta")
+    TERMS: ClassVar[dict[str, tuple[str, str]]] = {"A": ("N", "alpha"), "B": ("D", "beta")}
     title: ClassVar[str] = "L(N, D) = E + A / N^alpha + B / D^beta"
 
     def params(self) -> dict[str, float]:
@@ -369,18 +427,26 @@ class ChinchillaFit(FitStats):
     def predict_frame(self, df: pd.DataFrame) -> np.ndarray:
         return np.asarray(self.predict(df["N"].to_numpy(float), df["tokens"].to_numpy(float)))
 
-    def predict_samples(self, N: float, D: float) -> np.ndarray:
-        """The bootstrap refits' L(N, D) (empty without a bootstrap)."""
+    def predict_samples(self, N: ArrayLike | float, D: ArrayLike | float) -> np.ndarray:
+        """The bootstrap refits' L(N, D) (empty without a bootstrap): one row per refit, of
+        ``N`` and ``D`` broadcast together."""
         s = self.samples
         if not s:
             return np.empty(0)
-        n = require_positive("L(N, D).predict_samples: N", N)
-        d = require_positive("L(N, D).predict_samples: D", D)
-        return s["E"] + s["A"] * n ** (-s["alpha"]) + s["B"] * d ** (-s["beta"])
+        n = np.asarray(require_positive("L(N, D).predict_samples: N", N))
+        d = np.asarray(require_positive("L(N, D).predict_samples: D", D))
+        n, d = np.broadcast_arrays(n, d)
+        e, a, alpha, b, beta = (_per_refit(s[k], n) for k in ("E", "A", "alpha", "B", "beta"))
+        return e + a * n**-alpha + b * d**-beta
 
-    def predict_interval(self, N: float, D: float) -> tuple[float, float]:
-        """The CI_LEVEL interval of :meth:`predict_samples` (NaNs without a bootstrap)."""
-        return percentile_interval(self.predict_samples(N, D))
+    def predict_interval(
+        self, N: ArrayLike | float, D: ArrayLike | float
+    ) -> tuple[float, float] | tuple[np.ndarray, np.ndarray]:
+        """The CI_LEVEL interval of :meth:`predict_samples` at each (N, D) (a band: arrays of
+        their broadcast shape, for arrays); NaNs without a bootstrap."""
+        return prediction_interval(
+            self.predict_samples(N, D), np.broadcast_shapes(np.shape(N), np.shape(D))
+        )
 
     @property
     def G(self) -> float:
@@ -524,4 +590,5 @@ def fit_chinchilla(
     }
     stats = _fit_stats(named, n.size, fit.objective, fit.theta.size, min_loss=float(loss.min()))
     stats["n_sizes"] = 0 if groups is None else np.unique(groups).size
+    stats["centre"] = {"N": geometric_mean(n), "D": geometric_mean(d)}
     return ChinchillaFit(math.exp(e), math.exp(a), math.exp(b), float(alpha), float(beta), **stats)

@@ -104,7 +104,7 @@ def fit_frontier(
             reference = _refit_envelope(points, trimmed, noise_free)
     min_loss = float(points["eval_loss"].min())
     fit = PowerLawFit.from_samples(
-        theta, samples, len(front), full.objective, title, reference, min_loss
+        theta, samples, len(front), full.objective, title, reference, min_loss, full.centre["C"]
     )
     fit.n_sizes = points["size"].nunique() if len(samples) else 0
     fit.no_intervals = why or fit.no_intervals

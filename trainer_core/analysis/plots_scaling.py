@@ -40,9 +40,10 @@ def plot_loss_vs_compute(
     frontier: pd.DataFrame | None,
     path: str | Path,
     held_out: ExtrapolationCheck | None = None,
+    target_flops: float | None = None,
 ) -> Path:
     """Write :func:`loss_vs_compute_figure` to a PNG at ``path``."""
-    return save(loss_vs_compute_figure(points, fit, frontier, held_out), path)
+    return save(loss_vs_compute_figure(points, fit, frontier, held_out, target_flops), path)
 
 
 def loss_vs_compute_figure(
@@ -50,9 +51,12 @@ def loss_vs_compute_figure(
     fit: PowerLawFit | None,
     frontier: pd.DataFrame | None,
     held_out: ExtrapolationCheck | None = None,
+    target_flops: float | None = None,
 ) -> Figure:
-    """Annealed eval loss vs FLOPs per size, the envelope and the L(C) fitted to it, and the
-    held-out size's measured points beside both laws' predictions of them."""
+    """Annealed eval loss vs FLOPs per size, the envelope and the L(C) fitted to it with its
+    bootstrap band, and the held-out size's measured points beside both laws' predictions of
+    them. ``target_flops``: the axis reaches that budget and marks it, so the band shows how
+    far the answer there is extrapolated."""
     fig = Figure(figsize=(7.5, 5))
     ax = fig.add_subplot()
     sizes = list(points.sort_values("N").drop_duplicates("size")["size"])
@@ -70,7 +74,8 @@ def loss_vs_compute_figure(
             label="frontier (lower envelope)",
         )
     lo, hi = points["flops"].min(), points["flops"].max()
-    c = np.logspace(np.log10(lo) - 0.1, np.log10(hi) + 0.3, 200)
+    reach = max(hi, target_flops or hi)
+    c = np.logspace(np.log10(lo) - 0.1, np.log10(reach) + 0.3, 200)
     if fit is not None:
         ax.plot(
             c,
@@ -79,6 +84,19 @@ def loss_vs_compute_figure(
             lw=1,
             label=f"frontier fit: {fit.E:.3g} + {fit.A:.3g} C^-{fit.alpha:.3f}",
         )
+        band_lo, band_hi = fit.predict_interval(c)
+        if np.any(np.isfinite(band_lo)):
+            ax.fill_between(
+                c,
+                band_lo,
+                band_hi,
+                color="k",
+                alpha=0.1,
+                lw=0,
+                label=f"frontier fit: {100 * CI_LEVEL:.0f}% bootstrap band",
+            )
+    if target_flops is not None:
+        ax.axvline(target_flops, color="0.4", ls=":", lw=1, label=f"target {target_flops:.3g}")
     if held_out is not None:
         _held_out(ax, held_out, c)
     ax.set_xscale("log")

@@ -172,7 +172,9 @@ def _plot_points(report: Report, points: pd.DataFrame) -> None:
     front = report.attempt("frontier points", lambda: frontier_points(points))
     path = report.out_dir / "loss_vs_compute.png"
     report.plots.append(
-        plot_loss_vs_compute(points, report.frontier, front, path, report.extrapolation)
+        plot_loss_vs_compute(
+            points, report.frontier, front, path, report.extrapolation, report.target_flops
+        )
     )
 
 

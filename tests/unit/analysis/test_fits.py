@@ -27,6 +27,7 @@ from trainer_core.analysis import (
     predict_loss,
     unresolved,
 )
+from trainer_core.analysis.bootstrap import percentile_interval
 
 
 def test_chinchilla_fit_recovers_constants(ladder_dir: Path):
@@ -241,6 +242,68 @@ def test_a_frontier_outside_the_spread_of_its_refits_says_the_two_laws_disagree(
     assert not [n for n in unresolved(agreeing, min_loss=1.1) if "outside the 95% range" in n]
     own = PowerLawFit.from_samples(DEMO_FRONTIER, refits, 20, 0.0, "t")
     assert not [n for n in unresolved(own, min_loss=1.1) if "outside the 95% range" in n]
+
+
+def traded_off_refits(n_refits: int = 200) -> dict[str, np.ndarray]:
+    """Refits of TRUE whose A and alpha trade off as over a ladder's few sizes: alpha spread
+    wide, A following it so that the N term at N = 1e7 stays within 2% of TRUE's."""
+    rng = np.random.default_rng(0)
+    alpha = TRUE["alpha"] + 0.15 * rng.standard_normal(n_refits)
+    term = TRUE["A"] * 1e7 ** -TRUE["alpha"] * np.exp(0.01 * rng.standard_normal(n_refits))
+    samples = {k: np.full(n_refits, float(v)) for k, v in TRUE.items()}
+    return {**samples, "alpha": alpha, "A": term * 1e7**alpha}
+
+
+def test_a_coefficient_traded_off_with_its_exponent_comes_with_its_term_at_the_centre():
+    """A's interval spanning orders of magnitude said only "read the predictions": what the
+    points do pin down, the loss A's term adds at their centre, is given with it."""
+    samples = traded_off_refits()
+    ci = {k: percentile_interval(v) for k, v in samples.items()}
+    law = ChinchillaFit(**TRUE, n_points=20, objective=0.0, samples=samples, ci=ci, n_bootstrap=200)
+    a_lo, a_hi = ci["A"]
+    assert a_hi / a_lo > 1e3
+    note = (
+        f"A: 95% CI {a_lo:.3g} .. {a_hi:.3g} spans {math.log10(a_hi / a_lo):.1f} orders of "
+        "magnitude, traded off against its exponent; "
+    )
+    assert unresolved(law, min_loss=2.0) == [note + "read the predictions, not A alone"]
+    law.centre = {"N": 1e7, "D": 2e8}
+    var, at, value, (lo, hi) = law.term_at_centre("A")
+    assert (var, at) == ("N", 1e7) and value == pytest.approx(TRUE["A"] * 1e7 ** -TRUE["alpha"])
+    assert lo < value < hi and hi / lo < 1.05
+    assert unresolved(law, min_loss=2.0) == [
+        note + f"its term at the points' centre is pinned down: A * N^-alpha at N = 1e+07 is "
+        f"{value:.3g} (95% CI {lo:.3g} .. {hi:.3g}); read that, or the predictions, not A alone"
+    ]
+    refits = demo_like_refits(alpha_sd=0.05)
+    frontier = PowerLawFit.from_samples(
+        DEMO_FRONTIER, refits, 20, 0.0, "t", DEMO_REFERENCE, centre=1e13
+    )
+    own = np.exp(refits[:, 1]) * 1e13 ** -refits[:, 2]
+    _, ref_a, ref_alpha = np.exp(DEMO_REFERENCE[0]), np.exp(DEMO_REFERENCE[1]), DEMO_REFERENCE[2]
+    moved = own * frontier.A * 1e13**-frontier.alpha / (ref_a * 1e13**-ref_alpha)
+    assert frontier.term_at_centre("A")[3] == pytest.approx(percentile_interval(moved), rel=1e-9)
+
+
+def test_a_band_of_predictions_is_each_points_interval():
+    """``predict`` took arrays and ``predict_interval`` one point: a plot's band was a loop. An
+    array now gives each point's interval, the frontier's moved by the laws' ratio as at one."""
+    frontier = PowerLawFit.from_samples(
+        DEMO_FRONTIER, demo_like_refits(alpha_sd=0.05), 20, 0.0, "t", DEMO_REFERENCE
+    )
+    c = np.logspace(12, 16, 5)
+    lo, hi = frontier.predict_interval(c)
+    assert lo.shape == hi.shape == (5,)
+    each = [frontier.predict_interval(x) for x in c]
+    assert np.column_stack([lo, hi]) == pytest.approx(np.array(each), rel=1e-12)
+    law = ChinchillaFit(**TRUE, n_points=0, objective=0.0, samples=traded_off_refits())
+    n, d = np.array([1e8, 1e9]), np.array([[1e9], [1e10], [1e11]])
+    lo, hi = law.predict_interval(n, d)
+    assert lo.shape == hi.shape == (3, 2)
+    each = [[law.predict_interval(n[j], d[i, 0]) for j in range(2)] for i in range(3)]
+    assert np.stack([lo, hi], axis=-1) == pytest.approx(np.array(each), rel=1e-12)
+    bare_lo, bare_hi = ChinchillaFit(**TRUE, n_points=0, objective=0.0).predict_interval(n, 20 * n)
+    assert bare_lo.shape == (2,) and np.isnan(bare_lo).all() and np.isnan(bare_hi).all()
 
 
 def test_predict_loss_refuses_a_compute_budget_that_is_not_6_n_d():

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from drawn import bars, close, line, marker, scatter, through
+from drawn import band, bars, close, line, marker, scatter, through
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgba
@@ -114,6 +114,27 @@ def test_loss_vs_compute_draws_points_fit_and_held_out(ladder_dir: Path):
     assert measured.get_label() == f"held out {check.held_out_size} (measured)"
     legend = {t.get_text() for t in ax.get_legend().get_texts()}
     assert {*pts["size"], measured.get_label(), "frontier fit without it"} <= legend
+    assert not [c for c in ax.collections if "band" in c.get_label()], "no bootstrap, no band"
+
+
+def test_the_frontier_fit_is_drawn_with_its_band_out_to_the_target(ladder_dir: Path):
+    """The answer is read at a target compute past the runs: the axis reaches it and marks it,
+    and the fit's bootstrap band shows how much wider the prediction is there than among the
+    points."""
+    pts = load(ladder_dir).fit_points()
+    law = fit_loss_vs_compute(pts["flops"], pts["eval_loss"], n_bootstrap=20)
+    target = 10 * pts["flops"].max()
+    ax = loss_vs_compute_figure(pts, law, frontier_points(pts), None, target).axes[0]
+    x, _ = line(ax, "frontier fit: ")
+    assert x.max() > target
+    lo, hi = law.predict_interval(x)
+    edges = np.unique(np.concatenate([np.column_stack([x, lo]), np.column_stack([x, hi])]), axis=0)
+    assert close(band(ax, "frontier fit: 95% bootstrap band"), edges)
+    (mark,) = [ln for ln in ax.lines if ln.get_label() == f"target {target:.3g}"]
+    assert close(mark.get_xdata(), [target, target])
+    centre = np.exp(np.log(pts["flops"]).mean())
+    (t_lo, t_hi), (c_lo, c_hi) = law.predict_interval(target), law.predict_interval(centre)
+    assert t_hi - t_lo > 2 * (c_hi - c_lo)
 
 
 def drawn_prediction(ax: Axes, p: HeldOutPrediction) -> float:
