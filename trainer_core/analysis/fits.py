@@ -160,8 +160,8 @@ class FitStats(ShownAsText):
     (:func:`~trainer_core.analysis.checks.fit_flags`); NaN where not known (a fit built by hand)."""
     centre: dict[str, float] = field(default_factory=dict)
     """The points' geometric mean of each variable (N and D; C for L(C)): where a coefficient's
-    term is pinned down though the coefficient and its exponent are not apart
-    (:meth:`term_at_centre`); empty where not known (a fit built by hand)."""
+    term is read free of its trade-off with its exponent (:meth:`term_at_centre`); empty where
+    not known (a fit built by hand)."""
 
     TERMS: ClassVar[dict[str, tuple[str, str]]] = {}
     """Each coefficient's variable and exponent: its term is ``coef * variable^-exponent``."""
@@ -169,8 +169,8 @@ class FitStats(ShownAsText):
     def term_at_centre(self, coef: str) -> tuple[str, float, float, tuple[float, float]] | None:
         """``coef``'s term at the points' centre: (variable, centre, value, CI_LEVEL interval of
         the refits'). Over a ladder's few sizes A and alpha trade off (A's interval can span
-        orders of magnitude) while the loss their term adds where the points are is measured
-        well. None without a centre."""
+        orders of magnitude); the loss their term adds where the points are is free of that
+        trade-off, though not of E's. None without a centre."""
         var, exponent = self.TERMS[coef]
         at = self.centre.get(var, math.nan)
         if not math.isfinite(at):

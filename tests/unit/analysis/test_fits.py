@@ -272,8 +272,9 @@ def test_a_coefficient_traded_off_with_its_exponent_comes_with_its_term_at_the_c
     assert (var, at) == ("N", 1e7) and value == pytest.approx(TRUE["A"] * 1e7 ** -TRUE["alpha"])
     assert lo < value < hi and hi / lo < 1.05
     assert unresolved(law, min_loss=2.0) == [
-        note + f"its term at the points' centre is pinned down: A * N^-alpha at N = 1e+07 is "
-        f"{value:.3g} (95% CI {lo:.3g} .. {hi:.3g}); read that, or the predictions, not A alone"
+        note + "its term where the points are, A * N^-alpha at N = 1e+07 (their geometric "
+        f"mean), is {value:.3g} (95% CI {lo:.3g} .. {hi:.3g}); read that or the predictions, "
+        "not A alone"
     ]
     refits = demo_like_refits(alpha_sd=0.05)
     frontier = PowerLawFit.from_samples(
