@@ -13,6 +13,7 @@ Llama shapes with grouped key/value heads.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from trainer_core.config.decode import ConfigError, repeated, suggest
@@ -52,19 +53,26 @@ MODEL_SIZES: dict[str, SizeSpec] = {
 }
 
 
-def check_size(name: str, field: str) -> None:
-    """Raise a ConfigError naming ``field`` (and the closest known size) for an unknown size."""
-    if name not in MODEL_SIZES:
+def size_spec(name: str, custom: Mapping[str, SizeSpec] | None = None) -> SizeSpec:
+    """The dims of size ``name``: a ladder's own ``size_table`` first, then the built-in table."""
+    return (custom or {}).get(name) or MODEL_SIZES[name]
+
+
+def check_size(name: str, field: str, custom: Mapping[str, SizeSpec] | None = None) -> None:
+    """Raise a ConfigError naming ``field`` (and the closest known size) for an unknown size;
+    ``custom``: a ladder's ``size_table``, known beside the built-in one."""
+    known = [*MODEL_SIZES, *(custom or {})]
+    if name not in known:
         raise ConfigError(
-            f"{field}: {name!r} is not in the size table{suggest(name, list(MODEL_SIZES))}; "
-            f"known sizes: {', '.join(MODEL_SIZES)}"
+            f"{field}: {name!r} is not in the size table{suggest(name, known)}; known sizes: "
+            f"{', '.join(known)} (a ladder's size_table adds its own)"
         )
 
 
-def check_sizes(names: list[str], field: str) -> None:
+def check_sizes(names: list[str], field: str, custom: Mapping[str, SizeSpec] | None = None) -> None:
     """Every name a known size, none twice (two runs of one size would share a run dir)."""
     for name in names:
-        check_size(name, field)
+        check_size(name, field, custom)
     twice = repeated(names)
     if twice:
         raise ConfigError(

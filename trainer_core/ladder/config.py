@@ -7,17 +7,18 @@ silently replaced.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from operator import attrgetter
 from typing import ClassVar
 
 from trainer_core.config.loader import ConfigError
 from trainer_core.config.sections import (
     SIZE_DIMS,
+    ModelConfig,
     TrainConfig,
     require,
 )
-from trainer_core.config.sizes import check_sizes
+from trainer_core.config.sizes import MODEL_SIZES, SizeSpec, check_size, check_sizes
 from trainer_core.devices import (
     CPU_NOMINAL_FLOPS,
     DEVICE_MEMORY_GB,
@@ -57,7 +58,13 @@ class LadderConfig:
     """Where the experiment writes (a local path or a URL): each size's run in ``<dir>/runs/``, the
     analysis in ``<dir>/analysis/``. Made absolute (``~`` expanded) once."""
     sizes: list[str] = field(default_factory=lambda: ["1M", "3M", "5M"])
-    """Size-table names to train, one run each (trainer_core/config/sizes.py lists them)."""
+    """Size-table names to train, one run each (trainer_core/config/sizes.py lists them, and
+    ``size_table`` adds the ladder's own)."""
+    size_table: dict[str, SizeSpec] = field(default_factory=dict)
+    """Sizes of this ladder's own, beside the built-in table: name -> ``d_model``, ``n_layers``,
+    ``n_heads``, ``n_kv_heads``, ``mlp_hidden`` (e.g. ``{60M: {d_model: 512, n_layers: 16,
+    n_heads: 8, n_kv_heads: 8, mlp_hidden: 1408}}``), for a shape family the table lacks. Each
+    run's config then holds the dims themselves, so it trains and resumes without the ladder."""
     max_devices: int = 1
     """The most devices one size's run may use (GPUs, or CPU workers); the plan picks each
     size's count up to it."""
@@ -106,11 +113,28 @@ class LadderConfig:
     def exp_dir(self) -> Location:
         return storage.as_location(self.dir)
 
+    def _check_size_table(self) -> None:
+        """Each size of ``size_table`` a new name and a model that builds, named by its key."""
+        for name, spec in self.size_table.items():
+            key = f"size_table.{name}"
+            if name in MODEL_SIZES:
+                raise ConfigError(
+                    f"{key}: {name!r} is a built-in size ({MODEL_SIZES[name]}); give yours "
+                    "another name, so that one name means one shape"
+                )
+            try:
+                ModelConfig(size="", vocab_size=self.vocab_size, **asdict(spec))
+            except ConfigError as e:
+                raise ConfigError(f"{key}.{e}") from None
+
     def __post_init__(self) -> None:
         require(bool(self.dir), "dir", self.dir, "give a local path or a URL")
         self.dir = canonical_output(self.dir)
         require(bool(self.sizes), "sizes", self.sizes, "list at least one size")
-        check_sizes(self.sizes, "sizes")
+        self._check_size_table()
+        check_sizes(self.sizes, "sizes", self.size_table)
+        for size in self.duration.multiple_by_size:
+            check_size(size, "duration.multiple_by_size", self.size_table)
         require(self.max_devices >= 1, "max_devices", self.max_devices, "must be >= 1")
         require(
             self.devices_per_node >= 1, "devices_per_node", self.devices_per_node, "must be >= 1"

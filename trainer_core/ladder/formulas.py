@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from trainer_core.config.sections import (
     require,
 )
-from trainer_core.config.sizes import check_size
 
 BATCH_SWEEP_LAWS = {"D": ("D",), "N,D": ("N", "D")}
 """``batch.sweep_law`` -> the factors of the fitted B* law."""
@@ -112,15 +111,14 @@ class DurationFormula:
     multiple_by_size: dict[str, float] = field(default_factory=dict)
     """Per-size c overriding ``chinchilla_multiple`` (e.g. ``{25K: 8}``): training the cheap small
     sizes longer gives them annealed points at the budgets of the larger ones, so isoFLOP
-    (approach 2) budgets are covered by several sizes for little extra compute."""
+    (approach 2) budgets are covered by several sizes for little extra compute. Its names are
+    checked by the ladder, which knows its own ``size_table``."""
 
     def __post_init__(self) -> None:
         multiples = {"chinchilla_multiple": self.chinchilla_multiple}
         multiples.update({f"multiple_by_size.{k}": v for k, v in self.multiple_by_size.items()})
         for key, c in multiples.items():
             require(c > 0 and math.log2(c).is_integer(), key, c, "must be a power of two")
-        for size in self.multiple_by_size:
-            check_size(size, "multiple_by_size")
         require(
             self.schedule in ("wsds", "cosine"), "schedule", self.schedule, "use 'wsds' or 'cosine'"
         )

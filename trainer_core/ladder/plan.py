@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from trainer_core.config.loader import ConfigError
 from trainer_core.config.sections import (
@@ -217,9 +217,12 @@ def plan_size(size: str, ladder: LadderConfig, rules: SweepRules | None = None) 
     with sweep laws: B* at the configured horizon, LR* at the run's final one.
     """
     run = ladder.run
-    model = replace(
-        run.model, size=size, vocab_size=ladder.vocab_size, **dict.fromkeys(SIZE_DIMS, 0)
-    )
+    if size in ladder.size_table:  # the dims themselves: the run's config names no table size
+        dims = asdict(ladder.size_table[size])
+        model = replace(run.model, size="", vocab_size=ladder.vocab_size, **dims)
+    else:
+        dims = dict.fromkeys(SIZE_DIMS, 0)
+        model = replace(run.model, size=size, vocab_size=ladder.vocab_size, **dims)
     n = count_params(model)["non_embedding"]
     try:
         model.check_tensor_parallel(run.parallel.tp)
@@ -426,7 +429,7 @@ def plan_ladder(
     ladder: LadderConfig, sizes: list[str] | None = None, rules: SweepRules | None = None
 ) -> list[SizePlan]:
     """Plans for the given sizes; batch-drift warnings are kept on each plan (``batch_warning``)."""
-    check_sizes(sizes or [], "sizes")
+    check_sizes(sizes or [], "sizes", ladder.size_table)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return [plan_size(s, ladder, rules) for s in sizes or ladder.sizes]

@@ -113,7 +113,7 @@ def benchmark_size(job: LadderJobConfig, size: str, steps: int = 20) -> dict:
     from trainer_core.ray.runtime import init_ray
     from trainer_core.ray.train_driver import run_training
 
-    check_size(size, "--benchmark")
+    check_size(size, "--benchmark", job.size_table)
     (plan,) = plan_ladder(job, [size])
     planned = plan.config
     cfg = replace(

@@ -45,9 +45,11 @@ def run_name(cfg: TrainConfig) -> str:
 
 
 def run_info(cfg: TrainConfig, tags: dict | None = None) -> RunInfo:
+    """The run's record; its size is the model's table name, else its ladder's or sweep's tag
+    (a ladder's ``size_table`` size: the config holds its dims, not its name)."""
     return RunInfo(
         name=run_name(cfg),
-        size=cfg.model.size,
+        size=cfg.model.size or str((tags or {}).get("size", "")),
         num_params=count_params(cfg.model)["non_embedding"],
         flops_per_token=num_flops_per_token(cfg.model, cfg.data.seq_len),
         peak_lr=cfg.optim.lr,

@@ -1,11 +1,19 @@
 from __future__ import annotations
 
+import json
+import math
 import warnings
+from dataclasses import replace
 
 import pytest
 
 from trainer_core.config.loader import ConfigError, from_dict, load_config
-from trainer_core.config.sections import ModelConfig, ParallelConfig, TrainModuleConfig
+from trainer_core.config.sections import (
+    ModelConfig,
+    ParallelConfig,
+    TrainConfig,
+    TrainModuleConfig,
+)
 from trainer_core.ladder.batch import (
     batch_and_devices,
     min_mesh_and_micro,
@@ -22,6 +30,8 @@ from trainer_core.ladder.formulas import (
 )
 from trainer_core.ladder.memory import estimate_memory
 from trainer_core.ladder.plan import plan_ladder, plan_size
+from trainer_core.model.counts import count_params
+from trainer_core.train.build import build_trainer
 from trainer_core.train.schedule import decay_windows
 
 
@@ -360,6 +370,81 @@ def test_batch_drift_warns():
 def test_bad_size_name():
     with pytest.raises(ConfigError, match="sizes: '30M' is not in the size table"):
         from_dict(LadderConfig, {"sizes": ["1M", "30M"]})
+
+
+GQA_FAMILY = {
+    "30Kgqa": {"d_model": 32, "n_layers": 3, "n_heads": 4, "n_kv_heads": 2, "mlp_hidden": 96},
+    "60Kgqa": {"d_model": 48, "n_layers": 3, "n_heads": 6, "n_kv_heads": 2, "mlp_hidden": 128},
+}
+"""A shape family the built-in table lacks: three layers, grouped-query attention."""
+
+
+def test_a_ladder_of_its_own_sizes_plans_runs_that_train_without_it(tmp_path):
+    """Only the built-in table's names could be planned: a family of one's own shapes (OLMo's
+    ladder sizes, grouped-query attention) meant editing the package. A ladder's size_table
+    adds them; each run's config holds the dims, so the run trains and resumes on its own."""
+    ladder = from_dict(
+        LadderConfig,
+        {
+            "dir": str(tmp_path / "exp"),
+            "sizes": ["15K", "30Kgqa", "60Kgqa"],
+            "size_table": GQA_FAMILY,
+            "duration": {"chinchilla_multiple": 0.0078125, "multiple_by_size": {"30Kgqa": 0.25}},
+        },
+    )
+    plans = {p.size: p for p in plan_ladder(ladder)}
+    builtin = plans["15K"].config.model
+    assert builtin.size == "15K" and builtin.d_model == 24
+    for name, dims in GQA_FAMILY.items():
+        model = plans[name].config.model
+        assert model.size == "" and {k: getattr(model, k) for k in dims} == dims
+        assert plans[name].num_params == count_params(model)["non_embedding"]
+    assert plans["30Kgqa"].chinchilla_multiple == 0.25
+    assert plans["60Kgqa"].chinchilla_multiple == 0.0078125
+    assert plans["15K"].num_params < plans["30Kgqa"].num_params < plans["60Kgqa"].num_params
+
+    run = plans["60Kgqa"].config  # 5 steps
+    cfg = replace(
+        run,
+        trainer=replace(run.trainer, run_dir=str(tmp_path / "alone")),
+        checkpoint=replace(run.checkpoint, enabled=False),
+    )
+    summary = build_trainer(cfg, tags={"size": "60Kgqa"}).fit()
+    assert math.isfinite(summary["train/loss_last"])
+    record = json.loads((tmp_path / "alone" / "run.json").read_text())
+    assert (record["status"], record["last_step"]) == ("finished", 5)
+    assert record["size"] == "60Kgqa" and record["num_params"] == plans["60Kgqa"].num_params
+    reread = load_config(TrainConfig, str(tmp_path / "alone" / "config.yaml"), [])
+    assert reread.model == cfg.model
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (
+            {"sizes": ["1M"], "size_table": {"1M": GQA_FAMILY["30Kgqa"]}},
+            "size_table.1M: '1M' is a built-in size (SizeSpec(d_model=128, n_layers=4, n_heads=4,"
+            " n_kv_heads=4, mlp_hidden=384)); give yours another name, so that one name means "
+            "one shape",
+        ),
+        (
+            {"sizes": ["x"], "size_table": {"x": {**GQA_FAMILY["30Kgqa"], "n_kv_heads": 3}}},
+            "size_table.x.n_kv_heads: 3 is not allowed; must divide n_heads=4",
+        ),
+        (
+            {"sizes": ["30Kgqa"], "size_table": {"30kgqa": GQA_FAMILY["30Kgqa"]}},
+            "sizes: '30Kgqa' is not in the size table (did you mean '30kgqa'?); known sizes: ",
+        ),
+        (
+            {"sizes": ["15K"], "duration": {"multiple_by_size": {"60Kgqa": 2.0}}},
+            "duration.multiple_by_size: '60Kgqa' is not in the size table",
+        ),
+    ],
+)
+def test_a_size_table_entry_is_checked_naming_its_key(data, message):
+    with pytest.raises(ConfigError) as err:
+        from_dict(LadderConfig, data)
+    assert str(err.value).startswith(message), str(err.value)
 
 
 @pytest.mark.parametrize(
