@@ -85,12 +85,14 @@ class StartupClock(BaseCallback):
         self.marks["train fn"] = time.time()
         self.t0 = t0 if rank == 0 else None
         self.since = since
+        self.run = ""
 
     def mark(self, stage: str) -> None:
         self.marks.setdefault(stage, time.time())
 
     def on_start(self, info: dict[str, Any]) -> None:
         self.mark("trainer built")
+        self.run = info["name"]
         restarted = self.t0 is not None and any(t >= self.t0 for t in info["earlier_starts"])
         if restarted and math.isfinite(runtime.process_ready_at):
             self.t0 = self.marks.pop("process ready", runtime.process_ready_at)
@@ -101,7 +103,8 @@ class StartupClock(BaseCallback):
             return
         self.mark("first log")
         stages = ", ".join(f"{k} +{t - self.t0:.1f}" for k, t in self.marks.items())
-        print(f"[startup] after {self.since}: {stages} s (first log: step {step})")
+        # prefixed by the run as its other lines are: a sweep's trials start side by side
+        print(f"[{self.run}] [startup] after {self.since}: {stages} s (first log: step {step})")
 
 
 class DataPositionChanged(RuntimeError):

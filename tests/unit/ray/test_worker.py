@@ -41,17 +41,18 @@ def test_a_diverged_runs_line_names_the_run(tiny_config, tmp_path):
 
 
 def test_rank_zero_alone_prints_the_startup_line(capsys):
-    """Each Ray Train worker printed its own ``[startup]`` line, N near-copies per run."""
+    """Each Ray Train worker printed its own ``[startup]`` line, N near-copies per run; the
+    one line names its run, as the run's other lines do (trials start side by side)."""
     import time
 
     from trainer_core.ray.worker import StartupClock
 
     for rank in (0, 1):
         clock = StartupClock(time.time(), "fit()", rank)
-        clock.on_start({"earlier_starts": []})
+        clock.on_start({"name": "exp-25K", "earlier_starts": []})
         clock.on_step_end(1)
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("[startup] after fit(): ")
+    assert len(lines) == 1 and lines[0].startswith("[exp-25K] [startup] after fit(): ")
     assert "trainer built +" in lines[0] and lines[0].endswith("s (first log: step 1)")
 
 
@@ -79,13 +80,15 @@ def test_a_worker_group_restarted_inside_one_fit_is_timed_from_its_own_process(
     relaunched = StartupClock(time.time(), "fit()")
     build_trainer(cfg, extra_callbacks=[relaunched]).fit()
 
-    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[startup]")]
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[run] [startup]")]
     assert len(lines) == 3
-    assert lines[0].startswith("[startup] after fit(): train fn +")
-    assert lines[1].startswith("[startup] after this restarted worker group's process came up: ")
+    assert lines[0].startswith("[run] [startup] after fit(): train fn +")
+    assert lines[1].startswith(
+        "[run] [startup] after this restarted worker group's process came up: "
+    )
     assert lines[1].endswith("s (first log: step 10)") and "process ready" not in lines[1]
     since_fit = time.time() - fit_called
     assert restarted.t0 == runtime.process_ready_at and restarted.t0 - fit_called >= 0.2
     assert all(0 <= t - restarted.t0 < since_fit - 0.2 for t in restarted.marks.values())
-    assert lines[2].startswith("[startup] after fit(): train fn +")
+    assert lines[2].startswith("[run] [startup] after fit(): train fn +")
     assert relaunched.t0 > runtime.process_ready_at  # not re-based: its own fit()
