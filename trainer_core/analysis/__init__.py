@@ -46,9 +46,25 @@ from trainer_core.analysis.lr import (
     optimal_lrs,
 )
 from trainer_core.analysis.lr_grid import widen_horizons, widen_lrs, widen_sweep
-from trainer_core.analysis.plots import plot_loss_curves, plot_lr_sweep, plot_lr_vs_size
-from trainer_core.analysis.plots_hparams import plot_cell_sweeps, plot_hparam_law, plot_hparam_laws
-from trainer_core.analysis.plots_scaling import plot_isoflops, plot_loss_vs_compute
+from trainer_core.analysis.plots import (
+    loss_curves_figure,
+    lr_sweep_figure,
+    lr_vs_size_figure,
+    plot_loss_curves,
+    plot_lr_sweep,
+    plot_lr_vs_size,
+)
+from trainer_core.analysis.plots_hparams import (
+    hparam_law_figure,
+    plot_cell_sweeps,
+    plot_hparam_law,
+    plot_hparam_laws,
+)
+from trainer_core.analysis.plots_scaling import (
+    loss_vs_compute_figure,
+    plot_isoflops,
+    plot_loss_vs_compute,
+)
 from trainer_core.analysis.plots_tasks import plot_task_prediction
 from trainer_core.analysis.predict import (
     ExtrapolationCheck,
@@ -127,12 +143,17 @@ __all__ = [
     "frontier_points",
     "held_out_check",
     "horizons_per_size",
+    "hparam_law_figure",
     "hparam_table",
     "isoflop_flags",
     "isoflop_unresolved",
     "leave_one_out",
     "load",
+    "loss_curves_figure",
+    "loss_vs_compute_figure",
+    "lr_sweep_figure",
     "lr_sweep_table",
+    "lr_vs_size_figure",
     "optimal_lr",
     "optimal_lrs",
     "plot_cell_sweeps",

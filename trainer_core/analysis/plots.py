@@ -33,6 +33,19 @@ def colors(n: int) -> list:
     return [cmap(i / max(n - 1, 1) * 0.9) for i in range(n)]
 
 
+def figure_axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
+    """A new Figure of ``figsize`` with one Axes, or ``ax`` and the figure it is in: a
+    one-panel ``*_figure`` function given ``ax`` draws into that panel of the caller's own
+    figure (a notebook's ``plt.subplots``), and returns that figure."""
+    if ax is None:
+        fig = Figure(figsize=figsize)
+        return fig, fig.add_subplot()
+    fig = ax.figure
+    while not isinstance(fig, Figure):  # a subfigure's panel: the figure holding it
+        fig = fig.figure
+    return fig, ax
+
+
 def save(fig: Figure, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -115,10 +128,12 @@ def plot_loss_curves(results: ExperimentResults, path: str | Path, which: str = 
     return save(loss_curves_figure(results, which), path)
 
 
-def loss_curves_figure(results: ExperimentResults, which: str = "both") -> Figure:
-    """Eval (markers) and/or train (thin lines) loss vs tokens, one colour per size, log x."""
-    fig = Figure(figsize=(7, 4.5))
-    ax = fig.add_subplot()
+def loss_curves_figure(
+    results: ExperimentResults, which: str = "both", *, ax: Axes | None = None
+) -> Figure:
+    """Eval (markers) and/or train (thin lines) loss vs tokens, one colour per size, log x
+    (``ax``: drawn into that panel of your figure, :func:`figure_axes`)."""
+    fig, ax = figure_axes(ax, (7, 4.5))
     sizes = list(results.runs.drop_duplicates("size")["size"])
     by_size = dict(zip(sizes, colors(len(sizes)), strict=True))
     labelled: set[str] = set()
@@ -166,7 +181,11 @@ BATCH_STYLES = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", (0, (5, 
 
 
 def lr_sweep_figure(
-    table: pd.DataFrame, optima: dict[str, OptimalLR], loss: str = COMPARED
+    table: pd.DataFrame,
+    optima: dict[str, OptimalLR],
+    loss: str = COMPARED,
+    *,
+    ax: Axes | None = None,
 ) -> Figure:
     """Loss vs peak LR per size (log x) at the size's common step; the optimum as a star
     (:func:`draw_optimum`: hollow at the grid's edge), trials stopped early as hollow markers
@@ -176,8 +195,7 @@ def lr_sweep_figure(
     Where a size tried several batches, one line per (size, batch): colour the size, marker
     and line style the batch (its rank among the size's), compared at the group's common
     tokens (their steps differ), each size's optimum the best over its batches."""
-    fig = Figure(figsize=(7.5, 5))
-    ax = fig.add_subplot()
+    fig, ax = figure_axes(ax, (7.5, 5))
     sizes = list(table.sort_values("N").drop_duplicates("size")["size"])
     finite = table.loc[~table["diverged"], loss].astype(float)
     finite = finite[np.isfinite(finite)]
@@ -279,6 +297,8 @@ def lr_vs_size_figure(
     lr_err: tuple[list[float], list[float]] | None = None,
     at_edge: list[bool] | None = None,
     centre: np.ndarray | list[float] | None = None,
+    *,
+    ax: Axes | None = None,
 ) -> Figure:
     """Optimal LR vs N (log-log) with the fitted power law, the sweep's grid centre per size and
     the reference exponent's slope.
@@ -289,8 +309,7 @@ def lr_vs_size_figure(
     returns the grid's own rule (optima at the grid's centre) shows as that, not as a finding.
     """
     n, lr = np.asarray(N, dtype=float), np.asarray(lr_opt, dtype=float)
-    fig = Figure(figsize=(6, 4.5))
-    ax = fig.add_subplot()
+    fig, ax = figure_axes(ax, (6, 4.5))
     low, high = lr_err if lr_err is not None else (np.full_like(n, np.nan),) * 2
     edge = at_edge if at_edge is not None else False
     draw_optimum(ax, n, lr, low, high, edge, color="C0", label="optimal LR")

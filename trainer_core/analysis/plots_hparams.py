@@ -22,7 +22,14 @@ from matplotlib.ticker import LogLocator, NullFormatter
 
 from trainer_core.analysis.hparam_laws import SYMBOL, CellOptimum, HparamLawFit, Param
 from trainer_core.analysis.labels import compact
-from trainer_core.analysis.plots import CompactLogFormatter, beside, colors, draw_optimum, save
+from trainer_core.analysis.plots import (
+    CompactLogFormatter,
+    beside,
+    colors,
+    draw_optimum,
+    figure_axes,
+    save,
+)
 
 LABEL = {"lr": "peak learning rate", "batch": "batch size (tokens)"}
 
@@ -160,7 +167,7 @@ def _dodged(groups: list[LawGroup], x: str, lo: float, hi: float) -> list[np.nda
     return at
 
 
-def hparam_law_figure(law: HparamLawFit, x: str = "N") -> Figure:
+def hparam_law_figure(law: HparamLawFit, x: str = "N", *, ax: Axes | None = None) -> Figure:
     """Cell optima against ``x`` ("N" or "D", log-log) with their 95% intervals, one colour per
     group (:func:`law_groups`: a value of the other variable, or a D/N), and the law: one dashed
     line per group when the law depends on the other variable, else a single line with its 95%
@@ -169,8 +176,7 @@ def hparam_law_figure(law: HparamLawFit, x: str = "N") -> Figure:
     colour and style drawn is in the legend."""
     fitted = {id(c) for c in law.cells}
     cells = law.cells + law.excluded
-    fig = Figure(figsize=(6.5, 4.5))
-    ax = fig.add_subplot()
+    fig, ax = figure_axes(ax, (6.5, 4.5))
     groups = law_groups(cells, x)
     span = [getattr(c, x) for c in cells]
     lo, hi = min(span) / 1.3, max(span) * 1.3

@@ -21,6 +21,7 @@ from trainer_core.analysis.plots import (
     CompactLogFormatter,
     beside,
     colors,
+    figure_axes,
     interval_bars,
     save,
 )
@@ -52,13 +53,14 @@ def loss_vs_compute_figure(
     frontier: pd.DataFrame | None,
     held_out: ExtrapolationCheck | None = None,
     target_flops: float | None = None,
+    *,
+    ax: Axes | None = None,
 ) -> Figure:
     """Annealed eval loss vs FLOPs per size, the envelope and the L(C) fitted to it with its
     bootstrap band, and the held-out size's measured points beside both laws' predictions of
     them. ``target_flops``: the axis reaches that budget and marks it, so the band shows how
     far the answer there is extrapolated."""
-    fig = Figure(figsize=(7.5, 5))
-    ax = fig.add_subplot()
+    fig, ax = figure_axes(ax, (7.5, 5))
     sizes = list(points.sort_values("N").drop_duplicates("size")["size"])
     for size, color in zip(sizes, colors(len(sizes)), strict=True):
         p = points[points["size"] == size].sort_values("flops")

@@ -12,6 +12,7 @@ from drawn import band, bars, close, line, marker, scatter, through
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgba
+from matplotlib.figure import Figure
 from synthetic_experiments import (
     SWEEP_N,
     is_png,
@@ -135,6 +136,38 @@ def test_the_frontier_fit_is_drawn_with_its_band_out_to_the_target(ladder_dir: P
     centre = np.exp(np.log(pts["flops"]).mean())
     (t_lo, t_hi), (c_lo, c_hi) = law.predict_interval(target), law.predict_interval(centre)
     assert t_hi - t_lo > 2 * (c_hi - c_lo)
+
+
+def drawn(ax: Axes) -> list[tuple[str, np.ndarray]]:
+    """Every line of a panel: its label and points, in draw order."""
+    return [(ln.get_label(), np.asarray(ln.get_xydata(), dtype=float)) for ln in ax.lines]
+
+
+def test_one_panel_figures_draw_into_the_callers_panel(ladder_dir: Path, sweep_dir: Path):
+    """A notebook lays out its own figure (``plt.subplots``, subfigures): each one-panel
+    figure draws into the panel it is given as it draws alone, and returns the figure."""
+    res = load(ladder_dir)
+    pts = res.fit_points()
+    law = fit_loss_vs_compute(pts["flops"], pts["eval_loss"], n_bootstrap=0)
+    front = frontier_points(pts)
+    fig = Figure(figsize=(12, 4))
+    left, right = fig.subplots(1, 2)
+    assert loss_curves_figure(res, ax=left) is fig
+    assert loss_vs_compute_figure(pts, law, front, ax=right) is fig
+    assert fig.axes == [left, right]
+    for mine, alone in (
+        (left, loss_curves_figure(res).axes[0]),
+        (right, loss_vs_compute_figure(pts, law, front).axes[0]),
+    ):
+        ours, theirs = drawn(mine), drawn(alone)
+        assert [label for label, _ in ours] == [label for label, _ in theirs]
+        assert all(close(a, b) for (_, a), (_, b) in zip(ours, theirs, strict=True))
+        assert mine.get_title() == alone.get_title()
+    table = lr_sweep_table(load(sweep_dir))
+    outer = Figure()
+    panel = outer.subfigures(1, 2)[1].subplots()
+    assert lr_sweep_figure(table, optimal_lrs(table), ax=panel) is outer
+    assert panel.get_xscale() == "log" and len(panel.lines) > 0
 
 
 def drawn_prediction(ax: Axes, p: HeldOutPrediction) -> float:
