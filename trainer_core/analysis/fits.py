@@ -178,9 +178,9 @@ class FitStats(ShownAsText):
         value = getattr(self, coef) * at ** -getattr(self, exponent)
         s = self.samples
         refits = s[coef] * at ** -s[exponent] if s else np.empty(0)
-        return var, at, value, percentile_interval(self._onto_this_fit(refits, coef, at))
+        return var, at, value, percentile_interval(self._onto_this_fit(refits, at))
 
-    def _onto_this_fit(self, refits: np.ndarray, coef: str, at: float) -> np.ndarray:
+    def _onto_this_fit(self, refits: np.ndarray, at: float) -> np.ndarray:
         """Refits' terms as this fit's spread (they spread around this fit unless overridden)."""
         return refits
 
@@ -334,8 +334,9 @@ class PowerLawFit(FitStats):
         ``C``'s shape, for an array); NaNs without a bootstrap."""
         return prediction_interval(self.predict_samples(C), np.shape(C))
 
-    def _onto_this_fit(self, refits: np.ndarray, coef: str, at: float) -> np.ndarray:
-        """Times this fit's term over the ``reference`` law's, as :meth:`predict_samples` does."""
+    def _onto_this_fit(self, refits: np.ndarray, at: float) -> np.ndarray:
+        """Times this fit's term over the ``reference`` law's, as :meth:`predict_samples` does
+        (L(C) has one term, A's)."""
         if self.reference is None:
             return refits
         _, a, alpha = self.reference
@@ -348,6 +349,7 @@ def _per_refit(values: np.ndarray, at: np.ndarray) -> np.ndarray:
 
 
 def geometric_mean(values: ArrayLike) -> float:
+    """The centre of positive values spread over orders of magnitude (N, D, C)."""
     return float(np.exp(np.log(np.asarray(values, dtype=float)).mean()))
 
 

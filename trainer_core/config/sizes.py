@@ -53,11 +53,6 @@ MODEL_SIZES: dict[str, SizeSpec] = {
 }
 
 
-def size_spec(name: str, custom: Mapping[str, SizeSpec] | None = None) -> SizeSpec:
-    """The dims of size ``name``: a ladder's own ``size_table`` first, then the built-in table."""
-    return (custom or {}).get(name) or MODEL_SIZES[name]
-
-
 def check_size(name: str, field: str, custom: Mapping[str, SizeSpec] | None = None) -> None:
     """Raise a ConfigError naming ``field`` (and the closest known size) for an unknown size;
     ``custom``: a ladder's ``size_table``, known beside the built-in one."""
