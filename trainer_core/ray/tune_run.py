@@ -29,6 +29,7 @@ from trainer_core.io.run_dir import (
     mark_failed,
     mark_interrupted,
     mark_stopped,
+    read_run_json,
 )
 from trainer_core.io.sigterm import sigterm_as_ctrl_c
 from trainer_core.io.storage import Location
@@ -233,15 +234,13 @@ def ended_runs(specs: list[TrialSpec]) -> list[str]:
     trial reports that record and trains no more. Said by the driver before Tune starts: a
     trial's own print reaches the driver's stdout whenever Ray's log monitor gets to it, in the
     middle of the report's lines."""
-    from trainer_core.ray.train_driver import run_summary
-
     lines = []
     for spec in specs:
-        summary = run_summary(spec.config.trainer.run_location)
-        if summary.get("status") in TRIAL_END_STATUSES:
+        record = read_run_json(spec.config.trainer.run_location) or {}  # not its metrics
+        if record.get("status") in TRIAL_END_STATUSES:
             lines.append(
-                f"[{summary.get('name', spec.name)}] {summary['status']} before at step "
-                f"{summary.get('last_step')}: not trained again"
+                f"[{record.get('name', spec.name)}] {record['status']} before at step "
+                f"{record.get('last_step')}: not trained again"
             )
     return lines
 
