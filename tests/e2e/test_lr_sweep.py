@@ -90,5 +90,9 @@ def test_sweep_stops_bad_lrs_flags_divergence_and_widens_past_an_edge(
     named = {json.loads(record)["name"]: record for record, _ in before.values()}
     assert sorted(line.split("]", 1)[0][1:] for line in said) == sorted(named)
     assert all(re.fullmatch(r"\[\S+\] \w+ before at step \d+: not trained again", x) for x in said)
+    assert "4 runs, each ended before this launch: nothing trained, Ray and Tune not started" in (
+        again.stdout
+    )
+    assert "1 run, each ended before this launch" in again.stdout  # the widening round's
     assert run_records(sweep_dir) == before
     assert optimal_lr(lr_sweep_table(load(sweep_dir))).lr == pytest.approx(best.lr)

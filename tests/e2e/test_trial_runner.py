@@ -13,6 +13,7 @@ import pytest
 from ray import tune
 from reference import SIXTEEN_STEPS, fit_on_one_thread
 
+from trainer_core.io.run_dir import TUNE
 from trainer_core.ray.run_config import RayTrainConfig
 from trainer_core.ray.tune_run import (
     TrialsFailedError,
@@ -48,6 +49,29 @@ class KillTrialProcess(tune.Callback):
 
 def records(run_dir: Path) -> list[dict]:
     return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_relaunch_where_every_run_ended_starts_neither_ray_nor_tune(
+    no_local_ray, tiny_config, tmp_path, capsys
+):
+    """First in this file, while no Ray runs: the runs' ends are read from their records, said,
+    and nothing else happens (a relaunch to see the report again took a Ray start and a trial
+    process per run)."""
+    import ray
+
+    run_dir = tmp_path / "runs" / "run"
+    fit_on_one_thread(tiny_config(run_dir, *SIXTEEN_STEPS))
+    record = (run_dir / "run.json").read_text()
+    spec = TrialSpec("run", tiny_config(run_dir, *IN_TRIAL, cls=RayTrainConfig))
+
+    done = run_trials([spec], tmp_path, TuneSettings(), resume=False)
+
+    assert done.grid is None and not ray.is_initialized()
+    assert capsys.readouterr().out == "[run] finished before at step 16: not trained again\n"
+    assert done.concurrency_report() == (
+        "1 run, each ended before this launch: nothing trained, Ray and Tune not started"
+    )
+    assert (run_dir / "run.json").read_text() == record and not (tmp_path / TUNE).exists()
 
 
 def test_a_trial_killed_mid_run_resumes_from_its_checkpoint_to_the_plain_loops_losses(

@@ -83,8 +83,7 @@ def ladder_trials(job: LadderJobConfig, plans: list[SizePlan]) -> list[TrialSpec
 
 def run_ladder(job: LadderJobConfig, plans: list[SizePlan], resume: bool):
     """Run every planned size (``plan_ladder``, after ``preflight``) as a Tune trial; returns
-    the ResultGrid."""
-    from trainer_core.ray.runtime import init_ray
+    the ResultGrid (None: every run had ended before, nothing started)."""
     from trainer_core.ray.tune_run import check_unchanged_runs, run_trials
 
     specs = ladder_trials(job, plans)
@@ -95,7 +94,6 @@ def run_ladder(job: LadderJobConfig, plans: list[SizePlan], resume: bool):
     print(
         f"LR schedule plot: {plot_ladder_schedule(job, plans, storage.join(exp_dir, LR_SCHEDULE))}"
     )
-    init_ray(job.ray.address)
     return run_trials(specs, exp_dir, tune_settings(job), resume).grid
 
 

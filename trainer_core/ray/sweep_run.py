@@ -198,12 +198,9 @@ def run_sweep(
     Round k's Tune state is ``tune-widen<k>/``; a resumed sweep recomputes each round's trials
     from the results on disk, so it restores the same rounds.
     """
-    from trainer_core.ray.runtime import init_ray
-
     check_unchanged_runs(specs, job.planned(), "sweep.dir")
     exp_dir = job.exp_dir
     write_experiment_record(job, [r.plan for r in runs], exp_dir, resume)
-    init_ray(job.ray.address)
     at_once = job.ray.max_concurrent_trials
     first = TuneSettings(scheduler=early_stopper(job, specs), max_concurrent=at_once)
     done = [run_trials(specs, exp_dir, first, resume)]

@@ -4,7 +4,8 @@ Ray 2.60 (Train V2) pattern: each Tune trial is a small *driver* function that b
 TorchTrainer and fits it; a ``TuneReportCallback`` forwards rank 0's reports to Tune. Run names
 come from the plan, not from Tune, so a restored experiment (``--resume``) or a relaunch into
 its dir finds each run dir again: ended runs (finished, diverged, stopped early) return at once,
-unfinished ones resume from their latest checkpoint.
+unfinished ones resume from their latest checkpoint. When every run has ended, neither Ray nor
+Tune is started: the relaunch only reports.
 
 Ray Tune and the training path are imported inside the functions that run trials: planning
 (``--dry-run``, ``--help``) imports this module for :class:`TrialSpec` without paying for them.
@@ -201,13 +202,20 @@ def max_concurrent_trials(specs: list[TrialSpec]) -> int:
 
 @dataclass
 class TrialsRun:
-    """What :func:`run_trials` did: Tune's ResultGrid, trials at once, and ``fit``'s wall time."""
+    """What :func:`run_trials` did: Tune's ResultGrid, trials at once, and ``fit``'s wall time.
+    ``grid`` is None when every run had ended before (:meth:`all_ended`): Tune did not start."""
 
     grid: Any
     concurrency: int
     wall_s: float
     restored: bool = False
     """Resumed an earlier experiment: trial times then include that session's."""
+    ended_before: int = 0
+    """Runs that had ended before this launch (each reports its record, trains no more)."""
+
+    @classmethod
+    def all_ended(cls, runs: int) -> TrialsRun:
+        return cls(grid=None, concurrency=0, wall_s=0.0, ended_before=runs)
 
     def concurrency_report(self) -> str:
         """Wall time against the ideal: the sum of trial times spread over the concurrent slots.
@@ -215,6 +223,11 @@ class TrialsRun:
         The wall is Tune's own (first trial scheduled to last one done); connecting to or
         starting Ray comes before it and is not the sweep's cost.
         """
+        if self.grid is None:
+            runs = f"{self.ended_before} run{'s' * (self.ended_before != 1)}"
+            return (
+                f"{runs}, each ended before this launch: nothing trained, Ray and Tune not started"
+            )
         times = [r.metrics.get("time_total_s", 0.0) for r in self.grid if r.metrics]
         if self.restored:
             return (
@@ -249,20 +262,26 @@ def run_trials(
     specs: list[TrialSpec], exp_dir: Location, settings: TuneSettings, resume: bool
 ) -> TrialsRun:
     """Run every spec as a Tune trial (or restore the experiment) under ``exp_dir``, as its
-    config made it canonical (``LadderConfig.exp_dir``). Tune keeps its state in
-    ``<exp_dir>/<settings.name>``, on object storage too (Ray reads a URL through pyarrow, with
-    the same credential chain)."""
+    config made it canonical (``LadderConfig.exp_dir``), on the Ray its ``ray.address`` names
+    (started or joined here). Tune keeps its state in ``<exp_dir>/<settings.name>``, on object
+    storage too (Ray reads a URL through pyarrow, with the same credential chain). Every run
+    ended before: nothing starts (a relaunch to see the report again takes seconds)."""
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
     from trainer_core.ray.node_view import data_inputs, driver_view
+    from trainer_core.ray.runtime import init_ray
 
+    ended = ended_runs(specs)
+    for line in ended:
+        print(line, flush=True)
+    if len(ended) == len(specs):
+        return TrialsRun.all_ended(len(specs))
+    init_ray(specs[0].config.ray.address)
     # one read of each data setting, not one per trial (a sweep's trials share theirs)
     data = {(s.config.data.mix, s.config.data.shards): s.config.data for s in specs}
     inputs = {i for cfg in data.values() for i in data_inputs(cfg)}
     view = driver_view(exp_dir, "dir", sorted(inputs, key=str))
-    for line in ended_runs(specs):
-        print(line, flush=True)
     trainable, failure, callbacks, reuse = _trial_setup(specs, view)
     tune_dir = storage.join(exp_dir, settings.name)
     concurrency = settings.max_concurrent or max_concurrent_trials(specs)
