@@ -162,6 +162,13 @@ def test_a_ladder_spans_two_nodes_and_a_lost_node_costs_one_run_a_restart(
     (moved_to,) = [r["node_id"] for r in restart["ranks"]]
     assert moved_to != nodes[WORKER] and moved_to in cluster.node_ids().values()
     assert restart["start_step"] >= HOLD_STEP
+    said = [line for line in log.read_text().splitlines() if "Ray Train restarts the" in line]
+    # Ray's words for the loss ("The actor's node was terminated unexpectedly: health check
+    # failed ...") or, when the controller saw it first, ours for an unreachable worker
+    assert len(said) == 1 and said[0].startswith(f"[exp-{victim}] rank 0: "), said
+    assert "node" in said[0] and said[0].endswith(
+        "; Ray Train restarts the workers from the latest checkpoint (restart 1, ray.max_failures 3)"
+    )
 
     reference = uninterrupted(exp / "runs" / victim, tmp_path / "reference")
     got, want = losses(exp / "runs" / victim), losses(reference)

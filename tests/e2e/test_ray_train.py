@@ -7,6 +7,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -188,12 +189,13 @@ def test_a_run_ray_train_gives_up_on_is_recorded_failed_with_the_reason(
 
 
 def test_a_corrupt_checkpoint_costs_one_restart_from_the_one_before(
-    reference_run, config, tmp_path
+    reference_run, config, tmp_path, capfd
 ):
     """The newest checkpoint (step 8, from a plain-loop run stopped there) fails its checksums
-    after Ray Data was set up to start at it: the workers restart once, the data starts at step
-    4, and the run ends at the reference run's losses, each replayed step logged once. (A
-    SIGKILLed worker's restart: the S3 ladder's test, tests/e2e/test_object_storage_on_ray.py.)"""
+    after Ray Data was set up to start at it: the workers restart once, said in one line with
+    no traceback, the data starts at step 4, and the run ends at the reference run's losses,
+    each replayed step logged once. (A SIGKILLed worker's restart: the S3 ladder's test,
+    tests/e2e/test_object_storage_on_ray.py.)"""
     ref_dir, ref_summary = reference_run
     run_dir = tmp_path / "run"
     interrupted_run(config(run_dir, "--checkpoint.keep_steps=[4, 8]"), 8)
@@ -206,6 +208,15 @@ def test_a_corrupt_checkpoint_costs_one_restart_from_the_one_before(
         config(run_dir, "--ray.max_failures=2"), callbacks=[CountFailures(failures)]
     )
     assert len(failures.read_text().splitlines()) == 1
+    out, err = capfd.readouterr()
+    said = [line for line in out.splitlines() if "Ray Train restarts" in line]
+    assert len(said) == 1 and re.fullmatch(
+        r"\[run\] ranks? [01, ]+: resumed at step 4, not 8: the checkpoint of step 8 failed its "
+        r"checksums after the data was set to start there; Ray Train restarts the workers from "
+        r"the latest checkpoint \(restart 1, ray.max_failures 2\)",
+        said[0],
+    ), said
+    assert "Traceback" not in out + err
     assert list((run_dir / "checkpoints").glob("step-00000008.corrupt-*"))
     assert summary["status"] == "finished" and summary["last_step"] == 16
     # run.json's worker groups: the last one started at the fallback (4)

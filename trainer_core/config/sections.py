@@ -543,6 +543,12 @@ class TrainConfig:
         return self.total_steps * self.batch_seqs, self.trainer.eval_batches * self.batch_seqs
 
     @property
+    def run_name(self) -> str:
+        """What the run is called in its record, its lines and W&B: the tracking name, else its
+        dir's."""
+        return self.tracking.name or storage.name(self.trainer.run_dir)
+
+    @property
     def batch_seqs(self) -> int:
         """Sequences per optimizer step: the global batch counts tokens, the data yields rows."""
         return self.trainer.global_batch_size // self.data.seq_len

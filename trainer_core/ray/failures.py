@@ -14,6 +14,7 @@ that moves them fails loudly in ``tests/e2e/test_ray_train.py``).
 
 from __future__ import annotations
 
+from ray.exceptions import ActorUnavailableError
 from ray.train import ControllerError, WorkerGroupError
 from ray.train.torch import TorchTrainer
 from ray.train.v2._internal.execution.failure_handling import (
@@ -90,18 +91,60 @@ def fatal_reason(error: BaseException) -> str | None:
     return None
 
 
+def failure_causes(error: BaseException) -> str:
+    """What failed a worker group attempt, in one clause: each rank's error by its last line,
+    ranks with the same error named together."""
+    if not isinstance(error, WorkerGroupError):
+        return f"its workers did not start ({last_line(_original(error))})"
+    ranks: dict[str, list[int]] = {}
+    for rank, cause in sorted(error.worker_failures.items()):
+        ranks.setdefault(_worker_cause(_original(cause)), []).append(rank)
+    return "; ".join(
+        f"rank{'s' * (len(r) > 1)} {', '.join(map(str, r))}: {line}" for line, r in ranks.items()
+    )
+
+
+def _worker_cause(error: BaseException) -> str:
+    """A rank's error by its last line, or, for a worker that stopped answering before Ray knew
+    why, what that means (Ray's line names the actor id and says only that it is unavailable)."""
+    if isinstance(error, ActorUnavailableError):
+        return "its worker stopped answering (its node lost, or the network)"
+    return last_line(error)
+
+
 class FailFastPolicy(DefaultFailurePolicy):
-    """Ray's default policy, except that a fatal error stops the run at once."""
+    """Ray's default policy, except that a fatal error stops the run at once; and a restart is
+    said in one line named by the run (``run``), as its other lines are. Ray's own account of
+    it, a logged traceback, is turned off with Ray's loggers (``runtime.quiet_ray_loggers``)."""
+
+    def __init__(self, failure_config, run: str):
+        super().__init__(failure_config)
+        self.run = run
+        self.restarts = 0
 
     def make_decision(self, training_failed_error) -> FailureDecision:
         if fatal_reason(training_failed_error) is not None:
             return FailureDecision.RAISE
-        return super().make_decision(training_failed_error)
+        decision = super().make_decision(training_failed_error)
+        if decision == FailureDecision.RETRY:
+            self.restarts += 1
+            print(
+                f"[{self.run}] {failure_causes(training_failed_error)}; Ray Train restarts the "
+                f"workers from the latest checkpoint (restart {self.restarts}, ray.max_failures "
+                f"{self.failure_config.max_failures})",
+                flush=True,
+            )
+        return decision
 
 
 class FailFastTorchTrainer(TorchTrainer):
-    """A ``TorchTrainer`` whose controller uses :class:`FailFastPolicy`."""
+    """A ``TorchTrainer`` whose controller uses :class:`FailFastPolicy` for run ``run``."""
+
+    def __init__(self, *args, run: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.run = run
 
     def _initialize_and_run_controller(self, **controller_init_kwargs):
-        controller_init_kwargs["failure_policy"] = FailFastPolicy(self.run_config.failure_config)
+        policy = FailFastPolicy(self.run_config.failure_config, self.run)
+        controller_init_kwargs["failure_policy"] = policy
         return super()._initialize_and_run_controller(**controller_init_kwargs)

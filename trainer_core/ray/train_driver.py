@@ -88,6 +88,7 @@ def build_torch_trainer(
             datasets_to_split=[],
             execution_options=ray.data.ExecutionOptions(preserve_order=True),
         ),
+        run=cfg.run_name,
     )
 
 

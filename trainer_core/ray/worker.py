@@ -119,12 +119,15 @@ RAY_TRAIN_FN_ERRORS = "ray.train.v2._internal.util"
 """The logger Ray Train writes every training-function error to, traceback included."""
 
 
-class _NoFatalTraceback(logging.Filter):
-    """Drops Ray's traceback of a :class:`FatalRunError`: its message reaches the user whole
-    from the driver, in one line; the traceback (of this module) would only bury it."""
+class _NoTracebackOfSaidErrors(logging.Filter):
+    """Drops Ray's traceback of a :class:`FatalRunError` (its message reaches the user whole
+    from the driver, in one line) and of a :class:`DataPositionChanged` (the restart it asks for
+    is said in one line by the controller, ``failures.FailFastPolicy``): the traceback, of this
+    module, would only bury them."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "FatalRunError" not in record.getMessage()
+        message = record.getMessage()
+        return not any(name in message for name in ("FatalRunError", "DataPositionChanged"))
 
 
 def train_worker(config: dict[str, Any]) -> None:
@@ -134,8 +137,8 @@ def train_worker(config: dict[str, Any]) -> None:
     retry; divergence is reported as a result; anything else is Ray's to retry.
     """
     errors = logging.getLogger(RAY_TRAIN_FN_ERRORS)
-    if not any(isinstance(f, _NoFatalTraceback) for f in errors.filters):
-        errors.addFilter(_NoFatalTraceback())
+    if not any(isinstance(f, _NoTracebackOfSaidErrors) for f in errors.filters):
+        errors.addFilter(_NoTracebackOfSaidErrors())
     try:
         _train(config)
     except Exception as e:
@@ -158,8 +161,7 @@ def ray_data_batches(cfg: RayTrainConfig) -> Callable[[int], Iterator[torch.Tens
         if start_step != data_start:
             raise DataPositionChanged(
                 f"resumed at step {start_step}, not {data_start}: the checkpoint of step "
-                f"{data_start} failed its checksums; restarting the workers so the data "
-                f"starts at step {start_step}"
+                f"{data_start} failed its checksums after the data was set to start there"
             )
         return batches_from_shard(shard, rows_per_rank, expected_start_step=start_step)
 
@@ -222,6 +224,4 @@ def fit_and_report(
 def divergence_line(cfg: RayTrainConfig, rank: int, error: Exception) -> str:
     """A rank's line on its run's divergence, prefixed by the run as the run's other lines are
     (trials of a ladder or sweep print side by side)."""
-    from trainer_core.train.build import run_name
-
-    return f"[{run_name(cfg)}] rank {rank}: {error}"
+    return f"[{cfg.run_name}] rank {rank}: {error}"

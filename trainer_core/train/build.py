@@ -38,17 +38,11 @@ from trainer_core.train.trainer import Trainer
 BatchSource = Callable[[int], Iterator[torch.Tensor]]
 
 
-def run_name(cfg: TrainConfig) -> str:
-    """What the run is called in its record, its lines and W&B: the tracking name, else its
-    dir's."""
-    return cfg.tracking.name or storage.name(cfg.trainer.run_dir)
-
-
 def run_info(cfg: TrainConfig, tags: dict | None = None) -> RunInfo:
     """The run's record; its size is the model's table name, else its ladder's or sweep's tag
     (a ladder's ``size_table`` size: the config holds its dims, not its name)."""
     return RunInfo(
-        name=run_name(cfg),
+        name=cfg.run_name,
         size=cfg.model.size or str((tags or {}).get("size", "")),
         num_params=count_params(cfg.model)["non_embedding"],
         flops_per_token=num_flops_per_token(cfg.model, cfg.data.seq_len),
