@@ -166,6 +166,17 @@ def setup_worker_process() -> None:
     print_run_warnings_as_lines()
 
 
+STARTUP_CONCURRENCY = "RAY_worker_maximum_startup_concurrency"
+MIN_STARTUP_CONCURRENCY = 16
+"""Python processes a Ray started here may start at once: at least this many, though Ray's
+default is the node's CPU count. Ray warns ("N PYTHON worker processes have been started ...
+Kx the maximum expected startup concurrency", a link to a Ray issue) once four times that many
+are up. A trial here is about four processes that hold almost no CPU (its driver, its Ray Train
+controller and placement-group cleaner, a worker per device), so on 2 cores the demo's two
+trials at a time drew the warning twice per launch. A cluster started by ``ray start`` keeps
+its own setting."""
+
+
 def init_ray(
     address: str = "", *, num_cpus: int | None = None, dashboard: bool | None = None
 ) -> None:
@@ -180,6 +191,8 @@ def init_ray(
         os.environ.setdefault(key, value)
     if ray.is_initialized():
         return
+    cpus = num_cpus or os.cpu_count() or 1
+    os.environ.setdefault(STARTUP_CONCURRENCY, str(max(cpus, MIN_STARTUP_CONCURRENCY)))
     cluster = address or os.environ.get("RAY_ADDRESS", "")
     if cluster not in ("", "local", "auto"):
         check_reachable(cluster, "ray.address" if address else "RAY_ADDRESS")
