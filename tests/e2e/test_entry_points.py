@@ -207,22 +207,33 @@ def test_ctrl_c_on_torchrun_ends_every_rank_with_one_line(processes, tiny_args, 
 class CtrlCInSave(BaseCallback):
     """A Ctrl+C landing in a checkpoint's write, at the end of step 5 (the tiny run's first
     log): DCP catches it with every other error of the write and raises them together as a
-    CheckpointException."""
+    CheckpointException. ``in_zip``: it lands inside ``torch.save``'s zip writer, whose
+    ``__exit__`` then raises its own error with the interrupt as its context (a CI run: exit 1
+    and DCP's traceback)."""
+
+    def __init__(self, scratch, in_zip: bool):
+        self.scratch, self.in_zip = scratch, in_zip
 
     def on_step_end(self, step: int) -> None:
         if step == 5:
             import torch
             import torch.distributed.checkpoint as dcp
 
+            in_zip = self.in_zip
+
             class Interrupted(dcp.FileSystemWriter):
                 def write_data(self, plan, planner):
-                    raise KeyboardInterrupt
+                    try:
+                        raise KeyboardInterrupt
+                    finally:
+                        if in_zip:
+                            raise RuntimeError("[enforce fail] unexpected pos 704 vs 598")
 
             state = {"x": torch.zeros(2)}
             dcp.save(state, storage_writer=Interrupted(self.scratch), no_dist=True)
 
 
-@pytest.mark.parametrize("in_save", [False, True])
+@pytest.mark.parametrize("in_save", ["no", "in_write", "in_zip"])
 def test_an_interrupted_run_records_it_and_says_what_re_running_does(
     tiny_config, tmp_path, capsys, in_save
 ):
@@ -234,9 +245,8 @@ def test_an_interrupted_run_records_it_and_says_what_re_running_does(
     from trainer_core.train.build import build_trainer
 
     run_dir = tmp_path / "run"
-    if in_save:
-        stop = CtrlCInSave()
-        stop.scratch = tmp_path / "scratch"
+    if in_save != "no":
+        stop = CtrlCInSave(tmp_path / "scratch", in_zip=in_save == "in_zip")
         cfg = tiny_config(run_dir, "--checkpoint.enabled=false")
         expected = "checkpoints are off (checkpoint.enabled=false): re-running starts over"
     else:

@@ -115,7 +115,7 @@ def _worker_cause(error: BaseException) -> str:
 class FailFastPolicy(DefaultFailurePolicy):
     """Ray's default policy, except that a fatal error stops the run at once; and a restart is
     said in one line named by the run (``run``), as its other lines are. Ray's own account of
-    it, a logged traceback, is turned off with Ray's loggers (``runtime.quiet_ray_loggers``)."""
+    it, the decision logged with a traceback, is below the level Ray's loggers are set to."""
 
     def __init__(self, failure_config, run: str):
         super().__init__(failure_config)
@@ -128,10 +128,11 @@ class FailFastPolicy(DefaultFailurePolicy):
         decision = super().make_decision(training_failed_error)
         if decision == FailureDecision.RETRY:
             self.restarts += 1
+            limit = self.failure_config.max_failures
             print(
                 f"[{self.run}] {failure_causes(training_failed_error)}; Ray Train restarts the "
                 f"workers from the latest checkpoint (restart {self.restarts}, ray.max_failures "
-                f"{self.failure_config.max_failures})",
+                f"{'-1: no limit' if limit < 0 else limit})",
                 flush=True,
             )
         return decision

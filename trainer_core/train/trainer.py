@@ -280,7 +280,7 @@ class Trainer:
         except CheckpointException as e:
             # A Ctrl+C mid-save: DCP catches every rank's error, a KeyboardInterrupt's too,
             # and raises them together as this (a BaseException).
-            if not any(isinstance(err, KeyboardInterrupt) for err, _ in e.failures.values()):
+            if not any(_from_interrupt(err) for err, _ in e.failures.values()):
                 raise
             self.record_interrupt()
             raise KeyboardInterrupt from e
@@ -507,3 +507,16 @@ class Trainer:
             workers=self.workers,
             error=error,
         )
+
+
+def _from_interrupt(error: BaseException | None) -> bool:
+    """Whether ``error`` is a KeyboardInterrupt or was raised while one was handled: a Ctrl+C
+    inside ``torch.save``'s zip writer comes out of its ``__exit__`` as a RuntimeError
+    ("unexpected pos ...") whose context is the interrupt."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False

@@ -41,6 +41,12 @@ def test_a_worker_that_stopped_answering_is_said_so_not_by_its_actor_id(capsys):
     )
 
 
+def test_an_unlimited_budget_is_said_so(capsys):
+    policy = FailFastPolicy(FailureConfig(max_failures=-1), "run")
+    policy.make_decision(lost(r0="the actor died"))
+    assert capsys.readouterr().out.endswith("(restart 1, ray.max_failures -1: no limit)\n")
+
+
 def test_bad_input_stops_the_run_at_once_without_a_restart_line(capsys):
     policy = FailFastPolicy(FailureConfig(max_failures=3), "exp-1M")
     error = WorkerGroupError("failed", {0: FatalRunError("trainer.run_dir: not writable")})
