@@ -11,6 +11,7 @@ Warnings a user should read (a checkpoint skipped, shards without checksums) are
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 
 
 class UserError(Exception):
@@ -20,6 +21,16 @@ class UserError(Exception):
 class RunFailedError(UserError, RuntimeError):
     """A run on Ray stopped for good: a non-retriable error, or out of retries. Its checkpoints
     and metrics are kept, so the same command resumes it once the cause is fixed."""
+
+
+def exception_chain(error: BaseException | None) -> Iterator[BaseException]:
+    """``error``, then the exception it was raised from or while handling, and so on: where the
+    real cause of a wrapped error is found (a user error under Ray's, a Ctrl+C under torch's)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
 
 
 class RunWarning(UserWarning):

@@ -22,7 +22,7 @@ from ray.train.v2._internal.execution.failure_handling import (
     FailureDecision,
 )
 
-from trainer_core.errors import RunFailedError, UserError
+from trainer_core.errors import RunFailedError, UserError, exception_chain
 
 
 class FatalRunError(RuntimeError):
@@ -34,13 +34,9 @@ def user_error_in(error: BaseException) -> BaseException | None:
     error's ``cause`` (the exception the task raised), then Python's chain."""
     cause = getattr(error, "cause", None)
     error = cause if isinstance(cause, BaseException) else error
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, (FatalRunError, UserError)):
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return None
+    return next(
+        (e for e in exception_chain(error) if isinstance(e, (FatalRunError, UserError))), None
+    )
 
 
 class RunLostError(RunFailedError):

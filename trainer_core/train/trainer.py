@@ -31,7 +31,7 @@ from trainer_core.checkpoint.rng import restore_rng, rng_state
 from trainer_core.config.loader import ConfigError, to_yaml
 from trainer_core.config.sections import TrainConfig
 from trainer_core.data.shards import DataError
-from trainer_core.errors import UserError
+from trainer_core.errors import UserError, exception_chain
 from trainer_core.io import storage
 from trainer_core.io.run_dir import (
     RunInfo,
@@ -509,14 +509,8 @@ class Trainer:
         )
 
 
-def _from_interrupt(error: BaseException | None) -> bool:
+def _from_interrupt(error: BaseException) -> bool:
     """Whether ``error`` is a KeyboardInterrupt or was raised while one was handled: a Ctrl+C
     inside ``torch.save``'s zip writer comes out of its ``__exit__`` as a RuntimeError
     ("unexpected pos ...") whose context is the interrupt."""
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, KeyboardInterrupt):
-            return True
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return False
+    return any(isinstance(e, KeyboardInterrupt) for e in exception_chain(error))
