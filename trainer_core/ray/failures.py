@@ -116,22 +116,32 @@ class FailFastPolicy(DefaultFailurePolicy):
     def __init__(self, failure_config, run: str):
         super().__init__(failure_config)
         self.run = run
-        self.restarts = 0
+        self.restarts: dict[str, int] = {}
 
     def make_decision(self, training_failed_error) -> FailureDecision:
         if fatal_reason(training_failed_error) is not None:
             return FailureDecision.RAISE
         decision = super().make_decision(training_failed_error)
         if decision == FailureDecision.RETRY:
-            self.restarts += 1
-            limit = self.failure_config.max_failures
+            budget, limit = self._budget(training_failed_error)
+            self.restarts[budget] = n = self.restarts.get(budget, 0) + 1
             print(
                 f"[{self.run}] {failure_causes(training_failed_error)}; Ray Train restarts the "
-                f"workers from the latest checkpoint (restart {self.restarts}, ray.max_failures "
+                f"workers from the latest checkpoint (restart {n}, {budget} "
                 f"{'-1: no limit' if limit < 0 else limit})",
                 flush=True,
             )
         return decision
+
+    def _budget(self, error: BaseException) -> tuple[str, int]:
+        """The retry budget Ray charges ``error`` to, as the setting that sets it: a worker group
+        that failed to start is the controller's (Ray Train's own limit, not the run's)."""
+        if isinstance(error, ControllerError):
+            return (
+                "Ray Train's controller_failure_limit",
+                self.failure_config.controller_failure_limit,
+            )
+        return "ray.max_failures", self.failure_config.max_failures
 
 
 class FailFastTorchTrainer(TorchTrainer):

@@ -127,7 +127,7 @@ class _NoTracebackOfSaidErrors(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return not any(name in message for name in ("FatalRunError", "DataPositionChanged"))
+        return not any(c.__name__ in message for c in (FatalRunError, DataPositionChanged))
 
 
 def train_worker(config: dict[str, Any]) -> None:

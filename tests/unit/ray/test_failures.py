@@ -4,7 +4,8 @@ by the run, the last failure and a fatal one left to the driver's line."""
 from __future__ import annotations
 
 from ray.exceptions import ActorUnavailableError
-from ray.train import FailureConfig, WorkerGroupError
+from ray.train import ControllerError, FailureConfig, WorkerGroupError
+from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
 from ray.train.v2._internal.execution.failure_handling import FailureDecision
 
 from trainer_core.ray.failures import FailFastPolicy, FatalRunError
@@ -45,6 +46,22 @@ def test_an_unlimited_budget_is_said_so(capsys):
     policy = FailFastPolicy(FailureConfig(max_failures=-1), "run")
     policy.make_decision(lost(r0="the actor died"))
     assert capsys.readouterr().out.endswith("(restart 1, ray.max_failures -1: no limit)\n")
+
+
+def test_workers_that_did_not_start_are_charged_to_the_controllers_budget(capsys):
+    """A worker group that timed out starting is Ray Train's controller error, retried under its
+    own limit (no limit by default), not ``ray.max_failures``; the count is per budget."""
+    policy = FailFastPolicy(FailureConfig(max_failures=0), "exp-1M")
+    assert policy.make_decision(ControllerError(WorkerGroupStartupTimeoutError(2))) == (
+        FailureDecision.RETRY
+    )
+    out = capsys.readouterr().out
+    assert out.startswith("[exp-1M] its workers did not start (The worker group startup timed out")
+    assert out.endswith(
+        "; Ray Train restarts the workers from the latest checkpoint (restart 1, Ray Train's "
+        "controller_failure_limit -1: no limit)\n"
+    )
+    assert policy.make_decision(lost(r0="the actor died")) == FailureDecision.RAISE
 
 
 def test_bad_input_stops_the_run_at_once_without_a_restart_line(capsys):
