@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from trainer_core.config.cli import planned_from
@@ -27,6 +28,7 @@ from trainer_core.io import storage
 from trainer_core.io.run_dir import (
     FINAL_STATUSES,
     TUNE,
+    last_logged_step,
     mark_failed,
     mark_interrupted,
     mark_stopped,
@@ -478,12 +480,26 @@ def record_interrupts(specs: list[TrialSpec], cut_off: set[str]) -> None:
     """Runs whose trials an interrupt ``cut_off`` (by trial dir, the run's name) that still say
     "running" (left at their start's step 0), recorded ``interrupted`` at their last logged
     step, as a run interrupted without Ray records itself: Tune ends a trial before its ranks
-    can. Only once ``fit`` has returned: Tune has stopped every trial by then (killing any that
-    did not stop within seconds), so none still trains its run. A spec Tune made no trial of
+    can. Only once ``fit`` has returned and the run's metrics have stopped growing: Tune has
+    stopped every trial by then, but a Ray Train run's workers die after their trial's
+    controller, and logged 3 more steps once on a loaded machine. A spec Tune made no trial of
     this session is left as it is: this session did not run it."""
     for spec in specs:
         if spec.name in cut_off:
-            mark_interrupted(spec.config.trainer.run_dir)
+            run_dir = spec.config.trainer.run_dir
+            _until_still(partial(last_logged_step, run_dir), quiet_s=1.0, limit_s=10.0)
+            mark_interrupted(run_dir)
+
+
+def _until_still(value: Callable[[], T], quiet_s: float, limit_s: float) -> None:
+    """Wait until ``value()`` has not changed for ``quiet_s`` seconds, or ``limit_s`` passed."""
+    last, since = value(), time.monotonic()
+    deadline = since + limit_s
+    while time.monotonic() < deadline and time.monotonic() - since < quiet_s:
+        time.sleep(0.1)
+        now = value()
+        if now != last:
+            last, since = now, time.monotonic()
 
 
 def fmt_lr(lr: float) -> str:
