@@ -23,8 +23,11 @@ def join_as_rank(rank: int, world: int, port: int) -> None:
     torch.set_num_threads(1)
 
 
-def run_rank(rank: int, fn: Callable[..., None], *args) -> None:
-    """``fn(rank, *args)``, then the rank's process ends as a torchrun rank's does
+def run_rank(rank: int, env: dict[str, str], fn: Callable[..., None], *args) -> None:
+    """``fn(rank, *args)`` with the environment ``env`` (the test's, when it started the ranks),
+    then the rank's process ends as a torchrun rank's does
     (:func:`~trainer_core.parallel.process_group.exit_rank`); an exception still fails it."""
+    os.environ.clear()
+    os.environ.update(env)
     fn(rank, *args)
     exit_rank(0)
