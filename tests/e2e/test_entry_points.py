@@ -233,32 +233,41 @@ class CtrlCInSave(BaseCallback):
             dcp.save(state, storage_writer=Interrupted(self.scratch), no_dist=True)
 
 
-@pytest.mark.parametrize("in_save", ["no", "in_write", "in_zip"])
+class CtrlCAtStart(BaseCallback):
+    """A Ctrl+C while the run starts: after run.json says "running", before the first step
+    (a CI run: the callbacks' start, where the record stayed "running")."""
+
+    def on_start(self, info) -> None:
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("where", ["step", "in_write", "in_zip", "at_start"])
 def test_an_interrupted_run_records_it_and_says_what_re_running_does(
-    tiny_config, tmp_path, capsys, in_save
+    tiny_config, tmp_path, capsys, where
 ):
     """A Ctrl+C mid-save came out as DCP's CheckpointException (a BaseException), past every
-    handler; a run without checkpoints says that re-running starts over."""
+    handler; one at the start left run.json "running"; a run without checkpoints says that
+    re-running starts over."""
     from stops import StopAfter
 
     from trainer_core.train.__main__ import fit
     from trainer_core.train.build import build_trainer
 
     run_dir = tmp_path / "run"
-    if in_save != "no":
-        stop = CtrlCInSave(tmp_path / "scratch", in_zip=in_save == "in_zip")
+    expected = "no checkpoint yet: re-running starts over"
+    if where in ("in_write", "in_zip"):
+        stop, step = CtrlCInSave(tmp_path / "scratch", in_zip=where == "in_zip"), 5
         cfg = tiny_config(run_dir, "--checkpoint.enabled=false")
         expected = "checkpoints are off (checkpoint.enabled=false): re-running starts over"
     else:
-        stop = StopAfter(5)
+        stop, step = (StopAfter(5), 5) if where == "step" else (CtrlCAtStart(), 0)
         cfg = tiny_config(run_dir)
-        expected = "no checkpoint yet: re-running starts over"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # DCP's "assuming ... a single process"
         try:
             assert fit(build_trainer(cfg, extra_callbacks=[stop])) == 130
         except KeyboardInterrupt:  # not on to pytest, which would take it for the user's own
             pytest.fail("the KeyboardInterrupt went past fit")
-    assert capsys.readouterr().err == f"interrupted at step 5; {expected}\n"
+    assert capsys.readouterr().err == f"interrupted at step {step}; {expected}\n"
     run = json.loads((run_dir / "run.json").read_text())
-    assert (run["status"], run["last_step"]) == ("interrupted", 5)
+    assert (run["status"], run["last_step"]) == ("interrupted", step)

@@ -25,6 +25,7 @@ import pytest
 from ray_cluster import RayCluster
 from ray_train_hooks import RELEASE_ENV, read_log
 from reference import fit_on_one_thread
+from restarts import restart_lines
 from waiting import wait_for
 
 from trainer_core.config.loader import from_dict, load_yaml
@@ -162,19 +163,11 @@ def test_a_ladder_spans_two_nodes_and_a_lost_node_costs_one_run_a_restart(
     (moved_to,) = [r["node_id"] for r in restart["ranks"]]
     assert moved_to != nodes[WORKER] and moved_to in cluster.node_ids().values()
     assert restart["start_step"] >= HOLD_STEP
-    # Ray prints the run's line and its own node-death notice from two driver threads, each
-    # print as two writes (text, then newline), so the notice can land before the newline: the
-    # line is matched in the text, not by lines. Its cause is Ray's words for the loss ("The
-    # actor's node was terminated unexpectedly: health check failed ...") or, when the
-    # controller saw it first, ours for an unreachable worker.
-    text = log.read_text()
-    said = re.findall(
-        r"\[exp-(\S+)\] rank 0: ([^\n]*?); Ray Train restarts the workers from the latest "
-        r"checkpoint \(restart 1, ray\.max_failures 3\)",
-        text,
-    )
-    assert text.count("Ray Train restarts the") == 1 and len(said) == 1, text[-4000:]
-    assert said[0][0] == victim and "node" in said[0][1], said
+    # Ray's words for the loss ("The actor's node was terminated unexpectedly: health check
+    # failed ...") or, when the controller saw it first, ours for an unreachable worker
+    (said,) = restart_lines(log.read_text())
+    assert said["run"] == f"exp-{victim}" and said["causes"].startswith("rank 0: "), said
+    assert "node" in said["causes"] and said["count"] == "restart 1, ray.max_failures 3"
 
     reference = uninterrupted(exp / "runs" / victim, tmp_path / "reference")
     got, want = losses(exp / "runs" / victim), losses(reference)

@@ -17,6 +17,7 @@ import pytest
 import torch
 from ray_train_hooks import HOLD_ENV, KILL_ENV, read_log
 from reference import fit_on_one_thread
+from restarts import restart_lines
 from s3_server import SECRET, s3_objects, s3_server  # noqa: F401  (s3_server: the fixture)
 from test_ladder_run import LADDER
 from waiting import alive, wait_for
@@ -128,11 +129,9 @@ def test_a_ladder_on_s3_survives_a_killed_worker_and_a_killed_driver(
     assert len(second_group["workers"]) == 1
     one = s3_run_json(url, "300K")
     assert [g["start_step"] for g in one["workers"]] == [0, 5]
-    said = [line for line in log.read_text().splitlines() if "Ray Train restarts the" in line]
-    assert len(said) == 1 and said[0].startswith("[exp-300K] rank 0: "), said
-    assert said[0].endswith(
-        "; Ray Train restarts the workers from the latest checkpoint (restart 1, ray.max_failures 3)"
-    )
+    (said,) = restart_lines(log.read_text())
+    assert said["run"] == "exp-300K" and said["causes"].startswith("rank 0: "), said
+    assert said["count"] == "restart 1, ray.max_failures 3"
 
     env = {STAGE_ENV: str(tmp_path / "stage"), "RAY_TMPDIR": str(ray_tmp)}
     second = processes.python(LADDER, "--config", config, "--resume", timeout=600, env=env)

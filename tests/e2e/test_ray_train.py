@@ -18,6 +18,7 @@ import ray_train_hooks
 from ray import tune
 from ray_train_hooks import FAILURES_ENV, CountFailures, KillWorker
 from reference import SIXTEEN_STEPS
+from restarts import restart_lines
 
 from trainer_core.config.loader import from_dict, to_dict
 from trainer_core.config.sections import TrainConfig
@@ -209,12 +210,12 @@ def test_a_corrupt_checkpoint_costs_one_restart_from_the_one_before(
     )
     assert len(failures.read_text().splitlines()) == 1
     out, err = capfd.readouterr()
-    said = [line for line in out.splitlines() if "Ray Train restarts" in line]
-    assert len(said) == 1 and re.fullmatch(
-        r"\[run\] ranks? [01, ]+: resumed at step 4, not 8: the checkpoint of step 8 failed its "
-        r"checksums after the data was set to start there; Ray Train restarts the workers from "
-        r"the latest checkpoint \(restart 1, ray.max_failures 2\)",
-        said[0],
+    (said,) = restart_lines(out)
+    assert said["run"] == "run" and said["count"] == "restart 1, ray.max_failures 2", said
+    assert re.fullmatch(
+        r"ranks? [01, ]+: resumed at step 4, not 8: the checkpoint of step 8 failed its "
+        r"checksums after the data was set to start there",
+        said["causes"],
     ), said
     assert "Traceback" not in out + err
     assert list((run_dir / "checkpoints").glob("step-00000008.corrupt-*"))

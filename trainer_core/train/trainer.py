@@ -245,19 +245,20 @@ class Trainer:
         total = self.info.total_steps
         # Only now, with the resume accepted: a refused one leaves the run dir as it was.
         self._write_config()
-        self._write_run_json("running")
         earlier = [g.time for g in self.workers[:-1]]  # rank 0's: when each earlier start began
-        self._emit(
-            "on_start",
-            {
-                **self.info.__dict__,
-                "start_step": start_step,
-                "total_steps": total,
-                "earlier_starts": earlier,
-            },
-        )
         started = time.time()
+        # From "running" on, every ending is recorded: a Ctrl+C in the callbacks' start too
         try:
+            self._write_run_json("running")
+            self._emit(
+                "on_start",
+                {
+                    **self.info.__dict__,
+                    "start_step": start_step,
+                    "total_steps": total,
+                    "earlier_starts": earlier,
+                },
+            )
             self._run_steps(start_step, total)
         except NonFiniteLossError:
             # Every rank raises it at once, so together they can still commit the async save
