@@ -75,15 +75,8 @@ RAY_TEST_FILES = frozenset(
 )
 """The test files that hold every test needing a Ray (marked ``ray`` or using one of
 :data:`RAY_FIXTURES`). Under ``make test`` (``pytest -n 2``) they run in order on one worker, one
-Ray at a time, while the other worker takes the rest: many Rays at once overload two cores, and
-a single-process test leaves the second core idle (benchmarks/RESULTS.md, "Suite time"). Those
-of :data:`RAY_BESIDE_FILES` excepted."""
-
-RAY_BESIDE_FILES = frozenset({"tests/e2e/test_interrupt.py"})
-"""Ray test files run as a unit of their own on the other worker, beside the Ray tests' chain
-(the suite's critical path, ~1,130 s of a 1,143 s suite while the other worker idled its last
-340 s): their ladders each start a Ray of their own ("local": they join no other, and no other
-joins them) and wait on files and exit codes, never on time."""
+Ray at a time, while the other worker takes the rest: two Rays at once would overload two cores,
+and a single-process test leaves the second core idle (benchmarks/RESULTS.md, "Suite time")."""
 
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
@@ -123,17 +116,12 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's scheduler: the tests of :data:`RAY_TEST_FILES` are one unit of work (one
-    worker, in order, handed out first since it is the largest), each file of
-    :data:`RAY_BESIDE_FILES` another (handed out second, so to the other worker), every other
-    test its own."""
+    worker, in order, handed out first since it is the largest), every other test its own."""
     from xdist.scheduler import LoadScopeScheduling
 
     class RayTestsTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            if path in RAY_BESIDE_FILES:
-                return path
-            return "ray" if path in RAY_TEST_FILES else nodeid
+            return "ray" if nodeid.split("::", 1)[0] in RAY_TEST_FILES else nodeid
 
     return RayTestsTogether(config, log)
 
