@@ -255,7 +255,17 @@ def test_the_readme_walkthrough_runs_as_written(processes, repo_root, tmp_path, 
             )
     checkout = checkout_of(repo_root, tmp_path / "checkout")
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)}
-    out = processes.run("bash", "-euo", "pipefail", "-c", lines, env=env, cwd=checkout, timeout=500)
+    out = None
+    try:
+        out = processes.run(
+            "bash", "-euo", "pipefail", "-c", lines, env=env, cwd=checkout, timeout=500
+        )
+    finally:
+        if out is None or out.returncode != 0:
+            # stopped before its `ray stop`: the head it started (a daemon) would run on
+            # through every later test (a CI run's: ~20% slower to the end)
+            stop = "source .venv/bin/activate && ray stop --force"
+            processes.run("bash", "-c", stop, env=env, cwd=checkout, timeout=120)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-3000:]
     assert "run tiny-1 finished: step 20" in out.stdout  # the job's own output, followed
     assert out.stdout.count("Job 'tiny-1' succeeded") == 2  # at the end of the logs, and status
