@@ -17,6 +17,7 @@ from __future__ import annotations
 from ray.exceptions import ActorUnavailableError
 from ray.train import ControllerError, WorkerGroupError
 from ray.train.torch import TorchTrainer
+from ray.train.v2._internal.exceptions import WorkerHealthCheckFailedError
 from ray.train.v2._internal.execution.failure_handling import (
     DefaultFailurePolicy,
     FailureDecision,
@@ -63,11 +64,14 @@ def _original(error: BaseException) -> BaseException:
     """The exception a worker or the controller raised, out of Ray Train's wrappers.
 
     Ray keeps a worker's exception in a wrapper that carries its formatted traceback; that
-    wrapper has no public accessor for the exception, hence the attribute lookup.
+    wrapper has no public accessor for the exception, hence the attribute lookup. A worker that
+    died or stopped answering comes as the failed health check holding Ray's actor error.
     """
     while True:
         if isinstance(error, ControllerError):
             error = error.controller_failure
+        elif isinstance(error, WorkerHealthCheckFailedError):
+            error = error.health_check_failure
         elif hasattr(error, "_base_exc"):
             error = error._base_exc
         else:

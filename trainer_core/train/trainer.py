@@ -246,7 +246,6 @@ class Trainer:
         # Only now, with the resume accepted: a refused one leaves the run dir as it was.
         self._write_config()
         earlier = [g.time for g in self.workers[:-1]]  # rank 0's: when each earlier start began
-        started = time.time()
         # From "running" on, every ending is recorded: a Ctrl+C in the callbacks' start too
         try:
             self._write_run_json("running")
@@ -259,6 +258,7 @@ class Trainer:
                     "earlier_starts": earlier,
                 },
             )
+            started = time.time()
             self._run_steps(start_step, total)
         except NonFiniteLossError:
             # Every rank raises it at once, so together they can still commit the async save

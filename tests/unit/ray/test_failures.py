@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from ray.exceptions import ActorUnavailableError
 from ray.train import ControllerError, FailureConfig, WorkerGroupError
-from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
+from ray.train.v2._internal.exceptions import (
+    WorkerGroupStartupTimeoutError,
+    WorkerHealthCheckFailedError,
+)
 from ray.train.v2._internal.execution.failure_handling import FailureDecision
 
 from trainer_core.ray.failures import FailFastPolicy, FatalRunError
@@ -32,10 +35,12 @@ def test_a_restart_is_one_line_naming_the_run_its_ranks_and_the_budget(capsys):
 
 def test_a_worker_that_stopped_answering_is_said_so_not_by_its_actor_id(capsys):
     """Ray's ActorUnavailableError (a node lost before Ray declared it dead) names the actor's id
-    and says it is unavailable; the line says what that means."""
+    and says it is unavailable; the line says what that means. Ray Train hands it over inside
+    its failed health check (a CI run of the two-node test printed Ray's words)."""
     unavailable = ActorUnavailableError("RpcError: connection refused", b"\x01" * 16)
+    checked = WorkerHealthCheckFailedError("Worker health check failed", failure=unavailable)
     policy = FailFastPolicy(FailureConfig(max_failures=3), "exp-300K")
-    policy.make_decision(WorkerGroupError("lost", {0: unavailable}))
+    policy.make_decision(WorkerGroupError("lost", {0: checked}))
     assert capsys.readouterr().out == (
         "[exp-300K] rank 0: its worker stopped answering (its node lost, or the network); Ray "
         "Train restarts the workers from the latest checkpoint (restart 1, ray.max_failures 3)\n"
