@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -28,10 +28,10 @@ from trainer_core.io import storage
 from trainer_core.io.run_dir import (
     FINAL_STATUSES,
     TUNE,
-    last_logged_step,
     mark_failed,
     mark_interrupted,
     mark_stopped,
+    metrics_path,
     read_run_json,
 )
 from trainer_core.io.sigterm import sigterm_as_ctrl_c
@@ -480,26 +480,53 @@ def record_interrupts(specs: list[TrialSpec], cut_off: set[str]) -> None:
     """Runs whose trials an interrupt ``cut_off`` (by trial dir, the run's name) that still say
     "running" (left at their start's step 0), recorded ``interrupted`` at their last logged
     step, as a run interrupted without Ray records itself: Tune ends a trial before its ranks
-    can. Only once ``fit`` has returned and the run's metrics have stopped growing: Tune has
+    can. Only once ``fit`` has returned and the runs' metrics have stopped growing: Tune has
     stopped every trial by then, but a Ray Train run's workers die after their trial's
-    controller, and logged 3 more steps once on a loaded machine. A spec Tune made no trial of
-    this session is left as it is: this session did not run it."""
-    for spec in specs:
-        if spec.name in cut_off:
-            run_dir = spec.config.trainer.run_dir
-            _until_still(partial(last_logged_step, run_dir), quiet_s=1.0, limit_s=10.0)
-            mark_interrupted(run_dir)
+    controller, and logged 3 more steps once on a loaded machine. The runs are watched together,
+    by their metrics' size (one stat, or one HEAD request on object storage, per look), so
+    K runs wait as long as one; each run's metrics are read whole once, when it is recorded. A
+    spec Tune made no trial of this session is left as it is: this session did not run it."""
+    run_dirs = [spec.config.trainer.run_dir for spec in specs if spec.name in cut_off]
+    _until_all_still([partial(_metrics_size, d) for d in run_dirs], quiet_s=1.0, limit_s=10.0)
+    for run_dir in run_dirs:
+        mark_interrupted(run_dir)
 
 
-def _until_still(value: Callable[[], T], quiet_s: float, limit_s: float) -> None:
-    """Wait until ``value()`` has not changed for ``quiet_s`` seconds, or ``limit_s`` passed."""
-    last, since = value(), time.monotonic()
-    deadline = since + limit_s
-    while time.monotonic() < deadline and time.monotonic() - since < quiet_s:
-        time.sleep(0.1)
-        now = value()
-        if now != last:
-            last, since = now, time.monotonic()
+def _metrics_size(run_dir: Location) -> int | None:
+    """The size of a run's ``metrics.jsonl`` (None: not written yet)."""
+    try:
+        return storage.size(metrics_path(run_dir))
+    except FileNotFoundError:
+        return None
+
+
+@dataclass
+class _Watched:
+    """A value :func:`_until_all_still` waits on: what it last read, and since when."""
+
+    value: Callable[[], object]
+    last: object
+    since: float
+
+
+def _until_all_still(
+    values: Sequence[Callable[[], object]], quiet_s: float, limit_s: float, poll_s: float = 0.1
+) -> None:
+    """Wait until each of ``values`` has not changed for ``quiet_s`` seconds, or until
+    ``limit_s`` passed, for all of them together: one deadline, not one per value. A value
+    found still is not read again."""
+    deadline = time.monotonic() + limit_s
+    moving = [_Watched(value, value(), time.monotonic()) for value in values]
+    while True:
+        now = time.monotonic()
+        moving = [w for w in moving if now - w.since < quiet_s]
+        if not moving or now >= deadline:
+            return
+        time.sleep(poll_s)
+        for w in moving:
+            current = w.value()
+            if current != w.last:
+                w.last, w.since = current, time.monotonic()
 
 
 def fmt_lr(lr: float) -> str:
