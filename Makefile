@@ -60,17 +60,25 @@ gpu-check: setup
 	$(BIN)/python benchmarks/gpu_check.py
 
 # Here, for a bare GPU machine (no network; its python3 has CUDA torch but not these): the
-# wheels gpu_check.py installs there, at this venv's versions, into .gpu-wheels/ (ignored, ~9
-# MiB; carry it). GPU_PYTHON: that machine's Python. README's "GPU" section says how to run it.
+# wheels gpu_check.py installs there, at this venv's versions, into .gpu-wheels/ (ignored, ~34
+# MiB; carry it), with Ray trimmed and recompressed to fit the 64 MiB a GPU machine is sent
+# (benchmarks/pack_ray.py, a few minutes) and Ray's requirements that machine lacks.
+# GPU_PYTHON: that machine's Python. README's "GPU" section says how to run it.
 GPU_PYTHON ?= 3.12
 GPU_WHEELS := torchao zstandard draccus mergedeep toml pytest-timeout
+GPU_RAY_WHEELS := jsonschema jsonschema-specifications referencing rpds-py pydantic \
+	pydantic-core annotated-types typing-inspection tensorboardX
+GPU_PIP_DOWNLOAD = $(BIN)/python -m pip download --quiet --no-deps --only-binary=:all: \
+	--python-version $(GPU_PYTHON) --implementation cp --platform manylinux_2_28_x86_64 \
+	--platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+	--platform manylinux2014_x86_64
 gpu-wheels: setup
 	rm -rf .gpu-wheels
-	$(BIN)/python -m pip download --quiet --no-deps --only-binary=:all: -d .gpu-wheels \
-		--python-version $(GPU_PYTHON) --implementation cp --platform manylinux_2_28_x86_64 \
-		--platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
-		--platform manylinux2014_x86_64 \
-		$$(for p in $(GPU_WHEELS); do echo "$$p==$$($(BIN)/python -m pip show $$p | sed -n 's/^Version: //p')"; done)
+	$(GPU_PIP_DOWNLOAD) -d .gpu-wheels \
+		$$(for p in $(GPU_WHEELS) $(GPU_RAY_WHEELS); do echo "$$p==$$($(BIN)/python -m pip show $$p | sed -n 's/^Version: //p')"; done)
+	$(GPU_PIP_DOWNLOAD) -d .gpu-wheels/ray-wheel "ray==$$($(BIN)/python -m pip show ray | sed -n 's/^Version: //p')"
+	$(BIN)/python benchmarks/pack_ray.py .gpu-wheels/ray-wheel/ray-*.whl --out .gpu-wheels
+	rm -rf .gpu-wheels/ray-wheel
 	du -sh .gpu-wheels
 
 lint: setup

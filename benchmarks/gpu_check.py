@@ -10,8 +10,9 @@ part per command, each well under 10 minutes::
 
 The carried wheels are installed into ``.gpu-wheels/site`` (no index, no network) for the
 packages this Python lacks, and put on the path of every process the check starts. A part whose
-packages are still missing says which, and why, in one line, and is not run (Ray's wheel is
-larger than the 64 MiB a GPU machine is sent, so the ladder part runs only where Ray is).
+packages are still missing says which, and why, in one line, and is not run. Ray's wheel is
+larger than the 64 MiB a GPU machine is sent, so it travels trimmed and recompressed
+(``ray-*.tar.xz``, benchmarks/pack_ray.py) and is unpacked into the same site folder.
 
 1. tests: the tests marked ``cuda`` (tests/cuda/): bf16 vs fp32 over 50 steps, compile vs eager,
    float8 vs bf16, the attention backend that ran, checkpoint save and resume on the GPU.
@@ -35,7 +36,9 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -60,8 +63,7 @@ NEEDS = {
 Nothing of ``trainer_core`` is imported before the carried wheels are installed: it needs
 draccus, which a bare GPU machine lacks."""
 WHY_MISSING = {
-    "ray": "Ray's wheel (~70 MB) can't travel in the 64 MiB a GPU machine is sent; run this "
-    "part where `make setup` works",
+    "ray": "carry it: make gpu-wheels packs a trimmed Ray, ray-*.tar.xz, then --wheels",
 }
 OLMO_1B = (
     *("--size", "1B", "--vocab-size", "100352", "--seq-len", "4096"),
@@ -185,12 +187,17 @@ def use_carried_wheels(wheels: Path) -> None:
     if site.is_dir():
         _put_first(site)
     missing = [w for w in sorted(wheels.glob("*.whl")) if not _importable(_package(w))]
-    if not missing:
+    archives = [] if _importable("ray") else sorted(wheels.glob("ray-*.tar.xz"))
+    if not missing and not archives:
         return
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps"]
-    pip += ["--no-compile", "--disable-pip-version-check", "--target", str(site)]
-    if subprocess.run([*pip, *map(str, missing)]).returncode != 0:
-        print(f"gpu-check: the wheels in {wheels} do not install here", file=sys.stderr)
+    if missing:
+        pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps"]
+        pip += ["--no-compile", "--disable-pip-version-check", "--target", str(site)]
+        if subprocess.run([*pip, *map(str, missing)]).returncode != 0:
+            print(f"gpu-check: the wheels in {wheels} do not install here", file=sys.stderr)
+    for archive in archives[-1:]:  # the newest version, should several be there
+        with tarfile.open(archive) as tar:
+            tar.extractall(site, filter="data")
     if str(site) not in sys.path:
         _put_first(site)
     importlib.invalidate_caches()
@@ -204,8 +211,13 @@ def _put_first(site: Path) -> None:
 
 
 def _package(wheel: Path) -> str:
-    """The import name of a wheel's package (its distribution name, as these wheels have)."""
-    return wheel.name.split("-")[0].lower()
+    """The import name of a wheel's package: its top-level entry named as the distribution, in
+    any case (tensorboardX), else its first (rpds-py installs ``rpds``)."""
+    dist = wheel.name.split("-")[0].lower()
+    with zipfile.ZipFile(wheel) as whl:
+        tops = {name.split("/")[0].removesuffix(".py") for name in whl.namelist()}
+    tops = {top for top in tops if not top.endswith((".dist-info", ".data"))}
+    return next((top for top in tops if top.lower() == dist), min(tops))
 
 
 def _importable(name: str) -> bool:

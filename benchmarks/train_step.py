@@ -68,6 +68,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--precision", choices=list(PARAM_DTYPES), default="fp32")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument(
+        "--activation-checkpointing",
+        choices=_choices(ParallelConfig, "activation_checkpointing"),
+        default="none",
+    )
     ap.add_argument("--float8", choices=_choices(ParallelConfig, "float8"), default="none")
     ap.add_argument("--float8-emulate", action="store_true", help="no GPU needed, no speed-up")
     ap.add_argument(
@@ -96,6 +101,7 @@ def run_config(args: argparse.Namespace) -> TrainConfig:
     parallel = ParallelConfig(
         param_dtype=PARAM_DTYPES[args.precision],
         compile=args.compile,
+        activation_checkpointing=args.activation_checkpointing,
         float8=args.float8,
         float8_emulate=args.float8_emulate,
     )
@@ -170,6 +176,7 @@ def measure_step(run: TrainConfig, args: argparse.Namespace) -> dict:
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "precision": args.precision,
         "compile": args.compile,
+        "activation_checkpointing": parallel.activation_checkpointing,
         "float8": parallel.float8,
         "bf16_from": bf16_source(module),
         "batch": f"{args.batch_seqs}x{args.seq_len} (micro {micro})",
@@ -246,7 +253,7 @@ def summary_line(r: dict) -> str:
     return (
         f"size {r['size']} ({r['non_embedding_params']:,} non-embedding params) on {r['device']}, "
         f"{r['precision']} ({r['bf16_from']}), compile {'on' if r['compile'] else 'off'}, "
-        f"float8 {r['float8']}, "
+        f"AC {r['activation_checkpointing']}, float8 {r['float8']}, "
         f"batch {r['batch']}: median step {r['step_ms']:.1f} ms, {r['tokens_per_s']:,.0f} "
         f"tokens/s, MFU {100 * r['mfu']:.1f}% of {r['peak_flops'] / 1e12:.3g} TFLOP/s, peak memory "
         f"{measured} (estimate {r['estimated_memory_bytes'] / gib:.1f} GiB), attention "

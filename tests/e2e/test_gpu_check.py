@@ -7,7 +7,9 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import re
+import tarfile
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -113,11 +115,14 @@ def test_a_benchmark_check_reads_the_train_step_figures(gpu_check, tmp_path):
 
 
 def test_a_tuning_run_can_skip_the_trainer_loop(processes):
-    """``--bare-only``: the bare step's figures alone, in half the time (a GPU tuning sweep)."""
+    """``--bare-only``: the bare step's figures alone, in half the time (a GPU tuning sweep),
+    here of a step with activation checkpointing (the H200's AC rows in RESULTS.md)."""
     small = ("--size", "1M", "--seq-len", "32", "--batch-seqs", "2", "--steps", "1")
-    out = processes.python("benchmarks/train_step.py", *small, "--bare-only", "--json")
+    ac = ("--activation-checkpointing", "every_k")
+    out = processes.python("benchmarks/train_step.py", *small, *ac, "--bare-only", "--json")
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["tokens_per_s"] > 0 and result["batch"] == "2x32 (micro 2)"
+    assert result["activation_checkpointing"] == "every_k"
     assert "loop_tokens_per_s" not in result
 
 
@@ -191,7 +196,10 @@ NO_CUDA = (
             "pytest_timeout is not installed (carry its wheel: make gpu-wheels, then --wheels)",
         ),
         ("bench", "zstandard is not installed (carry its wheel: make gpu-wheels, then --wheels)"),
-        ("ladder", "ray is not installed (Ray's wheel (~70 MB) can't travel"),
+        (
+            "ladder",
+            "ray is not installed (carry it: make gpu-wheels packs a trimmed Ray, ray-*.tar.xz",
+        ),
     ],
 )
 def test_on_a_bare_python_each_part_says_what_it_lacks_in_one_line(processes, tmp_path, part, why):
@@ -248,3 +256,87 @@ def test_on_a_bare_python_the_carried_wheels_are_installed_before_our_code_is_im
     site = wheels / "site"
     modules = [name.replace("-", "_") for name in CARRIED]
     assert all((site / m).is_dir() or (site / f"{m}.py").is_file() for m in modules)
+
+
+RAY_WHEEL = {
+    "ray/__init__.py": ("", 0o644),
+    "ray/core/src/ray/raylet/raylet": ("binary", 0o755),
+    "ray/dashboard/client/build/static/js/main.js": ("js", 0o644),
+    "ray/dashboard/client/build/static/js/main.js.map": ("map", 0o644),
+    "ray/jars/ray_dist.jar": ("java", 0o644),
+    "ray/rllib/__init__.py": ("", 0o644),
+    "ray/serve/__init__.py": ("", 0o644),
+    "ray/llm/__init__.py": ("", 0o644),
+    "ray-9.9.9.dist-info/METADATA": ("Name: ray", 0o644),
+}
+"""Ray's wheel in miniature: what a ladder runs, and what pack_ray.py leaves behind."""
+
+
+def ray_wheel(folder: Path) -> Path:
+    path = folder / "ray-9.9.9-cp312-cp312-manylinux2014_x86_64.whl"
+    with zipfile.ZipFile(path, "w") as whl:
+        for name, (text, mode) in RAY_WHEEL.items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (0o100000 | mode) << 16
+            whl.writestr(info, text)
+    return path
+
+
+def test_ray_travels_trimmed_and_is_unpacked_where_ray_is_missing(
+    run_script, gpu_check, tmp_path, monkeypatch
+):
+    """pack_ray.py drops the folders a ladder never imports and keeps the binaries executable;
+    gpu_check unpacks the archive into the carried site folder on a Python without Ray (on the
+    H200, the first GPU ladder through Ray ran this way: RESULTS.md)."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    code, out, _ = run_script(
+        "benchmarks/pack_ray.py", str(ray_wheel(tmp_path)), "--out", str(wheels)
+    )
+    archive = wheels / "ray-9.9.9-cp312.tar.xz"
+    assert code == 0 and out.startswith(f"{archive}: ")
+    with tarfile.open(archive) as tar:
+        members = {m.name: m.mode for m in tar.getmembers()}
+    assert members == {
+        "ray/__init__.py": 0o644,
+        "ray/core/src/ray/raylet/raylet": 0o755,
+        "ray/dashboard/client/build/static/js/main.js": 0o644,
+        "ray-9.9.9.dist-info/METADATA": 0o644,
+    }
+    monkeypatch.setattr(gpu_check.sys, "path", list(gpu_check.sys.path))
+    monkeypatch.setenv("PYTHONPATH", "")
+    monkeypatch.setattr(gpu_check, "_importable", lambda name: name != "ray")
+    gpu_check.use_carried_wheels(wheels)
+    site = wheels / "site"
+    assert (site / "ray-9.9.9.dist-info" / "METADATA").read_text() == "Name: ray"
+    assert (site / "ray/core/src/ray/raylet/raylet").stat().st_mode & 0o777 == 0o755
+    assert gpu_check.sys.path[0] == str(site) and gpu_check.os.environ["PYTHONPATH"] == str(site)
+
+
+def test_an_archive_over_what_a_gpu_machine_is_sent_fails_naming_it(run_script, tmp_path):
+    pack_ray = load_script("benchmarks/pack_ray.py")
+    wheel = ray_wheel(tmp_path)
+    archive = tmp_path / "ray-9.9.9-cp312.tar.xz"
+    limit = pack_ray.pack(wheel, tmp_path).stat().st_size - 1
+    code, _, err = run_script("benchmarks/pack_ray.py", str(wheel), "--limit-bytes", str(limit))
+    assert code == 1
+    assert err.strip() == f"pack_ray: {archive} is over the {limit:,} bytes a GPU machine is sent"
+    code, _, err = run_script("benchmarks/pack_ray.py", str(tmp_path / "absent.whl"))
+    assert code == 2 and "absent.whl: no such wheel; make gpu-wheels downloads it first" in err
+
+
+def test_a_wheel_is_installed_when_its_package_is_missing_even_under_another_name(
+    gpu_check, tmp_path
+):
+    """rpds-py installs ``rpds``, tensorboardX's wheel file is lower case: read off the wheel,
+    not its file name (which made a present package look missing, reinstalled every time)."""
+    for wheel, package in [
+        ("rpds_py-1.0-cp312-cp312-manylinux2014_x86_64.whl", "rpds"),
+        ("tensorboardx-2.6-py3-none-any.whl", "tensorboardX"),
+        ("pytest_timeout-2.4.0-py3-none-any.whl", "pytest_timeout"),
+    ]:
+        with zipfile.ZipFile(tmp_path / wheel, "w") as whl:
+            top = f"{package}.py" if package == "pytest_timeout" else f"{package}/__init__.py"
+            whl.writestr(top, "")
+            whl.writestr(f"{wheel.split('-')[0]}-1.0.dist-info/METADATA", "")
+        assert gpu_check._package(tmp_path / wheel) == package
