@@ -79,6 +79,16 @@ CASES = [
     replace(ACTIVATIONS, name="activ.-c", compile=True),
     replace(ACTIVATIONS, name="activ.-c", compile=True, ac="full"),
     replace(ACTIVATIONS, name="activ.-c-bf16", compile=True, autocast="bf16"),
+    # compiled under bf16 autocast with AC (the GPU's one-device setting): full, every 2nd
+    # block, and full with one micro-batch (no gradients at the loss's peak)
+    replace(LOGITS, name="logits-c-ac", compile=True, autocast="bf16", ac="full"),
+    replace(LOGITS, name="logits-c-ac", compile=True, autocast="bf16", ac="every_k"),
+    replace(LOGITS, name="logits-c-ac", compile=True, autocast="bf16", ac="full", micro=4, accum=1),
+    replace(ACTIVATIONS, name="activ.-c-ac", compile=True, autocast="bf16", ac="full"),
+    replace(ACTIVATIONS, name="activ.-c-ac", compile=True, autocast="bf16", ac="every_k"),
+    replace(
+        ACTIVATIONS, name="activ.-c-ac", compile=True, autocast="bf16", ac="full", micro=8, accum=1
+    ),
     FSDP,
     replace(FSDP, name="fsdp2-every", reduce_every_micro_batch=True),
     replace(FSDP, name="fsdp2-bf16", param_dtype="bfloat16"),
@@ -246,7 +256,7 @@ def main() -> None:
     mib = 2**20
     print(f"peak memory per step and device, {args.device} (allocator bytes; RSS beside it)")
     print(
-        f"{'case':>12} {'size':>4} {'vocab':>5} {'seq':>4} {'micro':>5} {'accum':>5} {'AC':>4} "
+        f"{'case':>12} {'size':>4} {'vocab':>5} {'seq':>4} {'micro':>5} {'accum':>5} {'AC':>7} "
         f"{'ranks':>5} {'states':>7} {'FSDP':>7} {'activ.':>7} {'logits':>7} {'estimate':>8} "
         f"{'measured':>8} {'RSS':>7} {'error':>7}   (MiB)"
     )
@@ -260,7 +270,7 @@ def main() -> None:
         worst = max(worst, abs(error))
         print(
             f"{case.name:>12} {case.size:>4} {case.vocab:>5} {case.seq:>4} {case.micro:>5} "
-            f"{case.accum:>5} {case.ac:>4} {case.ranks:>5} {r['states'] / mib:7.1f} "
+            f"{case.accum:>5} {case.ac:>7} {case.ranks:>5} {r['states'] / mib:7.1f} "
             f"{r['fsdp'] / mib:7.1f} {r['activations'] / mib:7.1f} {r['logits'] / mib:7.1f} "
             f"{r['estimate'] / mib:8.1f} {r['allocated'] / mib:8.1f} {r['rss'] / mib:7.1f} "
             f"{100 * error:+6.1f}%",
