@@ -195,7 +195,7 @@ def use_carried_wheels(wheels: Path) -> None:
         pip += ["--no-compile", "--disable-pip-version-check", "--target", str(site)]
         if subprocess.run([*pip, *map(str, missing)]).returncode != 0:
             print(f"gpu-check: the wheels in {wheels} do not install here", file=sys.stderr)
-    for archive in archives[-1:]:  # the newest version, should several be there
+    for archive in archives[-1:]:  # make gpu-wheels leaves one; of several, the last by name
         with tarfile.open(archive) as tar:
             tar.extractall(site, filter="data")
     if str(site) not in sys.path:
