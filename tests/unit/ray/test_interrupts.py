@@ -62,6 +62,19 @@ def log_step(run_dir, step: int) -> None:
     storage.write_atomic(path, old + line(step))
 
 
+def count_parses(monkeypatch) -> Counter:
+    """Counts of whole reads of each run's metrics, by run name, as they happen."""
+    parsed = Counter()
+    parse = run_dir_module.metric_lines
+
+    def counting(path):
+        parsed[storage.name(storage.parent(path))] += 1
+        return parse(path)
+
+    monkeypatch.setattr(run_dir_module, "metric_lines", counting)
+    return parsed
+
+
 def recorded(run_dir) -> tuple[str, int]:
     record = read_run_json(run_dir)
     return record["status"], record["last_step"]
@@ -96,14 +109,7 @@ def test_the_metrics_are_parsed_once_per_run_not_once_per_look(tmp_path, monkeyp
             grown["a"] += 1
             log_step(tmp_path / "a", grown["a"])
 
-    parsed = Counter()
-    parse = run_dir_module.metric_lines
-
-    def counting(path):
-        parsed[storage.name(storage.parent(path))] += 1
-        return parse(path)
-
-    monkeypatch.setattr(run_dir_module, "metric_lines", counting)
+    parsed = count_parses(monkeypatch)
     monkeypatch.setattr(tune_run, "time", FakeTime(workers_log))
 
     record_interrupts(specs, {"a", "b"})
@@ -156,14 +162,7 @@ def test_runs_on_object_storage_are_watched_by_size_and_one_not_cut_off_is_left(
                 steps["grows"] += 1
                 log_step(grows, steps["grows"])
 
-        parsed = Counter()
-        parse = run_dir_module.metric_lines
-
-        def counting(path):
-            parsed[storage.name(storage.parent(path))] += 1
-            return parse(path)
-
-        monkeypatch.setattr(run_dir_module, "metric_lines", counting)
+        parsed = count_parses(monkeypatch)
         clock = FakeTime(workers_log)
         monkeypatch.setattr(tune_run, "time", clock)
 
