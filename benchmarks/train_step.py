@@ -4,13 +4,17 @@ of the bare step and of the real Trainer loop.
 python benchmarks/train_step.py --size 1M [--seq-len 128] [--batch-seqs 16] [--micro-seqs 0]
     [--steps 12] [--vocab-size 320] [--precision fp32|bf16] [--compile]
     [--float8 none|tensorwise|rowwise] [--attention auto|flash|cudnn|efficient|math]
-    [--bare-only] [--one-rank-fsdp] [--json]
+    [--activation-checkpointing none|full|every_k] [--bare-only] [--one-rank-fsdp] [--profile]
+    [--json]
 
 The model is built and wrapped the way the trainer builds it (parallelize_model: float8, compile;
 fused AdamW on CUDA; bf16 from trainer_core.parallel.precision, i.e. autocast on one device). MFU is
 FLOPs/token (6N + 12 L d s) x tokens/s over the device's peak (trainer_core.devices); peak memory
 (CUDA only) is set beside the planner's estimate (trainer_core.ladder.memory). One more step runs
-under the profiler to name the attention kernel that ran. Then the same run goes through the
+under the profiler to name the attention kernel that ran; ``--profile`` profiles two more and
+splits their time by kernel family (matmuls, attention, compiled fused kernels, optimizer,
+other: on a GPU each kernel's device time, on a CPU each op's own time), to show where a step
+below its MFU target loses it. Then the same run goes through the
 real :class:`Trainer` loop (demo-corpus batches, device-side metrics read on log steps, the
 checkpoint decision every step, no save): its tokens/s and MFU over ``--steps`` steps after as
 many warm-up steps, as the loop's own log line measures them, so the gap between the bare step
@@ -26,12 +30,16 @@ import json
 import statistics
 import tempfile
 import time
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import replace
 from typing import get_args, get_type_hints
 
 import torch
 import torch.distributed as dist
+from torch.autograd import DeviceType
 from torch.distributed.device_mesh import DeviceMesh
+from torch.profiler import ProfilerActivity, profile
 
 from trainer_core.config.cli import exit_on_error
 from trainer_core.config.sections import (
@@ -54,6 +62,16 @@ from trainer_core.train.callbacks import BaseCallback
 from trainer_core.train.train_module import TrainModule
 
 PARAM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+KERNEL_FAMILIES = (
+    ("attention", ("flash", "fmha", "scaled_dot_product", "sdpa", "attention")),
+    ("optimizer", ("adam", "multi_tensor_apply", "_foreach_")),
+    ("matmuls", ("gemm", "nvjet", "cutlass", "xmma", "aten::mm", "aten::addmm", "aten::bmm")),
+    ("fused (compiled)", ("triton_", "compiledfxgraph")),
+)
+"""Families of kernels (GPU) or ops (CPU) by substrings of their names, first match wins:
+cuDNN's attention kernels name a gemm too; compile's fused kernels are Triton's on a GPU, and
+on a CPU the own time of each call of a compiled graph (its matmuls stay ``aten::mm``)."""
+PROFILED_STEPS = 2
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -85,6 +103,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--one-rank-fsdp",
         action="store_true",
         help="wrap the one device in FSDP2 (bf16 from its policy, not autocast); bare step only",
+    )
+    ap.add_argument(
+        "--profile", action="store_true", help="time by kernel family over two more steps"
     )
     ap.add_argument("--json", action="store_true", help="print one JSON line")
     return ap.parse_args(argv)
@@ -170,7 +191,7 @@ def measure_step(run: TrainConfig, args: argparse.Namespace) -> dict:
         dp_shard=1,
         grad_accum=args.batch_seqs // micro,
     )
-    return {
+    result = {
         "size": args.size,
         "non_embedding_params": count_params(cfg)["non_embedding"],
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -188,6 +209,57 @@ def measure_step(run: TrainConfig, args: argparse.Namespace) -> dict:
         "estimated_memory_bytes": estimate.total,
         "attention": attention,
     }
+    if args.profile:
+        result["profile"] = time_by_family(step, device)
+    return result
+
+
+def kernel_family(name: str) -> str:
+    """The :data:`KERNEL_FAMILIES` entry a kernel or op belongs to, else "other"."""
+    low = name.lower()
+    return next((fam for fam, keys in KERNEL_FAMILIES if any(k in low for k in keys)), "other")
+
+
+def time_by_family(step: Callable[[], None], device: torch.device) -> dict:
+    """Milliseconds per step by kernel family over :data:`PROFILED_STEPS` steps, beside the
+    profiled steps' wall time: on CUDA each kernel's device time, elsewhere each op's own
+    (self) time; the profiler's annotations (``Optimizer.step``, compiled regions) are spans
+    over other work, not counted."""
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    _sync(device)
+    start = time.perf_counter()
+    with profile(activities=activities) as prof:
+        for _ in range(PROFILED_STEPS):
+            step()
+        _sync(device)
+    wall_ms = 1000 * (time.perf_counter() - start) / PROFILED_STEPS
+    families: dict[str, float] = defaultdict(float)
+    for event in prof.events():
+        if getattr(event, "is_user_annotation", False):
+            continue
+        if device.type == "cuda":
+            if event.device_type != DeviceType.CUDA:
+                continue
+            us = event.device_time
+            family = kernel_family(event.name)
+        else:
+            us = event.self_cpu_time_total
+            family = "optimizer" if _under_optimizer(event) else kernel_family(event.name)
+        families[family] += us / 1000 / PROFILED_STEPS
+    return {"wall_ms": wall_ms, "families_ms": dict(families)}
+
+
+def _under_optimizer(event) -> bool:
+    """Whether a CPU op ran inside the optimizer's step (its plain ops, e.g. ``aten::lerp_``,
+    name no optimizer)."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("Optimizer.step"):
+            return True
+        parent = parent.cpu_parent
+    return False
 
 
 def one_rank_mesh(parallel: ParallelConfig, device: torch.device) -> DeviceMesh:
@@ -263,7 +335,16 @@ def summary_line(r: dict) -> str:
             if "loop_tokens_per_s" in r
             else ""
         )
+        + (profile_line(r["profile"]) if "profile" in r else "")
     )
+
+
+def profile_line(profile: dict) -> str:
+    """``--profile``'s figures as a line of their own, largest family first."""
+    wall = profile["wall_ms"]
+    ranked = sorted(profile["families_ms"].items(), key=lambda kv: -kv[1])
+    parts = ", ".join(f"{fam} {ms:.1f} ({100 * ms / wall:.1f}%)" for fam, ms in ranked)
+    return f"\ntime by kernel family, ms per step of {wall:.1f} ms profiled: {parts}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -116,14 +116,44 @@ def test_a_benchmark_check_reads_the_train_step_figures(gpu_check, tmp_path):
 
 def test_a_tuning_run_can_skip_the_trainer_loop(processes):
     """``--bare-only``: the bare step's figures alone, in half the time (a GPU tuning sweep),
-    here of a step with activation checkpointing (the H200's AC rows in RESULTS.md)."""
+    here of a step with activation checkpointing (the H200's AC rows in RESULTS.md), and where
+    its time went (``--profile``)."""
     small = ("--size", "1M", "--seq-len", "32", "--batch-seqs", "2", "--steps", "1")
     ac = ("--activation-checkpointing", "every_k")
-    out = processes.python("benchmarks/train_step.py", *small, *ac, "--bare-only", "--json")
+    out = processes.python(
+        "benchmarks/train_step.py", *small, *ac, "--bare-only", "--profile", "--json"
+    )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["tokens_per_s"] > 0 and result["batch"] == "2x32 (micro 2)"
     assert result["activation_checkpointing"] == "every_k"
     assert "loop_tokens_per_s" not in result
+    families, wall = result["profile"]["families_ms"], result["profile"]["wall_ms"]
+    assert families["matmuls"] > 0 and families["attention"] > 0 and families["optimizer"] > 0
+    assert sum(families.values()) <= 1.05 * wall, (families, wall)
+
+
+@pytest.mark.parametrize(
+    "kernel, family",
+    [  # names from the H200's profile of the 1B step (RESULTS.md, stop 53)
+        ("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_NTN", "matmuls"),
+        (
+            "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128_1x4x1",
+            "attention",
+        ),
+        ("triton_poi_fused__unsafe_view_mul_silu_silu_backward_view_2", "fused (compiled)"),
+        (
+            "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedOpti",
+            "optimizer",
+        ),
+        ("void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add<float>>", "other"),
+        ("aten::addmm", "matmuls"),
+        ("## Call CompiledFxGraph fwl5b6fds4itwvfzlnbwewyvigbqd2uwlzfs ##", "fused (compiled)"),
+    ],
+)
+def test_a_kernel_is_counted_in_its_family(kernel, family):
+    """cuDNN's attention kernels name a matmul instruction (wgmma) and must count as
+    attention; the accumulation adds stay "other"."""
+    assert load_script("benchmarks/train_step.py").kernel_family(kernel) == family
 
 
 def test_one_device_can_take_bf16_from_fsdp2_instead_of_autocast(processes):
