@@ -18,8 +18,8 @@ larger than the 64 MiB a GPU machine is sent, so it travels trimmed and recompre
    float8 vs bf16, the attention backend that ran, checkpoint save and resume on the GPU.
 2. bench: benchmarks/train_step.py (the bare step and the real Trainer loop) at OLMo-core's 1B dims (d_model 2048, 16 layers, seq 4096,
    vocabulary 100,352), compile on, bf16 then float8 (tensorwise, rowwise): tokens/s per GPU,
-   MFU, peak memory beside the planner's estimate, and the targets (:data:`TARGETS`) as
-   PASS/FAIL.
+   MFU, peak memory beside the planner's estimate, the step's time by kernel family, and the
+   targets (:data:`TARGETS`) as PASS/FAIL.
 3. ladder: a two-size ladder of tiny models through Ray Tune and Train on the GPU
    (``use_gpu`` planned from ``device_type``), each run finished on CUDA.
 
@@ -68,7 +68,7 @@ WHY_MISSING = {
 OLMO_1B = (
     *("--size", "1B", "--vocab-size", "100352", "--seq-len", "4096"),
     *("--batch-seqs", "8", "--micro-seqs", "4", "--steps", "10", "--warmup", "3"),
-    *("--precision", "bf16", "--compile"),
+    *("--precision", "bf16", "--compile", "--profile"),
 )
 """OLMo-core's 1B (its vocabulary padded to a multiple of 128), 32k tokens a step in micro-batches
 of four sequences (on an H100 4.7% faster than two, 13% faster than one; 54 GiB): accumulation
@@ -117,6 +117,10 @@ def benchmark(float8: str, env: dict[str, str], args: tuple[str, ...] = OLMO_1B)
         f"{','.join(r['attention']) or 'inlined by compile'}, {r['device']}; Trainer loop "
         f"{r['loop_tokens_per_s']:,.0f} tokens/s, MFU {100 * r['loop_mfu']:.1f}%"
     )
+    if "profile" in r:
+        wall, families = r["profile"]["wall_ms"], r["profile"]["families_ms"]
+        ranked = sorted(families.items(), key=lambda kv: -kv[1])
+        detail += "; step time " + ", ".join(f"{f} {100 * ms / wall:.0f}%" for f, ms in ranked)
     return Check(name, r["tokens_per_s"] >= target, detail)
 
 

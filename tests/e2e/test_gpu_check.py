@@ -95,15 +95,17 @@ def test_cuda_tests_are_collected_only_where_cuda_is(processes, tmp_path):
 @pytest.mark.slow
 def test_a_benchmark_check_reads_the_train_step_figures(gpu_check, tmp_path):
     """The benchmark part on CPU with a 1M model and emulated float8: the figures come through
-    and the target (76.8k tokens/s) is judged, beside the Trainer loop's figures; a setting the device can't run fails naming why."""
+    and the target (76.8k tokens/s) is judged, beside the Trainer loop's figures and the step's
+    time by kernel family; a setting the device can't run fails naming why."""
     small = ("--size", "1M", "--seq-len", "32", "--batch-seqs", "2", "--steps", "1")
-    args = (*small, "--warmup", "1", "--precision", "bf16", "--device", "cpu")
+    args = (*small, "--warmup", "1", "--precision", "bf16", "--device", "cpu", "--profile")
     env = {**gpu_check.os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     check = gpu_check.benchmark("tensorwise", env, (*args, "--float8-emulate"))
     assert check.name == "train step bf16 + float8 tensorwise" and not check.passed
     assert re.fullmatch(
         r"[\d,]+ tokens/s per GPU \(target 76,800\), MFU [\d.]+%, peak memory n/a \(estimate "
-        r"[\d.]+ GiB\), attention flash, cpu; Trainer loop [\d,]+ tokens/s, MFU [\d.]+%",
+        r"[\d.]+ GiB\), attention flash, cpu; Trainer loop [\d,]+ tokens/s, MFU [\d.]+%; "
+        r"step time ([a-z ()]+ \d+%, )*matmuls \d+%(, [a-z ()]+ \d+%)*",
         check.detail,
     ), check.detail
     refused = gpu_check.benchmark("rowwise", env, args)
