@@ -200,8 +200,11 @@ def use_carried_wheels(wheels: Path) -> None:
         if subprocess.run([*pip, *map(str, missing)]).returncode != 0:
             print(f"gpu-check: the wheels in {wheels} do not install here", file=sys.stderr)
     for archive in archives[-1:]:  # make gpu-wheels leaves one; of several, the last by name
-        with tarfile.open(archive) as tar:
-            tar.extractall(site, filter="data")
+        try:
+            with tarfile.open(archive) as tar:
+                tar.extractall(site, filter="data")
+        except (tarfile.TarError, OSError) as e:
+            print(f"gpu-check: {archive} does not unpack here ({e})", file=sys.stderr)
     if str(site) not in sys.path:
         _put_first(site)
     importlib.invalidate_caches()

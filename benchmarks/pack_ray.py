@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not args.wheel.is_file():
         ap.error(f"{args.wheel}: no such wheel; make gpu-wheels downloads it first")
+    if not zipfile.is_zipfile(args.wheel) or args.wheel.name.count("-") < 4:
+        ap.error(f"{args.wheel}: not a wheel (a zip named NAME-VERSION-PYTHON-ABI-PLATFORM.whl)")
     target = pack(args.wheel, args.out or args.wheel.parent)
     size = target.stat().st_size
     print(f"{target}: {size / 2**20:.1f} MiB (from {args.wheel.stat().st_size / 2**20:.1f} MiB)")

@@ -355,6 +355,25 @@ def test_an_archive_over_what_a_gpu_machine_is_sent_fails_naming_it(run_script, 
     assert err.strip() == f"pack_ray: {archive} is over the {limit:,} bytes a GPU machine is sent"
     code, _, err = run_script("benchmarks/pack_ray.py", str(tmp_path / "absent.whl"))
     assert code == 2 and "absent.whl: no such wheel; make gpu-wheels downloads it first" in err
+    cut = tmp_path / "ray-9.9.9-cp312-cp312-manylinux2014_x86_64.whl"
+    cut.write_bytes(wheel.read_bytes()[:100])  # a download broken off
+    code, _, err = run_script("benchmarks/pack_ray.py", str(cut))
+    assert code == 2 and f"{cut}: not a wheel (a zip named NAME-VERSION-PYTHON-ABI-PLATFORM" in err
+
+
+def test_a_broken_ray_archive_is_named_and_the_ladder_part_refused(processes, tmp_path):
+    """A carried archive that does not unpack (cut short on its way): one line naming it, then
+    the ladder part's refusal, no traceback."""
+    (tmp_path / "ray-9.9.9-cp312.tar.xz").write_bytes(b"\xfd7zXZ\x00 cut short")
+    env = {"PYTHONPATH": ".", "CUDA_VISIBLE_DEVICES": ""}
+    out = processes.python(
+        "-c", BARE_PYTHON, "--parts", "ladder", "--wheels", str(tmp_path), env=env
+    )
+    lines = [line for line in out.stderr.splitlines() if line.startswith("gpu-check:")]
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert lines[0].startswith(f"gpu-check: {tmp_path / 'ray-9.9.9-cp312.tar.xz'} does not unpack")
+    assert lines[1].startswith("gpu-check: ladder: not run, ray is not installed")
+    assert lines[2:] == [NO_CUDA]
 
 
 def test_a_wheel_is_installed_when_its_package_is_missing_even_under_another_name(
