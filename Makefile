@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench bench-fits gpu-check gpu-wheels lint format clean
+.PHONY: setup demo test test-torch-floor test-fast bench bench-fits gpu-check gpu-wheels lint format clean
 
 setup: $(STAMP)
 
@@ -12,13 +12,18 @@ setup: $(STAMP)
 # so pip's find-links (where a machine keeps local wheels, such as torch's CPU build) is handed
 # over. It compiles the bytecode up front as pip does: without .pyc files (and with
 # PYTHONDONTWRITEBYTECODE set) every Ray worker process would compile torch anew at import.
-$(STAMP): pyproject.toml constraints.txt
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -c constraints.txt uv
-	links=$${PIP_FIND_LINKS:-$$($(BIN)/python -m pip config get global.find-links 2>/dev/null)}; \
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python \
+# $(call install,VENV,CONSTRAINTS): the project and its dev extras into VENV.
+define install
+	test -x $(1)/bin/python || $(PY) -m venv $(1)
+	$(1)/bin/python -m pip install --quiet -c constraints.txt uv
+	links=$${PIP_FIND_LINKS:-$$($(1)/bin/python -m pip config get global.find-links 2>/dev/null)}; \
+	$(1)/bin/uv pip install --quiet --compile-bytecode --python $(1)/bin/python \
 		$$(for l in $$links; do printf -- '--find-links %s ' "$$l"; done) \
-		-c constraints.txt -e '.[dev]'
+		-c $(2) -e '.[dev]'
+endef
+
+$(STAMP): pyproject.toml constraints.txt
+	$(call install,$(VENV),constraints.txt)
 	touch $(STAMP)
 
 demo: setup
@@ -29,6 +34,19 @@ demo: setup
 # while a single-process test runs.
 test: setup
 	$(BIN)/python -m pytest -q -n 2 --durations=25
+
+# The oldest torch the project accepts (pyproject: torch>=2.6), with the torchao release made
+# for it, every other package at constraints.txt's: the whole suite in a venv of its own,
+# .venv-floor (ignored; torch's wheel from PyPI brings its CUDA libraries, ~3 GB).
+TORCH_FLOOR := 2.6.0
+TORCHAO_FLOOR := 0.10.0
+FLOOR_VENV := .venv-floor
+test-torch-floor:
+	mkdir -p $(FLOOR_VENV)
+	sed -e 's/^torch==.*/torch==$(TORCH_FLOOR)/' -e 's/^torchao==.*/torchao==$(TORCHAO_FLOOR)/' \
+		constraints.txt > $(FLOOR_VENV)/constraints.txt
+	$(call install,$(FLOOR_VENV),$(FLOOR_VENV)/constraints.txt)
+	$(FLOOR_VENV)/bin/python -m pytest -q -n 2 --durations=10
 
 # No Ray, no spawned ranks, no long training: about a minute on 2 cores.
 test-fast: setup
@@ -90,4 +108,4 @@ format: setup
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(FLOOR_VENV) runs .pytest_cache .ruff_cache

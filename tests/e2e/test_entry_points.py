@@ -219,6 +219,8 @@ class CtrlCInSave(BaseCallback):
             import torch
             import torch.distributed.checkpoint as dcp
 
+            from trainer_core.compat import dcp_call
+
             in_zip = self.in_zip
 
             class Interrupted(dcp.FileSystemWriter):
@@ -230,7 +232,7 @@ class CtrlCInSave(BaseCallback):
                             raise RuntimeError("[enforce fail] unexpected pos 704 vs 598")
 
             state = {"x": torch.zeros(2)}
-            dcp.save(state, storage_writer=Interrupted(self.scratch), no_dist=True)
+            dcp_call(dcp.save, state, storage_writer=Interrupted(self.scratch))
 
 
 class CtrlCAtStart(BaseCallback):

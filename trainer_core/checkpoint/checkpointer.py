@@ -65,6 +65,7 @@ from trainer_core.checkpoint.safe_load import (
     check_compatible,
     read_metadata,
 )
+from trainer_core.compat import dcp_async_save, dcp_call, dcp_runs_collectives
 from trainer_core.config.sections import CheckpointConfig
 from trainer_core.io import storage
 from trainer_core.io.run_dir import (
@@ -200,7 +201,7 @@ class Checkpointer:
             pending.future = self._async_save(app_state, writer)
             self._pending = pending
         else:
-            dcp.save(app_state, storage_writer=writer, no_dist=not is_distributed())
+            dcp_call(dcp.save, app_state, storage_writer=writer)
             self._commit(pending)
         return final
 
@@ -218,17 +219,12 @@ class Checkpointer:
         return stage / f"{storage.name(final)}.tmp-{token}"
 
     def _async_save(self, app_state: dict[str, Any], writer: dcp.FileSystemWriter) -> Future:
-        if is_distributed() and self._save_group is None:
+        if dcp_runs_collectives() and self._save_group is None:
             # The save's collectives run in a background thread while training uses the default
             # group; a group of its own keeps the two streams of collectives apart, and gloo is
             # the CPU backend async save requires (the default group may be NCCL only).
             self._save_group = dist.new_group(backend="gloo")
-        result = dcp.async_save(
-            app_state,
-            storage_writer=writer,
-            process_group=self._save_group,
-            no_dist=not is_distributed(),
-        )
+        result = dcp_async_save(app_state, storage_writer=writer, process_group=self._save_group)
         return getattr(result, "upload_completion", result)
 
     def wait(self) -> None:
@@ -458,11 +454,8 @@ class Checkpointer:
                 path, resolved["rng"], set(metadata.state_dict_metadata)
             )
         try:
-            dcp.load(
-                resolved,
-                storage_reader=_safe_reader(path),
-                planner=_SafeLoadPlanner(),
-                no_dist=not is_distributed(),
+            dcp_call(
+                dcp.load, resolved, storage_reader=_safe_reader(path), planner=_SafeLoadPlanner()
             )
         except (Exception, CheckpointException) as e:  # CheckpointException is a BaseException
             raise CheckpointError(

@@ -74,17 +74,23 @@ def converts(module: nn.Module, fqn: str) -> bool:
     )
 
 
+def rowwise_pays_off(module: nn.Linear) -> bool:
+    """Whether row-wise float8 beats bf16 on an H100 for a linear of this shape, by the
+    thresholds of torchao's row-wise benchmark table (its float8 README): more than 2048 output
+    features, more than 1024 input features, and not both at most 4096 outputs and 2048
+    inputs. At 1B that converts the MLP's gate and up projections (2048 -> 8192) and keeps the
+    attention projections (2048 -> 2048) and the MLP's down projection (8192 -> 2048) in bf16.
+    Our own rule, not torchao's filter function, which is private and absent before 0.11."""
+    outputs, inputs = module.out_features, module.in_features
+    return outputs > 2048 and inputs > 1024 and (outputs > 4096 or inputs > 2048)
+
+
 def float8_filter(cfg: ParallelConfig) -> Callable[[nn.Module, str], bool]:
-    """Which linears a recipe converts: :func:`converts`, and for "rowwise" also torchao's own
-    rowwise filter, which keeps in bf16 the layers that H100 runs no faster in row-wise float8
-    (output width 2048 or less, and other small shapes: at 1B, the attention projections and
-    the MLP down projection)."""
+    """Which linears a recipe converts: :func:`converts`, and for "rowwise" only those where
+    :func:`rowwise_pays_off`."""
     if cfg.float8 != "rowwise":
         return converts
-    from torchao.float8.float8_linear_utils import _auto_filter_for_recipe
-
-    fast_enough = _auto_filter_for_recipe("rowwise", filter_fqns=[])
-    return lambda module, fqn: converts(module, fqn) and fast_enough(module, fqn)
+    return lambda module, fqn: converts(module, fqn) and rowwise_pays_off(module)
 
 
 def float8_all_gather(cfg: ParallelConfig, fsdp: bool) -> bool:

@@ -41,12 +41,14 @@ def materialize(model: Transformer, device: torch.device, seed: int, *, sharded:
     drawn whole on ``device``, then, where ``sharded`` (a mesh: FSDP2 or TP), this rank's slice
     of it kept."""
     if sharded:  # DTensor's modules (~1 s to import) only where a mesh made DTensors
-        from torch.distributed.tensor import DTensor, distribute_tensor
+        from torch.distributed.tensor import DTensor
+
+        from trainer_core.compat import shard_of_whole
     model.to_empty(device=device)
     model.tie_weights()
     model.init_buffers()
     for p, value in model.initial_parameters(seed, device):
         if sharded and isinstance(p, DTensor):
-            # Every rank drew the same whole value: each keeps its slice, no communication.
-            value = distribute_tensor(value, p.device_mesh, p.placements, src_data_rank=None)
+            # Every rank drew the same whole value: each keeps its slice.
+            value = shard_of_whole(value, p.device_mesh, p.placements)
         p.copy_(value)

@@ -20,6 +20,8 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from trainer_core.compat import fsdp_runs_on
+from trainer_core.config.loader import ConfigError
 from trainer_core.config.sections import ParallelConfig
 from trainer_core.parallel.float8 import check_float8, convert_to_float8
 from trainer_core.parallel.mesh import MESH_DIMS, mesh_shape
@@ -145,6 +147,12 @@ def parallelize_model(
     without a mesh (or TP alone) bf16 comes from autocast (:mod:`trainer_core.parallel.precision`).
     """
     fsdp = uses_fsdp(mesh)
+    if fsdp and not fsdp_runs_on(device):
+        raise ConfigError(
+            f"FSDP2 over {dp_mesh(mesh).size()} data-parallel rank(s) on CPU needs torch 2.7 or "
+            f"newer, and this is torch {torch.__version__}: train on GPUs, upgrade torch, or "
+            "run one process (FSDP2 on GPUs works from torch 2.6)"
+        )
     if cfg.float8 != "none":
         check_float8(cfg, device)
         convert_to_float8(model, cfg, fsdp=fsdp)

@@ -154,7 +154,7 @@ class OneD(nn.Module):
 
 def test_rowwise_keeps_in_bf16_what_torchao_finds_no_faster():
     """At 1B (d_model 2048, MLP 8192): rowwise converts gate/up (out 8192) but not the attention
-    projections or the down projection (out 2048), as torchao's own rowwise filter decides;
+    projections or the down projection (out 2048), as torchao's row-wise benchmarks advise;
     tensorwise converts them all."""
     shapes = {"wq": (2048, 2048), "w_gate": (2048, 8192), "w_down": (8192, 2048)}
     layers = OneD(shapes).layers
@@ -167,6 +167,31 @@ def test_rowwise_keeps_in_bf16_what_torchao_finds_no_faster():
     assert picked("tensorwise") == set(shapes)
     rowwise = ParallelConfig(float8="rowwise", param_dtype="bfloat16")
     assert not float8_filter(rowwise)(layers["w_gate"], "head")
+
+
+@pytest.mark.parametrize(
+    "inputs, outputs, converted",
+    [
+        (2048, 2048, False),  # 1B attention projections
+        (2048, 8192, True),  # 1B gate and up
+        (8192, 2048, False),  # 1B down
+        (4096, 1024, False),  # 7B key and value: 1024 outputs
+        (4096, 4096, True),  # 7B query and output projections
+        (4096, 14336, True),
+        (14336, 4096, True),
+        (1024, 8192, False),  # inputs at 1024
+        (1040, 8192, True),
+        (2048, 4096, False),  # both at the third threshold
+        (2064, 4096, True),
+        (2048, 4112, True),
+    ],
+)
+def test_rowwise_converts_the_shapes_past_the_h100_thresholds(inputs, outputs, converted):
+    """Our rule keeps torchao's row-wise thresholds (output > 2048, input > 1024, and not both
+    output <= 4096 and input <= 2048), checked at each edge and at the 1B and 7B shapes."""
+    keep = float8_filter(ParallelConfig(float8="rowwise", param_dtype="bfloat16"))
+    layer = nn.Linear(inputs, outputs, bias=False, device="meta")
+    assert keep(layer, "blocks.0.mlp.w_up") is converted
 
 
 @pytest.mark.parametrize(
