@@ -37,7 +37,9 @@ test: setup
 
 # The oldest torch the project accepts (pyproject: torch>=2.6), with the torchao release made
 # for it, every other package at constraints.txt's: the whole suite in a venv of its own,
-# .venv-floor (ignored; torch's wheel from PyPI brings its CUDA libraries, ~3 GB).
+# .venv-floor (ignored; torch's wheel from PyPI brings its CUDA libraries, ~3 GB). On a CPU the
+# tests of FSDP2 runs fail there (2.6 cannot run FSDP2 on a CPU; such a run is refused in one
+# line): benchmarks/RESULTS.md, "Stop 54", lists those and the few others.
 TORCH_FLOOR := 2.6.0
 TORCHAO_FLOOR := 0.10.0
 FLOOR_VENV := .venv-floor
