@@ -151,7 +151,7 @@ def parallelize_model(
         raise ConfigError(
             f"FSDP2 over {dp_mesh(mesh).size()} data-parallel rank(s) on CPU needs torch 2.7 or "
             f"newer, and this is torch {torch.__version__}: train on GPUs, upgrade torch, or "
-            "run one process (FSDP2 on GPUs works from torch 2.6)"
+            "run one process"
         )
     if cfg.float8 != "none":
         check_float8(cfg, device)
